@@ -1,0 +1,17 @@
+//! The OpenStack port used by all controllers.
+//!
+//! - [`model`]: plain data types.
+//! - [`Error`]: one error type with the services' messages kept verbatim.
+//! - [`Identity`], [`Compute`], [`Image`], [`Network`], [`BlockStorage`]:
+//!   object-safe async traits, bundled in [`Cloud`].
+//! - [`fake::FakeCloud`]: an in-memory implementation for unit tests.
+//! - [`adapter`]: the real implementation on `openstack_sdk`, with the shared
+//!   client core (auth, rate limiting, retries, timeouts, metrics).
+
+pub mod error;
+pub mod fake;
+pub mod model;
+mod traits;
+
+pub use error::{Error, OptionalExt, Result};
+pub use traits::{BlockStorage, Cloud, Compute, Identity, Image, Network};
