@@ -8,6 +8,7 @@
 //! - [`adapter`]: the real implementation on `openstack_sdk`, with the shared
 //!   client core (auth, rate limiting, retries, timeouts, metrics).
 
+pub mod adapter;
 pub mod error;
 pub mod fake;
 pub mod model;

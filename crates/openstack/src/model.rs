@@ -40,6 +40,10 @@ pub struct DomainCreate {
     pub description: String,
     /// Whether the domain starts enabled.
     pub enabled: bool,
+    /// Tags set in the same call (Keystone stores them on the domain's
+    /// backing project).
+    #[serde(default)]
+    pub tags: Vec<String>,
 }
 
 /// Partial update of a domain; `None` leaves the attribute alone.

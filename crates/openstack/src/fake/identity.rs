@@ -57,7 +57,9 @@ fn create_domain_in(
     name: &str,
     description: &str,
     enabled: bool,
+    tags: &[String],
 ) -> Result<Domain> {
+    check_tags("keystone create_domain", tags)?;
     if st.domains.values().any(|d| d.name == name) {
         return Err(Error::conflict(format!(
             "keystone: Conflict occurred attempting to store domain - Duplicate entry found with name {name}."
@@ -68,7 +70,7 @@ fn create_domain_in(
         name: name.into(),
         description: description.into(),
         enabled,
-        tags: vec![],
+        tags: dedup_tags(tags),
     };
     st.domains.insert(d.id.clone(), d.clone());
     Ok(d)
@@ -94,7 +96,7 @@ impl Identity for FakeCloud {
 
     async fn create_domain(&self, req: &DomainCreate) -> Result<Domain> {
         self.run("identity.create_domain", |st| {
-            create_domain_in(st, &req.name, &req.description, req.enabled)
+            create_domain_in(st, &req.name, &req.description, req.enabled, &req.tags)
         })
     }
 
@@ -523,6 +525,7 @@ impl Identity for FakeCloud {
                         &req.id,
                         &format!("Auto generated federated domain for Identity Provider: {}", req.id),
                         true,
+                        &[],
                     )?
                     .id
                 }
@@ -738,6 +741,7 @@ mod tests {
                 name: "dom".into(),
                 description: "x".into(),
                 enabled: true,
+                tags: vec![],
             })
             .await
             .unwrap();

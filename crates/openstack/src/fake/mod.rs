@@ -415,6 +415,7 @@ mod tests {
                 name: "d1".into(),
                 description: String::new(),
                 enabled: true,
+                tags: vec![],
             })
             .await
             .unwrap();
@@ -435,6 +436,7 @@ mod tests {
             name: "d2".into(),
             description: String::new(),
             enabled: true,
+            tags: vec![],
         };
         let e = cloud.identity.create_domain(&req).await.unwrap_err();
         assert!(e.is_transient());

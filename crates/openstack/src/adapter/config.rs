@@ -1,0 +1,184 @@
+//! Client configuration: which cloud to use and how to talk to it.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use openstack_sdk::config::{CloudConfig, ConfigFile};
+
+use super::metrics::Metrics;
+use crate::error::{Error, Result};
+
+/// Which `clouds.yaml` entry to connect to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CloudSelector {
+    /// `OS_CLIENT_CONFIG_FILE` (else the standard search path: `./clouds.yaml`,
+    /// `~/.config/openstack/`, `/etc/openstack/`) and `OS_CLOUD` (default
+    /// `openstack`, as in the seed).
+    Env,
+    /// An explicit file and cloud name (tests, multi-cloud setups).
+    File {
+        /// Path to `clouds.yaml`.
+        path: PathBuf,
+        /// Entry under `clouds:`.
+        cloud: String,
+    },
+}
+
+/// Tuning of the shared client. Defaults follow the seed (10 concurrent
+/// calls, 20 requests/s) plus a 30 s per-request timeout.
+#[derive(Clone, Debug)]
+pub struct ClientOptions {
+    /// Maximum requests in flight (`OPENSTACK_MAX_CONCURRENT_CALLS`).
+    pub max_concurrent: usize,
+    /// Sustained requests per second; 0 disables (`OPENSTACK_REQUESTS_PER_SECOND`).
+    pub requests_per_second: u32,
+    /// Requests allowed back-to-back before the rate applies.
+    pub burst: u32,
+    /// Per-request timeout (`OPENSTACK_API_TIMEOUT_SECONDS`).
+    pub timeout: Duration,
+    /// Retries after the first attempt (so `max_retries + 1` attempts).
+    pub max_retries: usize,
+    /// First backoff delay.
+    pub min_backoff: Duration,
+    /// Cap of the exponential backoff.
+    pub max_backoff: Duration,
+    /// Longest `Retry-After` that is honoured (longer values are capped).
+    pub max_retry_after: Duration,
+    /// Metric handles the client records into.
+    pub metrics: Metrics,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        Self {
+            max_concurrent: 10,
+            requests_per_second: 20,
+            burst: 5,
+            timeout: Duration::from_secs(30),
+            max_retries: 3,
+            min_backoff: Duration::from_millis(500),
+            max_backoff: Duration::from_secs(8),
+            max_retry_after: Duration::from_secs(60),
+            metrics: Metrics::new(),
+        }
+    }
+}
+
+impl ClientOptions {
+    /// Defaults overridden by `OPENSTACK_MAX_CONCURRENT_CALLS`,
+    /// `OPENSTACK_REQUESTS_PER_SECOND` and `OPENSTACK_API_TIMEOUT_SECONDS`.
+    pub fn from_env() -> Result<Self> {
+        let mut o = Self::default();
+        if let Some(v) = env_num::<usize>("OPENSTACK_MAX_CONCURRENT_CALLS")? {
+            o.max_concurrent = v.max(1);
+        }
+        if let Some(v) = env_num::<u32>("OPENSTACK_REQUESTS_PER_SECOND")? {
+            o.requests_per_second = v;
+        }
+        if let Some(v) = env_num::<u64>("OPENSTACK_API_TIMEOUT_SECONDS")? {
+            o.timeout = Duration::from_secs(v.max(1));
+        }
+        Ok(o)
+    }
+}
+
+fn env_num<T: std::str::FromStr>(name: &str) -> Result<Option<T>> {
+    match std::env::var(name) {
+        Ok(v) if !v.trim().is_empty() => {
+            v.trim().parse().map(Some).map_err(|_| {
+                Error::config(format!("{name}={v:?} is not a valid non-negative number"))
+            })
+        }
+        _ => Ok(None),
+    }
+}
+
+/// Load the selected cloud's configuration. Returns it with its name.
+pub(crate) fn load_cloud_config(sel: &CloudSelector) -> Result<(CloudConfig, String)> {
+    let (file, cloud, origin) = match sel {
+        CloudSelector::File { path, cloud } => (
+            ConfigFile::builder()
+                .add_source(path)
+                .and_then(|b| b.build())
+                .map_err(|e| {
+                    Error::config(format!("cannot read clouds file {}: {e}", path.display()))
+                })?,
+            cloud.clone(),
+            path.display().to_string(),
+        ),
+        CloudSelector::Env => {
+            let cloud = std::env::var("OS_CLOUD")
+                .ok()
+                .filter(|c| !c.is_empty())
+                .unwrap_or_else(|| "openstack".to_string());
+            match std::env::var_os("OS_CLIENT_CONFIG_FILE").filter(|p| !p.is_empty()) {
+                Some(path) => {
+                    let path = PathBuf::from(path);
+                    let file = ConfigFile::builder()
+                        .add_source(&path)
+                        .and_then(|b| b.build())
+                        .map_err(|e| {
+                            Error::config(format!(
+                                "cannot read OS_CLIENT_CONFIG_FILE {}: {e}",
+                                path.display()
+                            ))
+                        })?;
+                    (file, cloud, path.display().to_string())
+                }
+                None => (
+                    ConfigFile::new().map_err(|e| {
+                        Error::config(format!("cannot read clouds.yaml from the search path: {e}"))
+                    })?,
+                    cloud,
+                    "the clouds.yaml search path".to_string(),
+                ),
+            }
+        }
+    };
+    let cfg = file
+        .get_cloud_config(&cloud)
+        .map_err(|e| Error::config(format!("cloud {cloud:?} in {origin}: {e}")))?
+        .ok_or_else(|| {
+            let mut known = file.get_available_clouds();
+            known.sort();
+            Error::config(format!(
+                "cloud {cloud:?} not found in {origin} (known: {})",
+                known.join(", ")
+            ))
+        })?;
+    Ok((cfg, cloud))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn explicit_file_and_missing_cloud() {
+        let dir = std::env::temp_dir().join(format!("os-cfg-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("clouds.yaml");
+        std::fs::write(
+            &path,
+            "clouds:\n  a:\n    auth_type: password\n    auth:\n      auth_url: http://127.0.0.1:1/v3\n      username: u\n      password: s3cret\n",
+        )
+        .unwrap();
+        let (cfg, name) = load_cloud_config(&CloudSelector::File {
+            path: path.clone(),
+            cloud: "a".into(),
+        })
+        .unwrap();
+        assert_eq!(name, "a");
+        assert_eq!(cfg.auth_type.as_deref(), Some("password"));
+        // Debug output of the config must not reveal the password.
+        assert!(!format!("{cfg:?}").contains("s3cret"));
+        let e = load_cloud_config(&CloudSelector::File {
+            path,
+            cloud: "b".into(),
+        })
+        .unwrap_err();
+        assert!(matches!(e, Error::Config { .. }));
+        assert!(e.to_string().contains("known: a"), "{e}");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
