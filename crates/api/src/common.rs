@@ -170,3 +170,36 @@ mod tests {
         assert!(find_condition(&conds, "Ready").is_some_and(Condition::is_true));
     }
 }
+
+/// Access to the status fields every kind shares, so one reconcile framework serves all.
+pub trait CommonStatus:
+    Default + Clone + PartialEq + serde::Serialize + Send + Sync + std::fmt::Debug
+{
+    /// `status.phase`.
+    fn phase_mut(&mut self) -> &mut Option<Phase>;
+    /// `status.conditions`.
+    fn conditions_mut(&mut self) -> &mut Vec<Condition>;
+    /// `status.observedGeneration`.
+    fn observed_generation_mut(&mut self) -> &mut Option<i64>;
+    /// `status.lastSyncTime`.
+    fn last_sync_time_mut(&mut self) -> &mut Option<String>;
+}
+
+macro_rules! common_status {
+    ($($t:ty),*) => {$(
+        impl CommonStatus for $t {
+            fn phase_mut(&mut self) -> &mut Option<Phase> { &mut self.phase }
+            fn conditions_mut(&mut self) -> &mut Vec<Condition> { &mut self.conditions }
+            fn observed_generation_mut(&mut self) -> &mut Option<i64> { &mut self.observed_generation }
+            fn last_sync_time_mut(&mut self) -> &mut Option<String> { &mut self.last_sync_time }
+        }
+    )*};
+}
+
+common_status!(
+    crate::domain::OpenstackDomainStatus,
+    crate::flavor::OpenstackFlavorStatus,
+    crate::image::OpenstackImageStatus,
+    crate::network::OpenstackNetworkStatus,
+    crate::project::OpenstackProjectStatus
+);

@@ -11,7 +11,7 @@ pub mod network;
 pub mod project;
 pub mod validation;
 
-pub use common::{Condition, ConditionStatus, DeletionPolicy, Phase};
+pub use common::{CommonStatus, Condition, ConditionStatus, DeletionPolicy, Phase};
 pub use domain::{OpenstackDomain, OpenstackDomainSpec, OpenstackDomainStatus};
 pub use flavor::{OpenstackFlavor, OpenstackFlavorSpec, OpenstackFlavorStatus};
 pub use image::{OpenstackImage, OpenstackImageSpec, OpenstackImageStatus};

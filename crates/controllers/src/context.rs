@@ -1,0 +1,116 @@
+//! What every reconcile needs: clients, configuration, Events, metrics.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use kube::runtime::events::{Recorder, Reporter};
+use openstack::Cloud;
+
+use crate::metrics::Metrics;
+
+/// Operator configuration the controllers act on (set by flags).
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Identifies this cluster in ownership marks, so clusters sharing a cloud never claim
+    /// each other's objects.
+    pub cluster_id: String,
+    /// How often an unchanged object is compared with OpenStack (drift detection).
+    pub resync: Duration,
+    /// Roles an OpenstackProject may grant; anything else is a policy violation.
+    pub allowed_roles: BTreeSet<String>,
+    /// Whether an OpenstackProject may adopt an existing Keystone project it did not create
+    /// (with `spec.adopt: true`).
+    pub allow_project_adoption: bool,
+    /// Whether objects carrying only the seed operator's tag are taken over without
+    /// `spec.adopt` (migration from the seed).
+    pub adopt_legacy: bool,
+    /// Namespaces whose ConfigMaps any OpenstackProject may name in `federationRef`, besides
+    /// its own namespace.
+    pub federation_namespaces: BTreeSet<String>,
+    /// How often an image import in progress is polled.
+    pub image_poll: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            cluster_id: "default".into(),
+            resync: Duration::from_secs(300),
+            allowed_roles: ["member", "reader"].into_iter().map(String::from).collect(),
+            allow_project_adoption: false,
+            adopt_legacy: false,
+            federation_namespaces: BTreeSet::new(),
+            image_poll: Duration::from_secs(3),
+        }
+    }
+}
+
+/// Shared state of all controllers.
+pub struct Context {
+    /// Kubernetes client.
+    pub client: kube::Client,
+    /// The OpenStack port.
+    pub cloud: Cloud,
+    /// Configuration.
+    pub config: Config,
+    /// One Events recorder for all controllers.
+    pub recorder: Recorder,
+    /// Reconcile metrics.
+    pub metrics: Metrics,
+    /// Consecutive failures per object (for backoff of transient errors).
+    failures: Mutex<HashMap<String, u32>>,
+    /// Per-key async locks (e.g. one per federation mapping) serialising read-modify-write.
+    locks: Mutex<HashMap<String, std::sync::Arc<tokio::sync::Mutex<()>>>>,
+}
+
+impl Context {
+    /// Builds the context.
+    pub fn new(
+        client: kube::Client,
+        cloud: Cloud,
+        config: Config,
+        metrics: Metrics,
+        instance: Option<String>,
+    ) -> Self {
+        let reporter = Reporter {
+            controller: "openstack-operator".into(),
+            instance,
+        };
+        Context {
+            recorder: Recorder::new(client.clone(), reporter),
+            client,
+            cloud,
+            config,
+            metrics,
+            failures: Mutex::new(HashMap::new()),
+            locks: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Records a failure of `key` and returns how many in a row there were.
+    pub(crate) fn note_failure(&self, key: &str) -> u32 {
+        let mut f = self.failures.lock().unwrap_or_else(|p| p.into_inner());
+        let n = f.entry(key.to_string()).or_insert(0);
+        *n = n.saturating_add(1);
+        *n
+    }
+
+    /// Forgets failures of `key` after a success.
+    pub(crate) fn note_success(&self, key: &str) {
+        self.failures
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(key);
+    }
+
+    /// The async lock for `key`.
+    pub fn lock_for(&self, key: &str) -> std::sync::Arc<tokio::sync::Mutex<()>> {
+        self.locks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(key.to_string())
+            .or_default()
+            .clone()
+    }
+}

@@ -1,0 +1,549 @@
+//! The reconcile framework every kind plugs into: Controller wiring, finalizer, status by
+//! server-side apply, conditions, Events, error classification and metrics.
+
+use std::collections::hash_map::DefaultHasher;
+use std::fmt::Debug;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use api::common::set_condition;
+use api::{CommonStatus, Condition, FieldError, Phase};
+use async_trait::async_trait;
+use futures::{Future, StreamExt};
+use kube::api::{Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Event, EventType};
+use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
+use kube::runtime::{WatchStreamExt, reflector, watcher};
+use kube::{Api, CustomResourceExt, Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tracing::{Instrument, info, info_span, warn};
+
+use crate::context::Context;
+use crate::error::ReconcileError;
+use crate::metrics::{OperationLabels, ReconcileLabels, ResourceLabels};
+use crate::ownership::Owner;
+
+/// Field manager of our status writes.
+pub const FIELD_MANAGER: &str = "openstack-operator";
+/// Annotation whose change forces a reconcile (e.g. `kubectl annotate ... reconcile=$(date)`).
+pub const RECONCILE_ANNOTATION: &str = "openstack-operator.sunet.se/reconcile";
+
+/// How a successful pass ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Progress {
+    /// OpenStack matches the spec.
+    Ready {
+        /// Condition reason, e.g. `Created`, `Updated`, `InSync`.
+        reason: String,
+        /// Detail.
+        message: String,
+    },
+    /// Work is under way (e.g. an image import); look again after `requeue`.
+    InProgress {
+        /// Condition reason, e.g. `Importing`.
+        reason: String,
+        /// Detail.
+        message: String,
+        /// When to look again.
+        requeue: Duration,
+    },
+    /// Not Ready and no retry helps until something changes (e.g. hash mismatch).
+    Failed {
+        /// Condition reason.
+        reason: String,
+        /// Detail.
+        message: String,
+    },
+}
+
+impl Progress {
+    /// Ready with a reason and message.
+    pub fn ready(reason: &str, message: impl Into<String>) -> Self {
+        Progress::Ready {
+            reason: reason.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// A kind managed by the framework.
+#[async_trait]
+pub trait Managed:
+    Resource<DynamicType = ()>
+    + CustomResourceExt
+    + Clone
+    + Serialize
+    + DeserializeOwned
+    + Debug
+    + Send
+    + Sync
+    + 'static
+{
+    /// The status type.
+    type Status: CommonStatus + DeserializeOwned;
+    /// The seed's per-kind condition type, e.g. `DomainReady`.
+    const READY_CONDITION: &'static str;
+
+    /// Current status.
+    fn status(&self) -> Option<&Self::Status>;
+    /// The API to write this object through (namespaced kinds need its namespace).
+    fn api(client: kube::Client, obj: &Self) -> Api<Self>;
+    /// Pure validation of the spec (CEL rules evaluated client-side + semantic checks).
+    fn validate(&self) -> Vec<FieldError>;
+    /// Makes OpenStack match the spec, recording IDs in `status` as soon as they exist.
+    async fn apply(
+        &self,
+        ctx: &Context,
+        status: &mut Self::Status,
+    ) -> Result<Progress, ReconcileError>;
+    /// Removes what the resource owns in OpenStack (or releases it, per deletion policy).
+    async fn cleanup(&self, ctx: &Context, status: &mut Self::Status)
+    -> Result<(), ReconcileError>;
+}
+
+/// The ownership identity of a resource.
+pub fn owner_of<K: Resource>(obj: &K, ctx: &Context) -> Owner {
+    Owner {
+        cluster: ctx.config.cluster_id.clone(),
+        uid: obj.meta().uid.clone().unwrap_or_default(),
+    }
+}
+
+fn key_of<K: Resource<DynamicType = ()>>(obj: &K) -> String {
+    format!(
+        "{}/{}/{}",
+        K::kind(&()),
+        obj.namespace().unwrap_or_default(),
+        obj.name_any()
+    )
+}
+
+/// Current time in RFC 3339 (UTC).
+pub fn now() -> String {
+    jiff::Timestamp::now().to_string()
+}
+
+/// Writes `status` by server-side apply when it differs from `before`.
+async fn write_status<K: Managed>(
+    api: &Api<K>,
+    obj: &K,
+    before: &K::Status,
+    status: &K::Status,
+) -> Result<(), kube::Error> {
+    if before == status {
+        return Ok(());
+    }
+    let patch = serde_json::json!({
+        "apiVersion": K::api_version(&()),
+        "kind": K::kind(&()),
+        "status": status,
+    });
+    api.patch_status(
+        &obj.name_any(),
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(patch),
+    )
+    .await
+    .map(|_| ())
+}
+
+/// Publishes an Event about `obj`; failures to publish are logged, never fatal.
+pub async fn publish<K: Resource<DynamicType = ()>>(
+    ctx: &Context,
+    obj: &K,
+    type_: EventType,
+    reason: &str,
+    action: &str,
+    note: String,
+) {
+    let ev = Event {
+        type_,
+        reason: reason.into(),
+        note: Some(truncate(&note, 1000)),
+        action: action.into(),
+        secondary: None,
+    };
+    if let Err(e) = ctx.recorder.publish(&ev, &obj.object_ref(&())).await {
+        warn!(error = %e, reason, "could not publish an Event");
+    }
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &s[..end])
+}
+
+fn apply_conditions<S: CommonStatus>(
+    status: &mut S,
+    kind_cond: &str,
+    ok: bool,
+    reason: &str,
+    message: &str,
+    generation: Option<i64>,
+) {
+    let now = now();
+    let mut c = Condition::new(kind_cond, ok, reason, message);
+    c.observed_generation = generation;
+    set_condition(status.conditions_mut(), c.clone(), &now);
+    c.type_ = "Ready".into();
+    set_condition(status.conditions_mut(), c, &now);
+}
+
+fn phase_str(p: Option<Phase>) -> Option<String> {
+    p.map(|p| p.to_string())
+}
+
+/// Keeps `lastSyncTime` from forcing a status write on every pass: it moves only with another
+/// change or after half a resync period.
+fn touch_sync_time<S: CommonStatus>(before: &S, status: &mut S, resync: Duration) {
+    let mut probe = status.clone();
+    *probe.last_sync_time_mut() = before.clone().last_sync_time_mut().clone();
+    let stale = before
+        .clone()
+        .last_sync_time_mut()
+        .as_deref()
+        .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+        .is_none_or(|t| {
+            let age = jiff::Timestamp::now().duration_since(t);
+            age.as_secs() >= i64::try_from(resync.as_secs() / 2).unwrap_or(i64::MAX)
+        });
+    if probe != *before || stale {
+        *status.last_sync_time_mut() = Some(now());
+    } else {
+        *status.last_sync_time_mut() = before.clone().last_sync_time_mut().clone();
+    }
+}
+
+async fn apply_one<K: Managed>(
+    obj: Arc<K>,
+    ctx: &Context,
+    api: &Api<K>,
+) -> Result<Action, ReconcileError> {
+    let before = obj.status().cloned().unwrap_or_default();
+    let mut status = before.clone();
+    let generation = obj.meta().generation;
+    let key = key_of(&*obj);
+    let errors = obj.validate();
+    let result = if errors.is_empty() {
+        obj.apply(ctx, &mut status).await
+    } else {
+        Err(ReconcileError::InvalidSpec(errors))
+    };
+    let action = match &result {
+        Ok(progress) => {
+            ctx.note_success(&key);
+            let (phase, ok, reason, message, requeue) = match progress {
+                Progress::Ready { reason, message } => {
+                    (Phase::Ready, true, reason, message, ctx.config.resync)
+                }
+                Progress::InProgress {
+                    reason,
+                    message,
+                    requeue,
+                } => (Phase::Provisioning, false, reason, message, *requeue),
+                Progress::Failed { reason, message } => {
+                    (Phase::Error, false, reason, message, ctx.config.resync)
+                }
+            };
+            *status.phase_mut() = Some(phase);
+            apply_conditions(
+                &mut status,
+                K::READY_CONDITION,
+                ok,
+                reason,
+                message,
+                generation,
+            );
+            *status.observed_generation_mut() = generation;
+            if let Progress::Failed { reason, message } = progress
+                && before
+                    .clone()
+                    .conditions_mut()
+                    .iter()
+                    .all(|c| c.message.as_deref() != Some(message.as_str()))
+            {
+                publish(
+                    ctx,
+                    &*obj,
+                    EventType::Warning,
+                    reason,
+                    "Reconcile",
+                    message.clone(),
+                )
+                .await;
+            }
+            Action::requeue(requeue)
+        }
+        Err(e) => {
+            let failures = ctx.note_failure(&key);
+            let phase = if matches!(e, ReconcileError::DependencyMissing(_)) {
+                Phase::Pending
+            } else {
+                Phase::Error
+            };
+            *status.phase_mut() = Some(phase);
+            let message = e.to_string();
+            apply_conditions(
+                &mut status,
+                K::READY_CONDITION,
+                false,
+                e.reason(),
+                &message,
+                generation,
+            );
+            *status.observed_generation_mut() = generation;
+            // One Warning per distinct failure, not one per retry.
+            let seen = before
+                .clone()
+                .conditions_mut()
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.message.as_deref() == Some(message.as_str()));
+            if !seen {
+                let op = if before.clone().phase_mut().is_none() {
+                    "CreateFailed"
+                } else {
+                    "UpdateFailed"
+                };
+                let reason = if matches!(e, ReconcileError::InvalidSpec(_)) {
+                    "InvalidSpec"
+                } else {
+                    op
+                };
+                publish(
+                    ctx,
+                    &*obj,
+                    EventType::Warning,
+                    reason,
+                    "Reconcile",
+                    message.clone(),
+                )
+                .await;
+            }
+            warn!(error = %message, reason = e.reason(), "reconcile failed");
+            let base = e.retry_after(ctx.config.resync);
+            let delay = if e.is_transient() {
+                base.saturating_mul(2u32.saturating_pow(failures.saturating_sub(1).min(6)))
+                    .min(Duration::from_secs(300))
+            } else {
+                base
+            };
+            Action::requeue(delay)
+        }
+    };
+    touch_sync_time(&before, &mut status, ctx.config.resync);
+    ctx.metrics.set_phase(
+        K::kind(&()).as_ref(),
+        &key,
+        phase_str(*status.phase_mut()).as_deref(),
+    );
+    write_status(api, &obj, &before, &status).await?;
+    let op = if before.clone().phase_mut().is_none() {
+        "create"
+    } else {
+        "update"
+    };
+    let outcome = match &result {
+        Ok(_) => "success",
+        Err(e) if e.is_transient() => "error",
+        Err(_) => "permanent_error",
+    };
+    ctx.metrics
+        .reconcile_total
+        .get_or_create(&ReconcileLabels {
+            resource: K::kind(&()).to_string(),
+            operation: op.into(),
+            status: outcome.into(),
+        })
+        .inc();
+    Ok(action)
+}
+
+async fn cleanup_one<K: Managed>(
+    obj: Arc<K>,
+    ctx: &Context,
+    api: &Api<K>,
+) -> Result<Action, ReconcileError> {
+    let before = obj.status().cloned().unwrap_or_default();
+    let mut status = before.clone();
+    *status.phase_mut() = Some(Phase::Deleting);
+    let key = key_of(&*obj);
+    let result = obj.cleanup(ctx, &mut status).await;
+    let outcome = match &result {
+        Ok(()) => {
+            ctx.metrics.set_phase(K::kind(&()).as_ref(), &key, None);
+            "success"
+        }
+        Err(e) => {
+            let message = e.to_string();
+            apply_conditions(
+                &mut status,
+                K::READY_CONDITION,
+                false,
+                "DeleteFailed",
+                &message,
+                obj.meta().generation,
+            );
+            let seen = before
+                .clone()
+                .conditions_mut()
+                .iter()
+                .any(|c| c.message.as_deref() == Some(message.as_str()));
+            if !seen {
+                publish(
+                    ctx,
+                    &*obj,
+                    EventType::Warning,
+                    "DeleteFailed",
+                    "Delete",
+                    message,
+                )
+                .await;
+            }
+            if e.is_transient() {
+                "error"
+            } else {
+                "permanent_error"
+            }
+        }
+    };
+    // A failed status write must not hide the cleanup error, and after a successful cleanup
+    // the object may already be gone.
+    if result.is_err() {
+        touch_sync_time(&before, &mut status, ctx.config.resync);
+        if let Err(e) = write_status(api, &obj, &before, &status).await {
+            warn!(error = %e, "could not write status during deletion");
+        }
+    }
+    ctx.metrics
+        .reconcile_total
+        .get_or_create(&ReconcileLabels {
+            resource: K::kind(&()).to_string(),
+            operation: "delete".into(),
+            status: outcome.into(),
+        })
+        .inc();
+    result.map(|()| Action::await_change())
+}
+
+/// Errors the framework hands to the error policy.
+#[derive(Debug, thiserror::Error)]
+pub enum FrameworkError {
+    /// Finalizer handling or the reconcile itself failed.
+    #[error(transparent)]
+    Finalizer(#[from] Box<kube::runtime::finalizer::Error<ReconcileError>>),
+}
+
+async fn reconcile<K: Managed>(
+    obj: Arc<K>,
+    ctx: Arc<Context>,
+    api: Api<K>,
+) -> Result<Action, FrameworkError> {
+    let kind = K::kind(&()).to_string();
+    let span = info_span!("reconcile", kind = %kind, namespace = %obj.namespace().unwrap_or_default(), name = %obj.name_any());
+    async move {
+        let started = Instant::now();
+        let gauge = ctx
+            .metrics
+            .in_progress
+            .get_or_create(&ResourceLabels {
+                resource: kind.clone(),
+            })
+            .clone();
+        gauge.inc();
+        let deleting = obj.meta().deletion_timestamp.is_some();
+        let res = finalizer(&api, api::FINALIZER, obj, |event| async {
+            match event {
+                FinalizerEvent::Apply(o) => apply_one(o, &ctx, &api).await,
+                FinalizerEvent::Cleanup(o) => cleanup_one(o, &ctx, &api).await,
+            }
+        })
+        .await
+        .map_err(|e| FrameworkError::Finalizer(Box::new(e)));
+        gauge.dec();
+        let op = if deleting { "delete" } else { "reconcile" };
+        ctx.metrics
+            .reconcile_duration
+            .get_or_create(&OperationLabels {
+                resource: kind.clone(),
+                operation: op.into(),
+            })
+            .observe(started.elapsed().as_secs_f64());
+        if res.is_ok() {
+            info!(
+                elapsed_ms = started.elapsed().as_millis() as u64,
+                "reconciled"
+            );
+        }
+        res
+    }
+    .instrument(span)
+    .await
+}
+
+fn error_policy<K: Managed>(_obj: Arc<K>, err: &FrameworkError, _ctx: Arc<Context>) -> Action {
+    warn!(error = %err, "reconcile did not complete; retrying");
+    Action::requeue(Duration::from_secs(5))
+}
+
+/// What triggers a reconcile: spec (generation), finalizers, deletion and the manual
+/// reconcile annotation. Status writes (ours) do not, so a pass never triggers itself.
+fn trigger_hash<K: Resource>(obj: &K) -> Option<u64> {
+    let m = obj.meta();
+    let mut h = DefaultHasher::new();
+    m.generation.hash(&mut h);
+    m.finalizers.hash(&mut h);
+    m.deletion_timestamp.is_some().hash(&mut h);
+    m.annotations
+        .as_ref()
+        .and_then(|a| a.get(RECONCILE_ANNOTATION))
+        .hash(&mut h);
+    Some(h.finish())
+}
+
+/// Runs the controller of kind `K` until `shutdown` resolves. `ready` is called once the
+/// object cache has synced.
+pub async fn run<K>(
+    ctx: Arc<Context>,
+    api: Api<K>,
+    concurrency: u16,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+    ready: impl FnOnce() + Send + 'static,
+) where
+    K: Managed,
+{
+    let (reader, writer) = reflector::store();
+    let stream = watcher(api.clone(), watcher::Config::default())
+        .default_backoff()
+        .reflect(writer)
+        .applied_objects()
+        .predicate_filter(trigger_hash::<K>, Default::default());
+    let ready_reader = reader.clone();
+    tokio::spawn(async move {
+        if ready_reader.wait_until_ready().await.is_ok() {
+            ready();
+        }
+    });
+    let api_for_reconcile = api.clone();
+    Controller::for_stream(stream, reader)
+        .with_config(kube::runtime::controller::Config::default().concurrency(concurrency))
+        .graceful_shutdown_on(shutdown)
+        .run(
+            move |obj, ctx| {
+                let api = K::api(api_for_reconcile.clone().into_client(), &obj);
+                reconcile(obj, ctx, api)
+            },
+            error_policy::<K>,
+            ctx,
+        )
+        .for_each(|_| futures::future::ready(()))
+        .await;
+}
