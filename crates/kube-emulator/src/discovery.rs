@@ -122,3 +122,104 @@ pub fn resource_list(reg: &Registry, group: &str, version: &str) -> Option<Value
         "resources": entries,
     }))
 }
+
+fn gv_path(group: &str, version: &str) -> String {
+    if group.is_empty() {
+        format!("api/{version}")
+    } else {
+        format!("apis/{group}/{version}")
+    }
+}
+
+/// A content hash for cache-busting OpenAPI URLs (changes when the resource set changes).
+fn content_hash(reg: &Registry, group: &str, version: &str) -> String {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    for r in reg
+        .resources
+        .iter()
+        .filter(|r| r.group == group && r.version == version)
+    {
+        r.plural.hash(&mut h);
+        r.kind.hash(&mut h);
+        r.namespaced.hash(&mut h);
+    }
+    format!("{:016X}", h.finish())
+}
+
+/// `/openapi/v3`: the index of per-group-version documents.
+pub fn openapi_v3_root(reg: &Registry) -> Value {
+    let mut paths = serde_json::Map::new();
+    let mut gvs: Vec<(String, String)> = reg
+        .resources
+        .iter()
+        .map(|r| (r.group.clone(), r.version.clone()))
+        .collect();
+    gvs.dedup();
+    gvs.sort();
+    gvs.dedup();
+    for (g, v) in gvs {
+        let p = gv_path(&g, &v);
+        let hash = content_hash(reg, &g, &v);
+        paths.insert(
+            p.clone(),
+            json!({"serverRelativeURL": format!("/openapi/v3/{p}?hash={hash}")}),
+        );
+    }
+    json!({"paths": paths})
+}
+
+/// `/openapi/v3/{api/v1|apis/g/v}`: a minimal document that declares, for every
+/// kind, the write operations and their `fieldValidation`/`dryRun` parameters.
+///
+/// kubectl only needs this to learn that server-side field validation is
+/// supported (it then skips client-side schema validation); schemas are not
+/// published.
+pub fn openapi_v3_gv(reg: &Registry, group: &str, version: &str) -> Option<Value> {
+    let rs: Vec<&ResourceInfo> = reg
+        .resources
+        .iter()
+        .filter(|r| r.group == group && r.version == version)
+        .collect();
+    if rs.is_empty() {
+        return None;
+    }
+    let params = json!([
+        {"name": "dryRun", "in": "query", "schema": {"type": "string"}, "uniqueItems": true},
+        {"name": "fieldManager", "in": "query", "schema": {"type": "string"}, "uniqueItems": true},
+        {"name": "fieldValidation", "in": "query", "schema": {"type": "string"}, "uniqueItems": true},
+    ]);
+    let mut paths = serde_json::Map::new();
+    for r in rs {
+        let gvk = json!({"group": r.group, "version": r.version, "kind": r.kind});
+        let op = |action: &str| {
+            json!({
+                "operationId": format!("{action}{}", r.kind),
+                "parameters": params,
+                "responses": {"200": {"description": "OK"}},
+                "x-kubernetes-action": action,
+                "x-kubernetes-group-version-kind": gvk,
+            })
+        };
+        let base = format!("/{}", gv_path(group, version));
+        let (collection, item) = if r.namespaced {
+            (
+                format!("{base}/namespaces/{{namespace}}/{}", r.plural),
+                format!("{base}/namespaces/{{namespace}}/{}/{{name}}", r.plural),
+            )
+        } else {
+            (
+                format!("{base}/{}", r.plural),
+                format!("{base}/{}/{{name}}", r.plural),
+            )
+        };
+        paths.insert(collection, json!({"post": op("post")}));
+        paths.insert(item, json!({"put": op("put"), "patch": op("patch")}));
+    }
+    Some(json!({
+        "openapi": "3.0.0",
+        "info": {"title": "Kubernetes (kube-emulator)", "version": "v1.32.0"},
+        "paths": paths,
+        "components": {"schemas": {}},
+    }))
+}

@@ -49,13 +49,16 @@ async fn main() -> anyhow::Result<()> {
         bookmark_interval: Duration::from_millis(cli.bookmark_interval_ms),
     })
     .await?;
-    // the first stdout line is the contract with scripts that start us
+    // the first stdout line is the contract with scripts that start us; a
+    // reader that closes the pipe afterwards must not take the server down
     let mut out = std::io::stdout().lock();
-    writeln!(out, "listening on {}", handle.url()).context("writing to stdout")?;
+    let mut announce = writeln!(out, "listening on {}", handle.url());
     if let Some(p) = &cli.kubeconfig {
-        writeln!(out, "kubeconfig written to {}", p.display()).context("writing to stdout")?;
+        announce = announce.and_then(|()| writeln!(out, "kubeconfig written to {}", p.display()));
     }
-    out.flush().context("flushing stdout")?;
+    if let Err(e) = announce.and_then(|()| out.flush()) {
+        tracing::warn!(error = %e, "could not write the address to stdout");
+    }
     drop(out);
     wait_for_signal().await?;
     handle.shutdown().await;

@@ -118,10 +118,26 @@ fn strip_directives(v: &mut Value) {
 }
 
 /// RFC 6902 JSON patch; a malformed patch is 400, a failed operation (e.g. `test`) is 422.
+///
+/// Like the real server (evanphx/json-patch), a `test` for `null` succeeds when
+/// the path does not exist; kube-runtime's finalizer helper relies on that.
+/// The patch is atomic: on any failure `target` is left untouched.
 pub fn json_patch(target: &mut Value, patch: &Value) -> ApiResult<()> {
     let ops: json_patch::Patch = serde_json::from_value(patch.clone())
         .map_err(|e| ApiError::bad_request(format!("invalid JSON patch: {e}")))?;
-    json_patch::patch(target, &ops).map_err(|e| ApiError::unprocessable(e.to_string()))
+    let mut doc = target.clone();
+    for op in &ops.0 {
+        if let json_patch::PatchOperation::Test(t) = op
+            && t.value.is_null()
+            && doc.pointer(t.path.as_str()).is_none_or(Value::is_null)
+        {
+            continue;
+        }
+        json_patch::patch(&mut doc, std::slice::from_ref(op))
+            .map_err(|e| ApiError::unprocessable(e.to_string()))?;
+    }
+    *target = doc;
+    Ok(())
 }
 
 /// A leaf field path (object keys only; lists are atomic leaves).

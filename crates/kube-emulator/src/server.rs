@@ -90,6 +90,8 @@ pub fn router(app: Arc<App>) -> Router {
             "/version",
             get(|| async { json_response(StatusCode::OK, &discovery::version()) }),
         )
+        .route("/openapi/v3", get(openapi_root))
+        .route("/openapi/v3/{*gv}", get(openapi_gv))
         .fallback(api_handler)
         .layer(middleware::from_fn_with_state(app.clone(), fault_layer))
         .with_state(app)
@@ -123,6 +125,25 @@ async fn delete_faults(AxState(app): AxState<Arc<App>>) -> Response {
             ..FaultRequest::default()
         }),
     )
+}
+
+async fn openapi_root(AxState(app): AxState<Arc<App>>) -> Response {
+    let doc = discovery::openapi_v3_root(&app.lock().registry);
+    json_response(StatusCode::OK, &doc)
+}
+
+async fn openapi_gv(AxState(app): AxState<Arc<App>>, uri: Uri) -> Response {
+    let rest = uri.path().trim_start_matches("/openapi/v3/");
+    let segs: Vec<&str> = rest.split('/').collect();
+    let (group, version) = match segs.as_slice() {
+        ["api", v] => ("", *v),
+        ["apis", g, v] => (*g, *v),
+        _ => return ApiError::path_not_found().into_response(),
+    };
+    match discovery::openapi_v3_gv(&app.lock().registry, group, version) {
+        Some(doc) => json_response(StatusCode::OK, &doc),
+        None => ApiError::path_not_found().into_response(),
+    }
 }
 
 async fn dump_state(AxState(app): AxState<Arc<App>>) -> Response {

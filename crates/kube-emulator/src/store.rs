@@ -288,8 +288,13 @@ impl Store {
         self.watchers.iter().filter(|w| !w.tx.is_closed()).count()
     }
 
-    /// Forget all history so that resuming any earlier rv yields 410 (fault hook).
+    /// Forget all history so that resuming from any resourceVersion handed out so far
+    /// (including the current one) yields 410 (fault hook).
+    ///
+    /// The counter advances by one (like an etcd compaction revision) so that a
+    /// fresh list returns a resourceVersion that can be watched from again.
     pub fn compact(&mut self) {
+        self.rv += 1;
         self.global_compacted = self.rv;
         for h in self.history.values_mut() {
             h.events.clear();

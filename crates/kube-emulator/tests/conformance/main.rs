@@ -1,0 +1,14 @@
+//! Conformance tests: each emulated semantic exercised through a kube-rs
+//! client (and kubectl, when installed) against an in-process emulator.
+
+mod common;
+
+mod core_kinds;
+mod crd;
+mod deletion;
+mod errors;
+mod events_leases;
+mod faults;
+mod kubectl;
+mod patching;
+mod watching;
