@@ -8,7 +8,14 @@
 //! apply) and for `kubectl` through a generated kubeconfig.
 //!
 //! What is emulated, and what is not (with reasons), is listed in the crate's
-//! `README.md`.
+//! `README.md`. In short, not emulated: TLS/authn/authz/admission webhooks,
+//! protobuf request bodies (kubectl's typed generators such as
+//! `kubectl create namespace`), aggregated discovery and OpenAPI schemas,
+//! list pagination, true strategic-merge list semantics, full
+//! server-side-apply field sets (lists are atomic), CEL
+//! `x-kubernetes-validations`, conversion webhooks, and every controller
+//! except garbage collection and namespace/CRD cleanup (which run
+//! synchronously after each write).
 //!
 //! ```no_run
 //! # async fn demo() -> anyhow::Result<()> {
