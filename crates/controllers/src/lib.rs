@@ -9,9 +9,12 @@ pub mod context;
 pub mod domain;
 pub mod error;
 
+pub mod flavor;
 pub mod framework;
+pub mod image;
 
 pub mod metrics;
+pub mod network;
 
 pub mod ownership;
 

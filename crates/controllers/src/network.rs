@@ -1,0 +1,363 @@
+//! OpenstackNetwork: a Neutron provider network with inline subnets. Subnets are reconciled
+//! in place by name; provider attributes are immutable in Neutron, so changing them replaces
+//! a network we created (never one we adopted).
+
+use api::network::ProviderSubnet;
+use api::{FieldError, OpenstackNetwork, OpenstackNetworkSpec, OpenstackNetworkStatus};
+use async_trait::async_trait;
+use kube::Api;
+use kube::runtime::events::EventType;
+use openstack::OptionalExt;
+use openstack::model::{AllocationPool, GatewayIp, Network, NetworkCreate, NetworkFilter, NetworkUpdate, Subnet, SubnetCreate, SubnetFilter, SubnetUpdate, TaggedResource};
+
+use crate::context::Context;
+use crate::domain::{merge_marks, should_delete, strip_marks};
+use crate::error::{ReconcileError, Result};
+use crate::framework::{Managed, Progress, owner_of, publish};
+use crate::ownership::{Owner, Ownership, may_take_over};
+
+/// One subnet step (pure plan).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SubnetStep {
+    /// Create the subnet.
+    Create(SubnetCreate),
+    /// Change attributes in place.
+    Update(String, SubnetUpdate),
+    /// Delete (an extra subnet of ours, or one whose CIDR changed).
+    Delete(String, String),
+}
+
+fn create_network_request(spec: &OpenstackNetworkSpec, owner: &Owner) -> NetworkCreate {
+    NetworkCreate {
+        name: spec.name.clone(),
+        description: (!spec.description.is_empty()).then(|| spec.description.clone()),
+        shared: Some(spec.shared),
+        external: Some(spec.external),
+        provider_network_type: Some(spec.network_type().as_str().into()),
+        provider_physical_network: spec.provider_physical_network.clone().filter(|p| !p.is_empty()),
+        provider_segmentation_id: spec.provider_segmentation_id,
+        tags: owner.tags(),
+        ..Default::default()
+    }
+}
+
+/// Provider attributes that differ (immutable in Neutron).
+pub fn provider_changes(spec: &OpenstackNetworkSpec, n: &Network) -> Vec<&'static str> {
+    let mut changed = Vec::new();
+    if n.provider_network_type.as_deref() != Some(spec.network_type().as_str()) {
+        changed.push("providerNetworkType");
+    }
+    let physnet = spec.provider_physical_network.as_deref().filter(|p| !p.is_empty());
+    if n.provider_physical_network.as_deref() != physnet {
+        changed.push("providerPhysicalNetwork");
+    }
+    if spec.provider_segmentation_id.is_some() && n.provider_segmentation_id != spec.provider_segmentation_id {
+        changed.push("providerSegmentationId");
+    }
+    changed
+}
+
+/// Mutable network attributes that differ.
+pub fn network_update(spec: &OpenstackNetworkSpec, n: &Network) -> NetworkUpdate {
+    NetworkUpdate {
+        description: (n.description != spec.description).then(|| spec.description.clone()),
+        external: (n.external != spec.external).then_some(spec.external),
+        shared: (n.shared != spec.shared).then_some(spec.shared),
+        ..Default::default()
+    }
+}
+
+fn pools(s: &ProviderSubnet) -> Option<Vec<AllocationPool>> {
+    s.allocation_pools
+        .as_ref()
+        .map(|p| p.iter().map(|p| AllocationPool { start: p.start.clone(), end: p.end.clone() }).collect())
+}
+
+fn create_subnet_request(network_id: &str, s: &ProviderSubnet, owner: &Owner) -> SubnetCreate {
+    SubnetCreate {
+        network_id: network_id.into(),
+        name: s.name.clone(),
+        ip_version: 4,
+        cidr: s.cidr.clone(),
+        gateway: s.effective_gateway().map(|g| GatewayIp::Address(g.into())).unwrap_or_default(),
+        enable_dhcp: Some(s.enable_dhcp),
+        dns_nameservers: s.dns_nameservers.clone().unwrap_or_default(),
+        allocation_pools: pools(s).unwrap_or_default(),
+        tags: owner.tags(),
+        ..Default::default()
+    }
+}
+
+fn same_cidr(a: &str, b: &str) -> bool {
+    match (api::validation::parse_ipv4_cidr(a), api::validation::parse_ipv4_cidr(b)) {
+        (Some(x), Some(y)) => x.trunc() == y.trunc(),
+        _ => a == b,
+    }
+}
+
+/// Plans the subnets of a network: spec subnets by name against what exists.
+pub fn plan_subnets(network_id: &str, spec: &[ProviderSubnet], observed: &[Subnet], owner: &Owner, adopted: bool) -> Result<Vec<SubnetStep>> {
+    let mut steps = Vec::new();
+    for (i, s) in spec.iter().enumerate() {
+        let Some(o) = observed.iter().find(|o| o.name == s.name) else {
+            steps.push(SubnetStep::Create(create_subnet_request(network_id, s, owner)));
+            continue;
+        };
+        let ownership = owner.classify_tags(&o.tags);
+        if ownership != Ownership::Ours && !adopted {
+            return Err(ReconcileError::NotOwned(format!(
+                "spec.subnets[{i}]: subnet {:?} ({}) exists on the network but was not created by this operator",
+                o.name, o.id
+            )));
+        }
+        if !same_cidr(&o.cidr, &s.cidr) {
+            steps.push(SubnetStep::Delete(o.id.clone(), format!("its CIDR changed from {} to {}", o.cidr, s.cidr)));
+            steps.push(SubnetStep::Create(create_subnet_request(network_id, s, owner)));
+            continue;
+        }
+        let mut u = SubnetUpdate::default();
+        if let Some(g) = s.effective_gateway()
+            && o.gateway_ip.as_deref() != Some(g)
+        {
+            u.gateway = Some(GatewayIp::Address(g.into()));
+        }
+        if o.enable_dhcp != s.enable_dhcp {
+            u.enable_dhcp = Some(s.enable_dhcp);
+        }
+        let dns = s.dns_nameservers.clone().unwrap_or_default();
+        if o.dns_nameservers != dns {
+            u.dns_nameservers = Some(dns);
+        }
+        if let Some(p) = pools(s)
+            && o.allocation_pools != p
+        {
+            u.allocation_pools = Some(p);
+        }
+        if u != SubnetUpdate::default() {
+            steps.push(SubnetStep::Update(o.id.clone(), u));
+        }
+    }
+    for o in observed {
+        if !spec.iter().any(|s| s.name == o.name) && owner.classify_tags(&o.tags) == Ownership::Ours {
+            steps.push(SubnetStep::Delete(o.id.clone(), "it is no longer in spec.subnets".into()));
+        }
+    }
+    Ok(steps)
+}
+
+async fn find_network(ctx: &Context, obj: &OpenstackNetwork, owner: &Owner, status: &OpenstackNetworkStatus) -> Result<(Option<Network>, bool)> {
+    let neutron = &ctx.cloud.network;
+    if let Some(id) = &status.network_id
+        && let Some(n) = neutron.get_network(id).await.optional()?
+    {
+        return Ok((Some(n), false));
+    }
+    let same_name = neutron.list_networks(&NetworkFilter { name: Some(obj.spec.name.clone()), ..Default::default() }).await?;
+    if let Some(n) = same_name.iter().find(|n| owner.classify_tags(&n.tags) == Ownership::Ours) {
+        return Ok((Some(n.clone()), false));
+    }
+    // W20: only a provider network of the same kind can be this object; a tenant network that
+    // happens to share the name is ignored.
+    let candidate = same_name.into_iter().find(|n| provider_changes(&obj.spec, n).is_empty());
+    let Some(n) = candidate else { return Ok((None, false)) };
+    let take = may_take_over(&owner.classify_tags(&n.tags), obj.spec.adopt, ctx.config.adopt_legacy, &format!("Neutron network {:?} ({})", n.name, n.id))
+        .map_err(ReconcileError::NotOwned)?;
+    Ok((Some(n), take))
+}
+
+async fn delete_our_subnets(ctx: &Context, network_id: &str, owner: &Owner) -> Result<()> {
+    let subnets = ctx.cloud.network.list_subnets(&SubnetFilter { network_id: Some(network_id.into()), ..Default::default() }).await?;
+    for s in subnets.iter().filter(|s| owner.classify_tags(&s.tags) == Ownership::Ours) {
+        ctx.cloud.network.delete_subnet(&s.id).await.optional()?;
+    }
+    Ok(())
+}
+
+#[async_trait]
+impl Managed for OpenstackNetwork {
+    type Status = OpenstackNetworkStatus;
+    const READY_CONDITION: &'static str = "NetworkReady";
+
+    fn status(&self) -> Option<&Self::Status> {
+        self.status.as_ref()
+    }
+
+    fn api(client: kube::Client, _obj: &Self) -> Api<Self> {
+        Api::all(client)
+    }
+
+    fn validate(&self) -> Vec<FieldError> {
+        api::validation::object_errors(self, &self.spec)
+    }
+
+    async fn apply(&self, ctx: &Context, status: &mut Self::Status) -> Result<Progress> {
+        let owner = owner_of(self, ctx);
+        let neutron = &ctx.cloud.network;
+        let (found, adopt) = find_network(ctx, self, &owner, status).await?;
+        let mut changed = false;
+        let net = match found {
+            None => {
+                let n = neutron.create_network(&create_network_request(&self.spec, &owner)).await?;
+                status.network_id = Some(n.id.clone());
+                status.adopted = Some(false);
+                status.subnets.clear();
+                publish(ctx, self, EventType::Normal, "Created", "Create", format!("created Neutron network {} ({})", n.name, n.id)).await;
+                changed = true;
+                n
+            }
+            Some(n) => {
+                if adopt {
+                    status.adopted = Some(true);
+                    neutron.set_tags(TaggedResource::Network, &n.id, &merge_marks(&n.tags, &owner)).await?;
+                    publish(ctx, self, EventType::Normal, "Adopted", "Adopt", format!("took over existing Neutron network {} ({})", n.name, n.id)).await;
+                }
+                let provider = provider_changes(&self.spec, &n);
+                if !provider.is_empty() {
+                    if status.adopted.unwrap_or(false) {
+                        return Err(ReconcileError::invalid("spec", format!("{} of the adopted network {} differ from Neutron's and cannot be changed", provider.join(", "), n.id)));
+                    }
+                    delete_our_subnets(ctx, &n.id, &owner).await?;
+                    neutron.delete_network(&n.id).await.optional()?;
+                    status.network_id = None;
+                    status.subnets.clear();
+                    let created = neutron.create_network(&create_network_request(&self.spec, &owner)).await?;
+                    status.network_id = Some(created.id.clone());
+                    publish(ctx, self, EventType::Normal, "Recreated", "Update", format!("provider attributes are immutable in Neutron: replaced network {} by {} because {} changed", n.id, created.id, provider.join(", "))).await;
+                    changed = true;
+                    created
+                } else {
+                    status.network_id = Some(n.id.clone());
+                    let update = network_update(&self.spec, &n);
+                    if update != NetworkUpdate::default() {
+                        changed = true;
+                        neutron.update_network(&n.id, &update).await?
+                    } else {
+                        n
+                    }
+                }
+            }
+        };
+        let observed = neutron.list_subnets(&SubnetFilter { network_id: Some(net.id.clone()), ..Default::default() }).await?;
+        let spec_subnets = self.spec.subnets.as_deref().unwrap_or_default();
+        let steps = plan_subnets(&net.id, spec_subnets, &observed, &owner, status.adopted.unwrap_or(false))?;
+        let mut ids: std::collections::BTreeMap<String, String> = observed.iter().map(|s| (s.name.clone(), s.id.clone())).collect();
+        for step in steps {
+            changed = true;
+            match step {
+                SubnetStep::Create(req) => {
+                    let s = neutron.create_subnet(&req).await?;
+                    ids.insert(s.name.clone(), s.id.clone());
+                }
+                SubnetStep::Update(id, u) => {
+                    neutron.update_subnet(&id, &u).await?;
+                }
+                SubnetStep::Delete(id, why) => {
+                    neutron.delete_subnet(&id).await.optional()?;
+                    ids.retain(|_, v| *v != id);
+                    publish(ctx, self, EventType::Normal, "SubnetDeleted", "Update", format!("deleted subnet {id}: {why}")).await;
+                }
+            }
+        }
+        status.subnets = spec_subnets
+            .iter()
+            .map(|s| api::network::SubnetStatus { name: s.name.clone(), subnet_id: ids.get(&s.name).cloned() })
+            .collect();
+        if changed {
+            Ok(Progress::ready("Updated", format!("network {} reconciled", net.id)))
+        } else {
+            Ok(Progress::ready("InSync", "network matches the spec"))
+        }
+    }
+
+    async fn cleanup(&self, ctx: &Context, status: &mut Self::Status) -> Result<()> {
+        let owner = owner_of(self, ctx);
+        let neutron = &ctx.cloud.network;
+        let found = match &status.network_id {
+            Some(id) => neutron.get_network(id).await.optional()?,
+            None => neutron
+                .list_networks(&NetworkFilter { name: Some(self.spec.name.clone()), ..Default::default() })
+                .await?
+                .into_iter()
+                .find(|n| owner.classify_tags(&n.tags) == Ownership::Ours),
+        };
+        let Some(n) = found else { return Ok(()) };
+        if owner.classify_tags(&n.tags) != Ownership::Ours {
+            return Ok(());
+        }
+        if should_delete(self.spec.deletion_policy, status.adopted.unwrap_or(false)) {
+            delete_our_subnets(ctx, &n.id, &owner).await?;
+            neutron.delete_network(&n.id).await.optional()?;
+            publish(ctx, self, EventType::Normal, "Deleted", "Delete", format!("deleted Neutron network {} ({}) and its subnets", n.name, n.id)).await;
+        } else {
+            neutron.set_tags(TaggedResource::Network, &n.id, &strip_marks(&n.tags)).await?;
+            publish(ctx, self, EventType::Normal, "Released", "Delete", format!("left Neutron network {} ({}) in place", n.name, n.id)).await;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn owner() -> Owner {
+        Owner { cluster: "c".into(), uid: "u".into() }
+    }
+
+    fn subnet(name: &str, cidr: &str, tags: Vec<String>) -> Subnet {
+        Subnet {
+            id: format!("id-{name}"),
+            name: name.into(),
+            network_id: "n".into(),
+            ip_version: 4,
+            cidr: cidr.into(),
+            gateway_ip: Some("10.0.0.1".into()),
+            enable_dhcp: true,
+            tags,
+            ..Default::default()
+        }
+    }
+
+    fn spec_subnets(v: serde_json::Value) -> Vec<ProviderSubnet> {
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn subnets_are_added_updated_replaced_and_removed() {
+        let o = owner();
+        let observed = vec![
+            subnet("keep", "10.0.0.0/24", o.tags()),
+            subnet("move", "10.0.1.0/24", o.tags()),
+            subnet("gone", "10.0.2.0/24", o.tags()),
+            subnet("foreign", "10.0.3.0/24", vec![]),
+        ];
+        let spec = spec_subnets(serde_json::json!([
+            {"name": "keep", "cidr": "10.0.0.0/24", "enableDhcp": false},
+            {"name": "move", "cidr": "10.0.5.0/24"},
+            {"name": "new", "cidr": "10.0.6.0/24"}
+        ]));
+        let steps = plan_subnets("n", &spec, &observed, &o, false).unwrap();
+        assert!(matches!(&steps[0], SubnetStep::Update(id, u) if id == "id-keep" && u.enable_dhcp == Some(false)));
+        assert!(matches!(&steps[1], SubnetStep::Delete(id, _) if id == "id-move"));
+        assert!(matches!(&steps[2], SubnetStep::Create(c) if c.name == "move" && c.cidr == "10.0.5.0/24"));
+        assert!(matches!(&steps[3], SubnetStep::Create(c) if c.name == "new" && c.tags == o.tags()));
+        assert!(matches!(&steps[4], SubnetStep::Delete(id, _) if id == "id-gone"));
+        // The foreign subnet is never deleted.
+        assert_eq!(steps.len(), 5);
+    }
+
+    #[test]
+    fn in_sync_subnet_plans_nothing() {
+        let o = owner();
+        let observed = vec![subnet("s", "10.0.0.0/24", o.tags())];
+        let spec = spec_subnets(serde_json::json!([{"name": "s", "cidr": "10.0.0.0/24", "gatewayIp": "10.0.0.1"}]));
+        assert!(plan_subnets("n", &spec, &observed, &o, false).unwrap().is_empty());
+    }
+
+    #[test]
+    fn foreign_subnet_with_spec_name_is_refused() {
+        let observed = vec![subnet("s", "10.0.0.0/24", vec![])];
+        let spec = spec_subnets(serde_json::json!([{"name": "s", "cidr": "10.0.0.0/24"}]));
+        assert!(matches!(plan_subnets("n", &spec, &observed, &owner(), false), Err(ReconcileError::NotOwned(_))));
+    }
+}
