@@ -12,8 +12,8 @@
 //! protobuf request bodies (kubectl's typed generators such as
 //! `kubectl create namespace`), aggregated discovery and OpenAPI schemas,
 //! list pagination, true strategic-merge list semantics, full
-//! server-side-apply field sets (lists are atomic), CEL
-//! `x-kubernetes-validations`, conversion webhooks, and every controller
+//! server-side-apply field sets (lists are atomic), CEL functions that
+//! `kube-cel` lacks, conversion webhooks, and every controller
 //! except garbage collection and namespace/CRD cleanup (which run
 //! synchronously after each write).
 //!

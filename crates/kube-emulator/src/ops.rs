@@ -723,9 +723,10 @@ impl State {
                     }
                     schema::apply_defaults(obj, schema, true);
                     schema::validate(obj, schema, "", true, &mut causes);
-                    if causes.is_empty() {
-                        let old_served = old.map(|o| info.from_stored(o));
-                        crate::cel::validate(obj, old_served.as_ref(), schema, &mut causes);
+                    if causes.is_empty()
+                        && let Some(raw) = &info.raw_schema
+                    {
+                        crate::cel::validate(obj, old, raw, &mut causes);
                     }
                 }
             }
@@ -1448,9 +1449,7 @@ fn validate_crd(obj: &Value, old: Option<&Value>, causes: &mut Vec<Cause>) {
                         format!("spec.versions[{i}].schema.{e}"),
                         "Invalid value: invalid schema",
                     ));
-                } else if let Ok(parsed) = schema::Schema::parse(s)
-                    && let Err(e) = crate::cel::compile_all(&parsed)
-                {
+                } else if let Err(e) = crate::cel::compile_all(s) {
                     causes.push(Cause::new(
                         "FieldValueInvalid",
                         format!("spec.versions[{i}].schema.openAPIV3Schema"),

@@ -106,6 +106,8 @@ pub struct ResourceInfo {
     pub storage_version: String,
     /// Structural schema (custom resources).
     pub schema: Option<Arc<Schema>>,
+    /// The schema as written in the CRD (for CEL evaluation).
+    pub raw_schema: Option<Arc<Value>>,
     /// Supported field selector labels.
     pub field_selectors: Vec<String>,
     /// Printer columns beyond Name/Age.
@@ -431,6 +433,7 @@ pub fn builtins() -> Vec<ResourceInfo> {
                 storage,
                 storage_version: "v1".into(),
                 schema: None,
+                raw_schema: None,
                 field_selectors: fs,
                 printer_columns: Vec::new(),
                 crd_name: None,
@@ -505,10 +508,12 @@ pub fn from_crd(crd: &Value) -> Result<Vec<ResourceInfo>, String> {
             .and_then(Value::as_str)
             .unwrap_or("")
             .to_string();
-        let schema = match v.get("schema").and_then(|s| s.get("openAPIV3Schema")) {
+        let raw = v.get("schema").and_then(|s| s.get("openAPIV3Schema"));
+        let schema = match raw {
             Some(s) => Some(Arc::new(Schema::parse(s)?)),
             None => None,
         };
+        let raw_schema = raw.map(|r| Arc::new(r.clone()));
         let status_subresource = v
             .get("subresources")
             .and_then(|s| s.get("status"))
@@ -569,6 +574,7 @@ pub fn from_crd(crd: &Value) -> Result<Vec<ResourceInfo>, String> {
             storage: StorageKey::new(&group, &plural),
             storage_version: storage_version.clone(),
             schema,
+            raw_schema,
             field_selectors,
             printer_columns,
             crd_name: Some(crd_name.clone()),

@@ -61,8 +61,12 @@ pub fn widget_crd() -> Value {
                         "spec": {
                             "type": "object",
                             "required": ["name"],
+                            "x-kubernetes-validations": [
+                                {"rule": "!has(self.size) || self.size <= 5 || self.color != 'blue'", "message": "big widgets cannot be blue"}
+                            ],
                             "properties": {
-                                "name": {"type": "string", "pattern": "^[a-z][a-z0-9-]*$", "minLength": 1, "maxLength": 20},
+                                "name": {"type": "string", "pattern": "^[a-z][a-z0-9-]*$", "minLength": 1, "maxLength": 20,
+                                         "x-kubernetes-validations": [{"rule": "self == oldSelf", "message": "name is immutable"}]},
                                 "size": {"type": "integer", "minimum": 1, "maximum": 10, "default": 3},
                                 "color": {"type": "string", "enum": ["red", "green", "blue"], "default": "red"},
                                 "enabled": {"type": "boolean", "default": true},

@@ -356,3 +356,62 @@ async fn deleting_a_crd_removes_instances_and_stops_serving() {
             .is_empty()
     );
 }
+
+#[tokio::test]
+async fn cel_rules_are_evaluated() {
+    let env = start().await.with_widgets().await;
+    let api = env.dyn_widgets("default");
+    let obj = |spec: Value| {
+        dyn_obj(
+            json!({"apiVersion": "sunet.se/v1alpha1", "kind": "Widget", "metadata": {"name": "c"}, "spec": spec}),
+        )
+    };
+    let err = api_err(
+        api.create(
+            &PostParams::default(),
+            &obj(json!({"name": "c", "size": 6, "color": "blue"})),
+        )
+        .await,
+    );
+    assert_eq!((err.code, err.reason.as_str()), (422, "Invalid"));
+    assert!(
+        err.message.contains("big widgets cannot be blue"),
+        "{}",
+        err.message
+    );
+    assert_eq!(err.details.unwrap().causes[0].field, "spec");
+
+    api.create(
+        &PostParams::default(),
+        &obj(json!({"name": "c", "size": 6})),
+    )
+    .await
+    .unwrap();
+    // transition rule: oldSelf is the stored value
+    let err = api_err(
+        api.patch(
+            "c",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"name": "other"}})),
+        )
+        .await,
+    );
+    assert_eq!(err.code, 422);
+    assert!(err.message.contains("name is immutable"), "{}", err.message);
+    api.patch(
+        "c",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"color": "green"}})),
+    )
+    .await
+    .unwrap();
+
+    // a rule that does not compile makes the CRD invalid
+    let mut bad = gadget_crd();
+    bad["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["x-kubernetes-validations"] =
+        json!([{"rule": "self.(("}]);
+    let bad: CustomResourceDefinition = serde_json::from_value(bad).unwrap();
+    let crds: Api<CustomResourceDefinition> = Api::all(env.client.clone());
+    let err = api_err(crds.create(&PostParams::default(), &bad).await);
+    assert_eq!(err.code, 422, "{err:?}");
+}
