@@ -9,8 +9,8 @@
 //!
 //! What is emulated, and what is not (with reasons), is listed in the crate's
 //! `README.md`. In short, not emulated: TLS/authn/authz/admission webhooks,
-//! protobuf request bodies (kubectl's typed generators such as
-//! `kubectl create namespace`), aggregated discovery and OpenAPI schemas,
+//! protobuf request bodies other than Namespace/ConfigMap/Secret/ServiceAccount
+//! (what kubectl's typed generators send), aggregated discovery and OpenAPI schemas,
 //! list pagination, true strategic-merge list semantics, full
 //! server-side-apply field sets (lists are atomic), CEL functions that
 //! `kube-cel` lacks, conversion webhooks, and every controller
@@ -35,6 +35,7 @@ pub mod error;
 pub mod faults;
 pub mod ops;
 pub mod patch;
+pub mod protobuf;
 pub mod resources;
 pub mod schema;
 pub mod selectors;

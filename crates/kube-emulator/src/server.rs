@@ -460,6 +460,7 @@ fn decode_body(ct: &str, body: &[u8]) -> ApiResult<Value> {
         "" | "application/json" | "*/*" => serde_json::from_slice(body)
             .map_err(|e| ApiError::bad_request(format!("error decoding JSON request body: {e}"))),
         "application/yaml" | "application/x-yaml" | "text/yaml" => decode_yaml(body),
+        "application/vnd.kubernetes.protobuf" => crate::protobuf::decode(body),
         other => Err(ApiError::unsupported_media_type(other)),
     }
 }

@@ -171,4 +171,79 @@ async fn kubectl_apply_get_delete_with_a_crd() {
         "c"
     );
     ok(&kc, &["delete", "cm", "c"]).await;
+
+    // typed generators send protobuf bodies
+    ok(&kc, &["create", "namespace", "team-a"]).await;
+    ok(
+        &kc,
+        &[
+            "-n",
+            "team-a",
+            "create",
+            "configmap",
+            "settings",
+            "--from-literal=mode=fast",
+        ],
+    )
+    .await;
+    ok(
+        &kc,
+        &[
+            "-n",
+            "team-a",
+            "create",
+            "secret",
+            "generic",
+            "creds",
+            "--from-literal=password=hunter2",
+        ],
+    )
+    .await;
+    ok(&kc, &["-n", "team-a", "create", "serviceaccount", "robot"]).await;
+    assert_eq!(
+        ok(
+            &kc,
+            &[
+                "-n",
+                "team-a",
+                "get",
+                "cm",
+                "settings",
+                "-o",
+                "jsonpath={.data.mode}"
+            ]
+        )
+        .await,
+        "fast"
+    );
+    assert_eq!(
+        ok(
+            &kc,
+            &[
+                "-n",
+                "team-a",
+                "get",
+                "secret",
+                "creds",
+                "-o",
+                "jsonpath={.data.password}"
+            ]
+        )
+        .await,
+        "aHVudGVyMg=="
+    );
+    ok(
+        &kc,
+        &["label", "-n", "team-a", "cm", "settings", "tier=gold"],
+    )
+    .await;
+    assert!(
+        ok(
+            &kc,
+            &["-n", "team-a", "get", "cm", "-l", "tier=gold", "-o", "name"]
+        )
+        .await
+        .contains("configmap/settings")
+    );
+    ok(&kc, &["delete", "namespace", "team-a"]).await;
 }
