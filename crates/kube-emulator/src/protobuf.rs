@@ -17,8 +17,6 @@ const MAGIC: &[u8] = b"k8s\x00";
 #[derive(Clone, Copy)]
 enum Ty {
     Str,
-    /// `bytes`, rendered base64 like the JSON form.
-    Bytes,
     Int,
     Bool,
     Msg(&'static [Field]),
@@ -219,7 +217,6 @@ fn message(b: &[u8], fields: &[Field]) -> ApiResult<Value> {
             (Ty::Int, 0) => json!(rd.varint()? as i64),
             (Ty::Bool, 0) => json!(rd.varint()? != 0),
             (Ty::Str, 2) => json!(utf8(rd.bytes()?)?),
-            (Ty::Bytes, 2) => json!(base64_encode(rd.bytes()?)),
             (Ty::Msg(sub), 2) => message(rd.bytes()?, sub)?,
             (Ty::Time, 2) => time(rd.bytes()?)?,
             (Ty::MapStr | Ty::MapBytes, 2) => {
