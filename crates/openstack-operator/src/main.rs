@@ -1,4 +1,7 @@
-//! `openstack-operator`: Kubernetes-native OpenStack.
+//! `openstack-operator`: Kubernetes-native OpenStack. `run` starts the controllers; `crds`
+//! prints the CustomResourceDefinitions.
+
+mod run;
 
 use std::path::PathBuf;
 
@@ -7,11 +10,7 @@ use clap::{Parser, Subcommand};
 
 /// Command line of the operator binary.
 #[derive(Parser, Debug)]
-#[command(
-    name = "openstack-operator",
-    version,
-    about = "Manage OpenStack resources declaratively from Kubernetes custom resources"
-)]
+#[command(name = "openstack-operator", version, about = "Manage OpenStack resources declaratively from Kubernetes custom resources")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -19,6 +18,9 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Run the controllers against the cluster in KUBECONFIG (or in-cluster) and the cloud
+    /// named by OS_CLOUD in OS_CLIENT_CONFIG_FILE.
+    Run(Box<run::RunArgs>),
     /// Print every CRD as YAML (or write one file per CRD with --out-dir).
     Crds {
         /// Write `<crd name>.yaml` files into this directory instead of printing.
@@ -31,6 +33,10 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Crds { out_dir } => print_crds(out_dir),
+        Command::Run(args) => {
+            let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the async runtime")?;
+            rt.block_on(run::run(*args))
+        }
     }
 }
 
@@ -45,8 +51,7 @@ fn print_crds(out_dir: Option<PathBuf>) -> anyhow::Result<()> {
                 let name = crd.metadata.name.clone().unwrap_or_default();
                 let path = dir.join(format!("{name}.yaml"));
                 let yaml = api::crd_yaml(&crd).context("rendering a CRD")?;
-                std::fs::write(&path, yaml)
-                    .with_context(|| format!("writing {}", path.display()))?;
+                std::fs::write(&path, yaml).with_context(|| format!("writing {}", path.display()))?;
             }
         }
     }

@@ -1,0 +1,314 @@
+//! The `run` subcommand: configuration, clients, health and metrics servers, controllers.
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use clap::{Args, ValueEnum};
+use controllers::framework;
+use controllers::{Config, Context};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::{Api, Client, CustomResourceExt};
+use openstack::Cloud;
+use openstack::adapter::{ClientOptions, CloudSelector};
+use prometheus_client::registry::Registry;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+/// Log line format.
+#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// A controller that can be switched on or off.
+#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Kind {
+    /// OpenstackDomain.
+    Domain,
+    /// OpenstackFlavor.
+    Flavor,
+    /// OpenstackImage.
+    Image,
+    /// OpenstackNetwork.
+    Network,
+}
+
+/// Flags of `openstack-operator run`. Every flag can also be set by the environment
+/// variable named in its help.
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// Namespace to watch for OpenstackProjects; empty = all namespaces (cluster-scoped kinds
+    /// are always watched cluster-wide).
+    #[arg(long, env = "WATCH_NAMESPACE", default_value = "")]
+    watch_namespace: String,
+    /// Address of /healthz and /readyz.
+    #[arg(long, env = "HEALTH_ADDR", default_value = "0.0.0.0:8080")]
+    health_addr: SocketAddr,
+    /// Port of /metrics (the seed's METRICS_PORT), on all interfaces.
+    #[arg(long, env = "METRICS_PORT", default_value_t = 9090)]
+    metrics_port: u16,
+    /// Address of /metrics; overrides --metrics-port.
+    #[arg(long, env = "METRICS_ADDR")]
+    metrics_addr: Option<SocketAddr>,
+    /// Log format.
+    #[arg(long, env = "LOG_FORMAT", value_enum, default_value = "text")]
+    log_format: LogFormat,
+    /// Log filter (tracing syntax, e.g. `info,openstack=debug`); RUST_LOG also works.
+    #[arg(long, env = "LOG_LEVEL", default_value = "info")]
+    log_level: String,
+    /// Objects of one kind reconciled at the same time.
+    #[arg(long, env = "RECONCILE_CONCURRENCY", default_value_t = 4)]
+    concurrency: u16,
+    /// Seconds between comparisons of an unchanged object with OpenStack (drift detection).
+    #[arg(long, env = "RESYNC_SECONDS", default_value_t = 300)]
+    resync_seconds: u64,
+    /// OpenStack requests in flight at most.
+    #[arg(long, env = "OPENSTACK_MAX_CONCURRENT_CALLS", default_value_t = 10)]
+    max_concurrent_calls: usize,
+    /// OpenStack requests per second at most (0 = unlimited).
+    #[arg(long, env = "OPENSTACK_REQUESTS_PER_SECOND", default_value_t = 20)]
+    requests_per_second: u32,
+    /// Timeout of one OpenStack request, in seconds.
+    #[arg(long, env = "OPENSTACK_API_TIMEOUT_SECONDS", default_value_t = 30)]
+    api_timeout_seconds: u64,
+    /// Identifier of this cluster in the ownership marks put on OpenStack objects. Must be
+    /// unique among the clusters/operators sharing a cloud.
+    #[arg(long, env = "CLUSTER_ID", default_value = "default")]
+    cluster_id: String,
+    /// Roles an OpenstackProject may grant in spec.roleBindings (comma-separated).
+    #[arg(long, env = "ALLOWED_ROLES", value_delimiter = ',', default_value = "member,reader")]
+    allowed_roles: Vec<String>,
+    /// Let OpenstackProjects with spec.adopt take over existing Keystone projects.
+    #[arg(long, env = "ALLOW_PROJECT_ADOPTION")]
+    allow_project_adoption: bool,
+    /// Take over objects carrying only the seed operator's tag without spec.adopt
+    /// (migration from the seed).
+    #[arg(long, env = "ADOPT_LEGACY")]
+    adopt_legacy: bool,
+    /// Namespaces whose ConfigMaps every OpenstackProject may name in federationRef
+    /// (comma-separated); a project's own namespace is always allowed.
+    #[arg(long, env = "FEDERATION_NAMESPACES", value_delimiter = ',')]
+    federation_namespaces: Vec<String>,
+    /// Controllers to run (comma-separated); all by default.
+    #[arg(long, env = "CONTROLLERS", value_enum, value_delimiter = ',', default_value = "domain,flavor,image,network")]
+    controllers: Vec<Kind>,
+    /// Seconds between polls of an image import in progress.
+    #[arg(long, env = "IMAGE_POLL_SECONDS", default_value_t = 3)]
+    image_poll_seconds: u64,
+}
+
+/// Readiness: caches synced for every controller and the cloud connected.
+struct Health {
+    expected: usize,
+    synced: AtomicUsize,
+    cloud: AtomicBool,
+}
+
+impl Health {
+    fn ready(&self) -> bool {
+        self.cloud.load(Ordering::SeqCst) && self.synced.load(Ordering::SeqCst) >= self.expected
+    }
+}
+
+fn init_logging(args: &RunArgs) -> anyhow::Result<()> {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .or_else(|_| tracing_subscriber::EnvFilter::try_new(&args.log_level))
+        .context("parsing --log-level")?;
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match args.log_format {
+        LogFormat::Json => builder.json().flatten_event(true).with_current_span(true).init(),
+        LogFormat::Text => builder.init(),
+    }
+    Ok(())
+}
+
+async fn healthz() -> &'static str {
+    "ok"
+}
+
+async fn readyz(State(h): State<Arc<Health>>) -> impl IntoResponse {
+    if h.ready() { (StatusCode::OK, "ready") } else { (StatusCode::SERVICE_UNAVAILABLE, "not ready") }
+}
+
+async fn metrics(State(r): State<Arc<Registry>>) -> impl IntoResponse {
+    let mut out = String::new();
+    match prometheus_client::encoding::text::encode(&mut out, &r) {
+        Ok(()) => (StatusCode::OK, [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], out).into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    }
+}
+
+async fn serve(addr: SocketAddr, app: Router, token: CancellationToken) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding {addr}"))?;
+    info!(%addr, "listening");
+    axum::serve(listener, app).with_graceful_shutdown(token.cancelled_owned()).await.context("HTTP server")
+}
+
+/// Waits until the CRD is served, so a controller never watches a kind the server lacks.
+async fn wait_for_crd(client: &Client, crd: &CustomResourceDefinition, token: &CancellationToken) -> anyhow::Result<()> {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let name = crd.metadata.name.clone().unwrap_or_default();
+    let mut logged = false;
+    loop {
+        if let Some(found) = api.get_opt(&name).await.with_context(|| format!("reading CRD {name}"))? {
+            let established = found
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| c.iter().any(|c| c.type_ == "Established" && c.status == "True"));
+            if established {
+                return Ok(());
+            }
+        }
+        if !logged {
+            warn!(crd = %name, "waiting for the CRD to be installed and established (apply deploy/crds)");
+            logged = true;
+        }
+        tokio::select! {
+            _ = token.cancelled() => anyhow::bail!("shut down while waiting for CRD {name}"),
+            _ = tokio::time::sleep(Duration::from_secs(2)) => {}
+        }
+    }
+}
+
+async fn connect_cloud(options: ClientOptions, token: &CancellationToken) -> anyhow::Result<Cloud> {
+    let mut delay = Duration::from_secs(1);
+    loop {
+        match Cloud::connect(&CloudSelector::Env, options.clone()).await {
+            Ok(c) => return Ok(c),
+            Err(e) if e.is_transient() => {
+                warn!(error = %e, "cannot reach OpenStack yet; retrying");
+            }
+            Err(e) => return Err(anyhow::anyhow!(e).context("connecting to OpenStack (check OS_CLOUD and OS_CLIENT_CONFIG_FILE)")),
+        }
+        tokio::select! {
+            _ = token.cancelled() => anyhow::bail!("shut down while connecting to OpenStack"),
+            _ = tokio::time::sleep(delay) => {}
+        }
+        delay = (delay * 2).min(Duration::from_secs(30));
+    }
+}
+
+fn shutdown_on_signal(token: CancellationToken) {
+    tokio::spawn(async move {
+        let term = async {
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(mut s) => {
+                    s.recv().await;
+                }
+                Err(e) => {
+                    warn!(error = %e, "cannot listen for SIGTERM");
+                    std::future::pending::<()>().await;
+                }
+            }
+        };
+        tokio::select! {
+            _ = term => info!("SIGTERM received; shutting down"),
+            _ = tokio::signal::ctrl_c() => info!("interrupt received; shutting down"),
+        }
+        token.cancel();
+    });
+}
+
+/// Runs the operator until SIGTERM.
+pub async fn run(args: RunArgs) -> anyhow::Result<()> {
+    init_logging(&args)?;
+    info!(version = env!("CARGO_PKG_VERSION"), controllers = ?args.controllers, watch_namespace = %args.watch_namespace, "starting openstack-operator");
+    let token = CancellationToken::new();
+    shutdown_on_signal(token.clone());
+
+    let mut registry = Registry::default();
+    let os_metrics = openstack::adapter::Metrics::new();
+    os_metrics.register(&mut registry);
+    let ctl_metrics = controllers::metrics::Metrics::default();
+    ctl_metrics.register(&mut registry);
+    let registry = Arc::new(registry);
+
+    let mut kinds: Vec<Kind> = args.controllers.clone();
+    kinds.sort();
+    kinds.dedup();
+    let health = Arc::new(Health { expected: kinds.len(), synced: AtomicUsize::new(0), cloud: AtomicBool::new(false) });
+    let health_app = Router::new().route("/healthz", get(healthz)).route("/readyz", get(readyz)).with_state(health.clone());
+    let metrics_app = Router::new().route("/metrics", get(metrics)).with_state(registry.clone());
+    let metrics_addr = args.metrics_addr.unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], args.metrics_port)));
+    let mut servers = tokio::task::JoinSet::new();
+    servers.spawn(serve(args.health_addr, health_app, token.clone()));
+    servers.spawn(serve(metrics_addr, metrics_app, token.clone()));
+
+    let client = Client::try_default().await.context("connecting to Kubernetes (KUBECONFIG or in-cluster)")?;
+    let options = ClientOptions {
+        max_concurrent: args.max_concurrent_calls.max(1),
+        requests_per_second: args.requests_per_second,
+        timeout: Duration::from_secs(args.api_timeout_seconds.max(1)),
+        metrics: os_metrics,
+        ..ClientOptions::default()
+    };
+    let cloud = connect_cloud(options, &token).await?;
+    health.cloud.store(true, Ordering::SeqCst);
+    info!("connected to OpenStack");
+
+    let config = Config {
+        cluster_id: args.cluster_id.clone(),
+        resync: Duration::from_secs(args.resync_seconds.max(10)),
+        allowed_roles: args.allowed_roles.iter().map(|r| r.trim().to_string()).filter(|r| !r.is_empty()).collect(),
+        allow_project_adoption: args.allow_project_adoption,
+        adopt_legacy: args.adopt_legacy,
+        federation_namespaces: args.federation_namespaces.iter().cloned().collect::<BTreeSet<_>>(),
+        image_poll: Duration::from_secs(args.image_poll_seconds.max(1)),
+    };
+    let instance = std::env::var("POD_NAME").ok().or_else(|| std::env::var("HOSTNAME").ok());
+    let ctx = Arc::new(Context::new(client.clone(), cloud, config, ctl_metrics, instance));
+
+    let mut controllers = tokio::task::JoinSet::new();
+    for kind in kinds {
+        let crd = match kind {
+            Kind::Domain => api::OpenstackDomain::crd(),
+            Kind::Flavor => api::OpenstackFlavor::crd(),
+            Kind::Image => api::OpenstackImage::crd(),
+            Kind::Network => api::OpenstackNetwork::crd(),
+        };
+        wait_for_crd(&client, &crd, &token).await?;
+        let (ctx, token, health) = (ctx.clone(), token.clone(), health.clone());
+        let ready = move || {
+            health.synced.fetch_add(1, Ordering::SeqCst);
+        };
+        let shutdown = token.clone().cancelled_owned();
+        let c = client.clone();
+        let concurrency = args.concurrency;
+        match kind {
+            Kind::Domain => controllers.spawn(framework::run::<api::OpenstackDomain>(ctx, Api::all(c), concurrency, shutdown, ready)),
+            Kind::Flavor => controllers.spawn(framework::run::<api::OpenstackFlavor>(ctx, Api::all(c), concurrency, shutdown, ready)),
+            Kind::Image => controllers.spawn(framework::run::<api::OpenstackImage>(ctx, Api::all(c), concurrency, shutdown, ready)),
+            Kind::Network => controllers.spawn(framework::run::<api::OpenstackNetwork>(ctx, Api::all(c), concurrency, shutdown, ready)),
+        };
+        info!(?kind, "controller started");
+    }
+    while let Some(res) = controllers.join_next().await {
+        if let Err(e) = res {
+            warn!(error = %e, "a controller task failed");
+        }
+        // A controller stops only on shutdown; make sure everything else stops too.
+        token.cancel();
+    }
+    while let Some(res) = servers.join_next().await {
+        match res {
+            Ok(Err(e)) => warn!(error = %e, "server stopped with an error"),
+            Err(e) => warn!(error = %e, "server task failed"),
+            Ok(Ok(())) => {}
+        }
+    }
+    info!("stopped");
+    Ok(())
+}
