@@ -365,6 +365,21 @@ impl Core {
         })
     }
 
+    /// Revoke the session's current token so the next request meets a 401.
+    /// Test support for the re-authentication path; not for production use.
+    #[doc(hidden)]
+    pub async fn revoke_current_token_for_tests(&self) -> Result<()> {
+        use secrecy::ExposeSecret;
+        let token = self
+            .inner
+            .os
+            .get_auth_token()
+            .ok_or_else(|| Error::config("the session holds no token"))?;
+        let req = Request::delete(Service::Identity, "revoke_token", "auth/tokens")
+            .header("x-subject-token", token.expose_secret())?;
+        self.send(&req).await.map(|_| ())
+    }
+
     /// The clouds.yaml entry this core is connected to.
     pub fn cloud_name(&self) -> &str {
         &self.inner.cloud
@@ -608,18 +623,21 @@ fn transport_error(ctx: &str, failure: &str, attempts: u32) -> Error {
 }
 
 fn connect_error(cloud: &str, e: &openstack_sdk::OpenStackError) -> Error {
+    use openstack_sdk::OpenStackError as E;
     let text = e.to_string();
     let message = format!("cannot connect to cloud {cloud:?}: {text}");
     let lower = text.to_ascii_lowercase();
-    if lower.contains("401") || lower.contains("unauthorized") || lower.contains("rejected") {
-        Error::Unauthorized { message }
-    } else if lower.contains("communication")
-        || lower.contains("connect")
-        || lower.contains("timed out")
-    {
-        Error::Transient { message }
-    } else {
-        Error::Config { message }
+    match e {
+        // Keystone unreachable or not answering its version document: most
+        // often it is down or restarting, so let callers retry.
+        E::Discovery { .. } | E::Communication { .. } => Error::Transient { message },
+        E::AuthError { .. } | E::AuthHelperError { .. } | E::NoAuth => {
+            Error::Unauthorized { message }
+        }
+        _ if lower.contains("401") || lower.contains("unauthorized") => {
+            Error::Unauthorized { message }
+        }
+        _ => Error::Config { message },
     }
 }
 

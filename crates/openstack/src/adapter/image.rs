@@ -146,8 +146,8 @@ pub(crate) fn parse_image(ctx: &str, v: &Value) -> Result<crate::model::Image> {
     let obj = v
         .as_object()
         .ok_or_else(|| Error::unexpected(format!("{ctx}: image is not a JSON object")))?;
-    let id = opt_str(obj, "id")
-        .ok_or_else(|| Error::unexpected(format!("{ctx}: image has no id")))?;
+    let id =
+        opt_str(obj, "id").ok_or_else(|| Error::unexpected(format!("{ctx}: image has no id")))?;
     let status = opt_str(obj, "status")
         .map(ImageStatus::from)
         .ok_or_else(|| Error::unexpected(format!("{ctx}: image {id} has no status")))?;

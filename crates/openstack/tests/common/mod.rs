@@ -30,9 +30,19 @@ pub async fn core_with(opts: ClientOptions) -> Core {
         "integration tests need an OpenStack: run `eval \"$(scripts/test-cloud env)\"` \
          (after `scripts/test-cloud up`) or set OPENSTACK_TESTS=skip"
     );
-    Core::connect(&CloudSelector::Env, opts)
-        .await
-        .unwrap_or_else(|e| panic!("cannot connect to the test cloud ({cloud} in {file}): {e}"))
+    // Keystone may still be starting (or restarting) when the tests begin:
+    // keep trying transient failures for a while, fail on anything else.
+    let deadline = std::time::Instant::now() + Duration::from_secs(240);
+    loop {
+        match Core::connect(&CloudSelector::Env, opts.clone()).await {
+            Ok(core) => return core,
+            Err(e) if e.is_transient() && std::time::Instant::now() < deadline => {
+                eprintln!("test cloud not ready yet ({e}); retrying");
+                tokio::time::sleep(Duration::from_secs(5)).await;
+            }
+            Err(e) => panic!("cannot connect to the test cloud ({cloud} in {file}): {e}"),
+        }
+    }
 }
 
 /// Connect with default options (no rate limit so tests run fast).
@@ -54,8 +64,83 @@ pub async fn cloud() -> (Cloud, Core) {
 
 /// A unique name for this test run.
 pub fn unique(prefix: &str) -> String {
-    format!("ost-{prefix}-{}", &uuid::Uuid::new_v4().simple().to_string()[..10])
+    format!(
+        "ost-{prefix}-{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..10]
+    )
 }
 
 /// The `default` domain id of the test cloud.
 pub const DEFAULT_DOMAIN: &str = "default";
+
+/// Something a test created and must delete.
+#[derive(Clone, Debug)]
+pub enum Created {
+    /// A domain (disabled, then deleted).
+    Domain(String),
+    /// A project.
+    Project(String),
+    /// A group.
+    Group(String),
+    /// An identity provider.
+    Idp(String),
+    /// A mapping.
+    Mapping(String),
+    /// A flavor.
+    Flavor(String),
+}
+
+/// Records created objects and deletes them (newest first) when the test
+/// body finishes, whether it passed or panicked.
+#[derive(Clone, Default)]
+pub struct Janitor {
+    items: std::sync::Arc<std::sync::Mutex<Vec<Created>>>,
+}
+
+impl Janitor {
+    /// Remember an object for cleanup.
+    pub fn track(&self, c: Created) {
+        self.items.lock().unwrap_or_else(|p| p.into_inner()).push(c);
+    }
+
+    /// Run `body`, then clean up, then re-raise a panic from `body`.
+    pub async fn run<F>(&self, cloud: &Cloud, body: F)
+    where
+        F: std::future::Future<Output = ()>,
+    {
+        use futures::FutureExt;
+        let result = std::panic::AssertUnwindSafe(body).catch_unwind().await;
+        let items: Vec<Created> =
+            std::mem::take(&mut *self.items.lock().unwrap_or_else(|p| p.into_inner()));
+        for item in items.into_iter().rev() {
+            let r = match &item {
+                Created::Domain(id) => {
+                    let _ = cloud
+                        .identity
+                        .update_domain(
+                            id,
+                            &openstack::model::DomainUpdate {
+                                enabled: Some(false),
+                                ..Default::default()
+                            },
+                        )
+                        .await;
+                    cloud.identity.delete_domain(id).await
+                }
+                Created::Project(id) => cloud.identity.delete_project(id).await,
+                Created::Group(id) => cloud.identity.delete_group(id).await,
+                Created::Idp(id) => cloud.identity.delete_identity_provider(id).await,
+                Created::Mapping(id) => cloud.identity.delete_mapping(id).await,
+                Created::Flavor(id) => cloud.compute.delete_flavor(id).await,
+            };
+            if let Err(e) = r
+                && !e.is_not_found()
+            {
+                eprintln!("cleanup of {item:?} failed: {e}");
+            }
+        }
+        if let Err(panic) = result {
+            std::panic::resume_unwind(panic);
+        }
+    }
+}
