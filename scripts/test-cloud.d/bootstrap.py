@@ -1,0 +1,220 @@
+"""Idempotent post-start set-up of the test cloud (run by `scripts/test-cloud up` with the venv's Python).
+
+- roles admin, member, reader, service
+- project `service`, one service user per API service (roles admin + service on `service`)
+- catalog: image, network, compute, placement, block-storage, volumev3 (identity comes from
+  keystone-manage bootstrap), region RegionOne, public/internal/admin endpoints
+- flat provider network `external` (physnet `external`, router:external, not shared) with
+  subnet `external-subnet` 203.0.113.0/24 (no DHCP, allocation pool .10-.250)
+- application credential `test-cloud-admin` for admin (fixed secret) and clouds.yaml with the
+  clouds `local-admin` (password) and `local-admin-appcred` (v3applicationcredential)
+
+Inputs come from the environment (TC_*), set by scripts/test-cloud.
+"""
+
+import json
+import os
+import sys
+import time
+
+from keystoneauth1 import exceptions, session
+from keystoneauth1.identity import v3
+
+KS = os.environ["TC_KS_URL"]  # http://127.0.0.1:5000/v3
+ADMIN_PW = os.environ["TC_ADMIN_PW"]
+SVC_PW = os.environ["TC_SVC_PW"]
+APPCRED_SECRET = os.environ["TC_APPCRED_SECRET"]
+CLOUDS = os.environ["TC_CLOUDS"]
+HOST = os.environ.get("TC_HOST", "127.0.0.1")
+REGION = "RegionOne"
+APPCRED_NAME = "test-cloud-admin"
+# set by scripts/test-cloud when its inputs changed (not on a plain restart)
+CHECK_PASSWORDS = os.environ.get("TC_CHECK_PASSWORDS") == "1"
+
+# user, service name, service type, endpoint URL
+CATALOG = [
+    ("glance", "glance", "image", f"http://{HOST}:9292"),
+    ("neutron", "neutron", "network", f"http://{HOST}:9696"),
+    ("nova", "nova", "compute", f"http://{HOST}:8774/v2.1"),
+    ("placement", "placement", "placement", f"http://{HOST}:8778"),
+    ("cinder", "cinder", "block-storage", f"http://{HOST}:8776/v3"),
+    ("cinder", "cinderv3", "volumev3", f"http://{HOST}:8776/v3"),
+]
+NEUTRON = f"http://{HOST}:9696/v2.0"
+
+
+def log(msg):
+    print(time.strftime("%Y-%m-%dT%H:%M:%S"), msg, flush=True)
+
+
+def admin_session():
+    auth = v3.Password(auth_url=KS, username="admin", password=ADMIN_PW, project_name="admin",
+                       user_domain_id="default", project_domain_id="default")
+    return session.Session(auth=auth)
+
+
+S = admin_session()
+
+
+def get(url, key):
+    return S.get(url).json()[key]
+
+
+def ensure(url, key, query, body):
+    """GET url?query; POST body if nothing matched. Returns the resource."""
+    found = get(f"{url}?{query}", key + "s")
+    if found:
+        return found[0]
+    log(f"create {key} {body.get('name', '')}")
+    return S.post(url, json={key: body}).json()[key]
+
+
+def password_works(user, password):
+    auth = v3.Password(auth_url=KS, username=user, password=password, user_domain_id="default",
+                       project_name="service", project_domain_id="default")
+    try:
+        session.Session(auth=auth).get_token()
+        return True
+    except exceptions.Unauthorized:
+        return False
+
+
+def keystone():
+    # a few list calls instead of one query per object: each keystone request costs ~0.2 s here
+    roles = {r["name"]: r["id"] for r in get(f"{KS}/roles", "roles")}
+    for name in ("admin", "member", "reader", "service"):
+        if name not in roles:
+            log(f"create role {name}")
+            roles[name] = S.post(f"{KS}/roles", json={"role": {"name": name}}).json()["role"]["id"]
+    proj = ensure(f"{KS}/projects", "project", "name=service&domain_id=default",
+                  {"name": "service", "domain_id": "default", "description": "OpenStack services"})
+    users = {u["name"]: u for u in get(f"{KS}/users?domain_id=default", "users")}
+    assigned = {(a["user"]["id"], a["role"]["id"])
+                for a in get(f"{KS}/role_assignments?scope.project.id={proj['id']}", "role_assignments")
+                if "user" in a}
+    for user in sorted({c[0] for c in CATALOG}):
+        u = users.get(user)
+        if u is None:
+            log(f"create user {user}")
+            u = S.post(f"{KS}/users", json={"user": {
+                "name": user, "domain_id": "default", "password": SVC_PW}}).json()["user"]
+        elif CHECK_PASSWORDS and not password_works(user, SVC_PW):
+            # keep the password in step with TEST_CLOUD_SERVICE_PASSWORD
+            log(f"reset password of {user}")
+            S.patch(f"{KS}/users/{u['id']}", json={"user": {"password": SVC_PW}})
+        for r in ("admin", "service"):
+            if (u["id"], roles[r]) not in assigned:
+                S.put(f"{KS}/projects/{proj['id']}/users/{u['id']}/roles/{roles[r]}")
+    services = {(v["type"], v["name"]): v for v in get(f"{KS}/services", "services")}
+    endpoints = {}
+    for e in get(f"{KS}/endpoints", "endpoints"):
+        endpoints.setdefault(e["service_id"], {})[e["interface"]] = e
+    for _user, name, stype, url in CATALOG:
+        svc = services.get((stype, name))
+        if svc is None:
+            log(f"create service {name} ({stype})")
+            svc = S.post(f"{KS}/services", json={"service": {
+                "name": name, "type": stype, "enabled": True}}).json()["service"]
+        have = endpoints.get(svc["id"], {})
+        for iface in ("public", "internal", "admin"):
+            e = have.get(iface)
+            if e is None:
+                log(f"create endpoint {stype} {iface} {url}")
+                S.post(f"{KS}/endpoints", json={"endpoint": {
+                    "service_id": svc["id"], "interface": iface, "url": url, "region_id": REGION}})
+            elif e["url"] != url or e.get("region_id") != REGION:
+                log(f"update endpoint {stype} {iface} {url}")
+                S.patch(f"{KS}/endpoints/{e['id']}", json={"endpoint": {"url": url, "region_id": REGION}})
+
+
+def appcred():
+    """Application credential for admin with a fixed secret; (re)created if it does not authenticate."""
+    uid = S.get_user_id()
+    base = f"{KS}/users/{uid}/application_credentials"
+    for ac in get(f"{base}?name={APPCRED_NAME}", "application_credentials"):
+        if not CHECK_PASSWORDS:
+            return ac["id"]
+        try:
+            auth = v3.ApplicationCredential(auth_url=KS, application_credential_id=ac["id"],
+                                            application_credential_secret=APPCRED_SECRET)
+            session.Session(auth=auth).get_token()
+            return ac["id"]
+        except exceptions.Unauthorized:
+            log(f"application credential {ac['id']} does not authenticate: recreating")
+            S.delete(f"{base}/{ac['id']}")
+    log(f"create application credential {APPCRED_NAME}")
+    ac = S.post(base, json={"application_credential": {
+        "name": APPCRED_NAME, "secret": APPCRED_SECRET,
+        "description": "scripts/test-cloud: admin on project admin"}}).json()["application_credential"]
+    return ac["id"]
+
+
+def network():
+    nets = get(f"{NEUTRON}/networks?name=external", "networks")
+    if nets:
+        net = nets[0]
+    else:
+        log("create network external")
+        net = S.post(f"{NEUTRON}/networks", json={"network": {
+            "name": "external", "router:external": True, "shared": False,
+            "provider:network_type": "flat", "provider:physical_network": "external",
+            "description": "scripts/test-cloud: flat provider network for router gateways"}}).json()["network"]
+    if not net["router:external"] or net["shared"]:
+        S.put(f"{NEUTRON}/networks/{net['id']}", json={"network": {"router:external": True, "shared": False}})
+    if not get(f"{NEUTRON}/subnets?network_id={net['id']}&name=external-subnet", "subnets"):
+        log("create subnet external-subnet")
+        S.post(f"{NEUTRON}/subnets", json={"subnet": {
+            "name": "external-subnet", "network_id": net["id"], "ip_version": 4,
+            "cidr": "203.0.113.0/24", "gateway_ip": "203.0.113.1", "enable_dhcp": False,
+            "allocation_pools": [{"start": "203.0.113.10", "end": "203.0.113.250"}]}})
+
+
+def q(s):
+    return json.dumps(s)  # a JSON string is a valid double-quoted YAML scalar
+
+
+def write_clouds(ac_id):
+    common = f"""    region_name: {REGION}
+    identity_api_version: 3
+    interface: public
+"""
+    text = f"""# written by scripts/test-cloud up
+clouds:
+  local-admin:
+    auth_type: password
+    auth:
+      auth_url: {q(KS)}
+      username: admin
+      password: {q(ADMIN_PW)}
+      project_name: admin
+      user_domain_name: Default
+      project_domain_name: Default
+{common}  local-admin-appcred:
+    auth_type: v3applicationcredential
+    auth:
+      auth_url: {q(KS)}
+      application_credential_id: {q(ac_id)}
+      application_credential_secret: {q(APPCRED_SECRET)}
+{common}"""
+    tmp = CLOUDS + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.chmod(tmp, 0o600)
+    os.replace(tmp, CLOUDS)
+
+
+def main():
+    log("bootstrap start")
+    keystone()
+    ac_id = appcred()
+    network()
+    write_clouds(ac_id)
+    log("bootstrap done")
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except exceptions.HttpError as e:
+        log(f"HTTP error: {e} {getattr(e, 'response', None) and e.response.text}")
+        sys.exit(1)
