@@ -350,3 +350,46 @@ async fn watch_by_name_with_field_selector() {
         other => panic!("unexpected {other:?}"),
     }
 }
+
+#[tokio::test]
+async fn metadata_watcher_sees_partial_objects() {
+    let env = start().await.with_widgets().await;
+    let api = env.widgets("default");
+    api.create(&PostParams::default(), &widget("a", "a"))
+        .await
+        .unwrap();
+    let mut s = watcher::metadata_watcher(api.clone(), watcher::Config::default()).boxed();
+    let mut seen = Vec::new();
+    loop {
+        match tokio::time::timeout(Duration::from_secs(5), s.try_next())
+            .await
+            .unwrap()
+            .unwrap()
+        {
+            Some(Event::InitApply(o)) => seen.push(o.name_any()),
+            Some(Event::InitDone) => break,
+            Some(_) => {}
+            None => panic!("stream ended"),
+        }
+    }
+    assert_eq!(seen, vec!["a"]);
+    api.delete("a", &DeleteParams::default()).await.unwrap();
+    loop {
+        match tokio::time::timeout(Duration::from_secs(5), s.try_next())
+            .await
+            .unwrap()
+            .unwrap()
+        {
+            Some(Event::Delete(o)) => {
+                assert_eq!(o.name_any(), "a");
+                assert_eq!(
+                    o.types.map(|t| t.kind).as_deref(),
+                    Some("PartialObjectMetadata")
+                );
+                break;
+            }
+            Some(_) => continue,
+            None => panic!("stream ended"),
+        }
+    }
+}
