@@ -10,7 +10,11 @@ use clap::{Parser, Subcommand};
 
 /// Command line of the operator binary.
 #[derive(Parser, Debug)]
-#[command(name = "openstack-operator", version, about = "Manage OpenStack resources declaratively from Kubernetes custom resources")]
+#[command(
+    name = "openstack-operator",
+    version,
+    about = "Manage OpenStack resources declaratively from Kubernetes custom resources"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -34,7 +38,10 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Crds { out_dir } => print_crds(out_dir),
         Command::Run(args) => {
-            let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the async runtime")?;
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .context("starting the async runtime")?;
             rt.block_on(run::run(*args))
         }
     }
@@ -51,7 +58,8 @@ fn print_crds(out_dir: Option<PathBuf>) -> anyhow::Result<()> {
                 let name = crd.metadata.name.clone().unwrap_or_default();
                 let path = dir.join(format!("{name}.yaml"));
                 let yaml = api::crd_yaml(&crd).context("rendering a CRD")?;
-                std::fs::write(&path, yaml).with_context(|| format!("writing {}", path.display()))?;
+                std::fs::write(&path, yaml)
+                    .with_context(|| format!("writing {}", path.display()))?;
             }
         }
     }

@@ -88,7 +88,12 @@ pub struct RunArgs {
     #[arg(long, env = "CLUSTER_ID", default_value = "default")]
     cluster_id: String,
     /// Roles an OpenstackProject may grant in spec.roleBindings (comma-separated).
-    #[arg(long, env = "ALLOWED_ROLES", value_delimiter = ',', default_value = "member,reader")]
+    #[arg(
+        long,
+        env = "ALLOWED_ROLES",
+        value_delimiter = ',',
+        default_value = "member,reader"
+    )]
     allowed_roles: Vec<String>,
     /// Let OpenstackProjects with spec.adopt take over existing Keystone projects.
     #[arg(long, env = "ALLOW_PROJECT_ADOPTION")]
@@ -102,11 +107,35 @@ pub struct RunArgs {
     #[arg(long, env = "FEDERATION_NAMESPACES", value_delimiter = ',')]
     federation_namespaces: Vec<String>,
     /// Controllers to run (comma-separated); all by default.
-    #[arg(long, env = "CONTROLLERS", value_enum, value_delimiter = ',', default_value = "domain,flavor,image,network")]
+    #[arg(
+        long,
+        env = "CONTROLLERS",
+        value_enum,
+        value_delimiter = ',',
+        default_value = "domain,flavor,image,network"
+    )]
     controllers: Vec<Kind>,
     /// Seconds between polls of an image import in progress.
     #[arg(long, env = "IMAGE_POLL_SECONDS", default_value_t = 3)]
     image_poll_seconds: u64,
+    /// Run the controllers only while holding a Lease, so several replicas can run with one
+    /// active.
+    #[arg(long, env = "LEADER_ELECTION")]
+    leader_election: bool,
+    /// Name of the Lease used for leader election.
+    #[arg(
+        long,
+        env = "LEADER_ELECTION_LEASE",
+        default_value = "openstack-operator"
+    )]
+    lease_name: String,
+    /// Namespace of the Lease (the pod's namespace in a cluster).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    lease_namespace: String,
+    /// Seconds a leader's Lease stays valid without renewal; a new leader takes over within
+    /// about this time after the old one dies.
+    #[arg(long, env = "LEASE_DURATION_SECONDS", default_value_t = 15)]
+    lease_duration_seconds: u64,
 }
 
 /// Readiness: caches synced for every controller and the cloud connected.
@@ -114,11 +143,15 @@ struct Health {
     expected: usize,
     synced: AtomicUsize,
     cloud: AtomicBool,
+    /// A follower waiting for the Lease: ready to take over, nothing to sync.
+    standby: AtomicBool,
 }
 
 impl Health {
     fn ready(&self) -> bool {
-        self.cloud.load(Ordering::SeqCst) && self.synced.load(Ordering::SeqCst) >= self.expected
+        self.cloud.load(Ordering::SeqCst)
+            && (self.standby.load(Ordering::SeqCst)
+                || self.synced.load(Ordering::SeqCst) >= self.expected)
     }
 }
 
@@ -126,9 +159,15 @@ fn init_logging(args: &RunArgs) -> anyhow::Result<()> {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .or_else(|_| tracing_subscriber::EnvFilter::try_new(&args.log_level))
         .context("parsing --log-level")?;
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     match args.log_format {
-        LogFormat::Json => builder.json().flatten_event(true).with_current_span(true).init(),
+        LogFormat::Json => builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(true)
+            .init(),
         LogFormat::Text => builder.init(),
     }
     Ok(())
@@ -139,35 +178,63 @@ async fn healthz() -> &'static str {
 }
 
 async fn readyz(State(h): State<Arc<Health>>) -> impl IntoResponse {
-    if h.ready() { (StatusCode::OK, "ready") } else { (StatusCode::SERVICE_UNAVAILABLE, "not ready") }
+    if h.ready() {
+        (StatusCode::OK, "ready")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "not ready")
+    }
 }
 
 async fn metrics(State(r): State<Arc<Registry>>) -> impl IntoResponse {
     let mut out = String::new();
     match prometheus_client::encoding::text::encode(&mut out, &r) {
-        Ok(()) => (StatusCode::OK, [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], out).into_response(),
+        Ok(()) => (
+            StatusCode::OK,
+            [(
+                header::CONTENT_TYPE,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
+            out,
+        )
+            .into_response(),
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
     }
 }
 
 async fn serve(addr: SocketAddr, app: Router, token: CancellationToken) -> anyhow::Result<()> {
-    let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding {addr}"))?;
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("binding {addr}"))?;
     info!(%addr, "listening");
-    axum::serve(listener, app).with_graceful_shutdown(token.cancelled_owned()).await.context("HTTP server")
+    axum::serve(listener, app)
+        .with_graceful_shutdown(token.cancelled_owned())
+        .await
+        .context("HTTP server")
 }
 
 /// Waits until the CRD is served, so a controller never watches a kind the server lacks.
-async fn wait_for_crd(client: &Client, crd: &CustomResourceDefinition, token: &CancellationToken) -> anyhow::Result<()> {
+async fn wait_for_crd(
+    client: &Client,
+    crd: &CustomResourceDefinition,
+    token: &CancellationToken,
+) -> anyhow::Result<()> {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     let name = crd.metadata.name.clone().unwrap_or_default();
     let mut logged = false;
     loop {
-        if let Some(found) = api.get_opt(&name).await.with_context(|| format!("reading CRD {name}"))? {
+        if let Some(found) = api
+            .get_opt(&name)
+            .await
+            .with_context(|| format!("reading CRD {name}"))?
+        {
             let established = found
                 .status
                 .as_ref()
                 .and_then(|s| s.conditions.as_ref())
-                .is_some_and(|c| c.iter().any(|c| c.type_ == "Established" && c.status == "True"));
+                .is_some_and(|c| {
+                    c.iter()
+                        .any(|c| c.type_ == "Established" && c.status == "True")
+                });
             if established {
                 return Ok(());
             }
@@ -191,7 +258,10 @@ async fn connect_cloud(options: ClientOptions, token: &CancellationToken) -> any
             Err(e) if e.is_transient() => {
                 warn!(error = %e, "cannot reach OpenStack yet; retrying");
             }
-            Err(e) => return Err(anyhow::anyhow!(e).context("connecting to OpenStack (check OS_CLOUD and OS_CLIENT_CONFIG_FILE)")),
+            Err(e) => {
+                return Err(anyhow::anyhow!(e)
+                    .context("connecting to OpenStack (check OS_CLOUD and OS_CLIENT_CONFIG_FILE)"));
+            }
         }
         tokio::select! {
             _ = token.cancelled() => anyhow::bail!("shut down while connecting to OpenStack"),
@@ -239,15 +309,29 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let mut kinds: Vec<Kind> = args.controllers.clone();
     kinds.sort();
     kinds.dedup();
-    let health = Arc::new(Health { expected: kinds.len(), synced: AtomicUsize::new(0), cloud: AtomicBool::new(false) });
-    let health_app = Router::new().route("/healthz", get(healthz)).route("/readyz", get(readyz)).with_state(health.clone());
-    let metrics_app = Router::new().route("/metrics", get(metrics)).with_state(registry.clone());
-    let metrics_addr = args.metrics_addr.unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], args.metrics_port)));
+    let health = Arc::new(Health {
+        expected: kinds.len(),
+        synced: AtomicUsize::new(0),
+        cloud: AtomicBool::new(false),
+        standby: AtomicBool::new(false),
+    });
+    let health_app = Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .with_state(health.clone());
+    let metrics_app = Router::new()
+        .route("/metrics", get(metrics))
+        .with_state(registry.clone());
+    let metrics_addr = args
+        .metrics_addr
+        .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], args.metrics_port)));
     let mut servers = tokio::task::JoinSet::new();
     servers.spawn(serve(args.health_addr, health_app, token.clone()));
     servers.spawn(serve(metrics_addr, metrics_app, token.clone()));
 
-    let client = Client::try_default().await.context("connecting to Kubernetes (KUBECONFIG or in-cluster)")?;
+    let client = Client::try_default()
+        .await
+        .context("connecting to Kubernetes (KUBECONFIG or in-cluster)")?;
     let options = ClientOptions {
         max_concurrent: args.max_concurrent_calls.max(1),
         requests_per_second: args.requests_per_second,
@@ -262,14 +346,76 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let config = Config {
         cluster_id: args.cluster_id.clone(),
         resync: Duration::from_secs(args.resync_seconds.max(10)),
-        allowed_roles: args.allowed_roles.iter().map(|r| r.trim().to_string()).filter(|r| !r.is_empty()).collect(),
+        allowed_roles: args
+            .allowed_roles
+            .iter()
+            .map(|r| r.trim().to_string())
+            .filter(|r| !r.is_empty())
+            .collect(),
         allow_project_adoption: args.allow_project_adoption,
         adopt_legacy: args.adopt_legacy,
-        federation_namespaces: args.federation_namespaces.iter().cloned().collect::<BTreeSet<_>>(),
+        federation_namespaces: args
+            .federation_namespaces
+            .iter()
+            .cloned()
+            .collect::<BTreeSet<_>>(),
         image_poll: Duration::from_secs(args.image_poll_seconds.max(1)),
     };
-    let instance = std::env::var("POD_NAME").ok().or_else(|| std::env::var("HOSTNAME").ok());
-    let ctx = Arc::new(Context::new(client.clone(), cloud, config, ctl_metrics, instance));
+    let instance = Some(instance_name());
+    let ctx = Arc::new(Context::new(
+        client.clone(),
+        cloud,
+        config,
+        ctl_metrics,
+        instance,
+    ));
+
+    // With leader election, wait for the Lease before touching anything; losing it later
+    // stops the controllers and ends the process, so a restart comes back as a follower.
+    let lost_leadership = Arc::new(AtomicBool::new(false));
+    let mut lease_task = None;
+    if args.leader_election {
+        let identity = format!("{}-{}", instance_name(), std::process::id());
+        let manager =
+            kube_lease_manager::LeaseManagerBuilder::new(client.clone(), &args.lease_name)
+                .with_namespace(&args.lease_namespace)
+                .with_identity(&identity)
+                .with_duration(args.lease_duration_seconds.max(2))
+                .with_grace(2)
+                .build()
+                .await
+                .context("setting up leader election")?;
+        let (mut leader, handle) = manager.watch().await;
+        lease_task = Some(handle);
+        info!(lease = %args.lease_name, namespace = %args.lease_namespace, %identity, "waiting for leadership");
+        health.standby.store(true, Ordering::SeqCst);
+        while !*leader.borrow_and_update() {
+            tokio::select! {
+                _ = token.cancelled() => return Ok(()),
+                changed = leader.changed() => { changed.context("leader election stopped")?; }
+            }
+        }
+        health.standby.store(false, Ordering::SeqCst);
+        info!(%identity, "acquired leadership");
+        let (token, lost) = (token.clone(), lost_leadership.clone());
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = token.cancelled() => break,
+                    changed = leader.changed() => {
+                        if changed.is_err() || !*leader.borrow_and_update() {
+                            warn!("lost leadership; stopping the controllers");
+                            lost.store(true, Ordering::SeqCst);
+                            token.cancel();
+                            break;
+                        }
+                    }
+                }
+            }
+            // Dropping the receiver makes the lease manager release the Lease.
+            drop(leader);
+        });
+    }
 
     let mut controllers = tokio::task::JoinSet::new();
     for kind in kinds {
@@ -288,10 +434,34 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         let c = client.clone();
         let concurrency = args.concurrency;
         match kind {
-            Kind::Domain => controllers.spawn(framework::run::<api::OpenstackDomain>(ctx, Api::all(c), concurrency, shutdown, ready)),
-            Kind::Flavor => controllers.spawn(framework::run::<api::OpenstackFlavor>(ctx, Api::all(c), concurrency, shutdown, ready)),
-            Kind::Image => controllers.spawn(framework::run::<api::OpenstackImage>(ctx, Api::all(c), concurrency, shutdown, ready)),
-            Kind::Network => controllers.spawn(framework::run::<api::OpenstackNetwork>(ctx, Api::all(c), concurrency, shutdown, ready)),
+            Kind::Domain => controllers.spawn(framework::run::<api::OpenstackDomain>(
+                ctx,
+                Api::all(c),
+                concurrency,
+                shutdown,
+                ready,
+            )),
+            Kind::Flavor => controllers.spawn(framework::run::<api::OpenstackFlavor>(
+                ctx,
+                Api::all(c),
+                concurrency,
+                shutdown,
+                ready,
+            )),
+            Kind::Image => controllers.spawn(framework::run::<api::OpenstackImage>(
+                ctx,
+                Api::all(c),
+                concurrency,
+                shutdown,
+                ready,
+            )),
+            Kind::Network => controllers.spawn(framework::run::<api::OpenstackNetwork>(
+                ctx,
+                Api::all(c),
+                concurrency,
+                shutdown,
+                ready,
+            )),
         };
         info!(?kind, "controller started");
     }
@@ -309,6 +479,19 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             Ok(Ok(())) => {}
         }
     }
+    if let Some(handle) = lease_task {
+        // Give the lease manager a moment to release the Lease for a fast hand-over.
+        let _ = tokio::time::timeout(Duration::from_secs(5), handle).await;
+    }
+    if lost_leadership.load(Ordering::SeqCst) {
+        anyhow::bail!("lost leadership");
+    }
     info!("stopped");
     Ok(())
+}
+
+fn instance_name() -> String {
+    std::env::var("POD_NAME")
+        .or_else(|_| std::env::var("HOSTNAME"))
+        .unwrap_or_else(|_| "openstack-operator".to_string())
 }
