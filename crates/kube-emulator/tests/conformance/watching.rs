@@ -358,7 +358,9 @@ async fn metadata_watcher_sees_partial_objects() {
     api.create(&PostParams::default(), &widget("a", "a"))
         .await
         .unwrap();
-    let mut s = watcher::metadata_watcher(api.clone(), watcher::Config::default()).boxed();
+    let meta_api: Api<kube::core::PartialObjectMeta<Widget>> =
+        Api::namespaced(env.client.clone(), "default");
+    let mut s = watcher::watcher(meta_api, watcher::Config::default()).boxed();
     let mut seen = Vec::new();
     loop {
         match tokio::time::timeout(Duration::from_secs(5), s.try_next())
