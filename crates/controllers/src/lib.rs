@@ -18,5 +18,7 @@ pub mod network;
 
 pub mod ownership;
 
+pub mod project;
+
 pub use context::{Config, Context};
 pub use error::ReconcileError;

@@ -1,0 +1,1315 @@
+//! Keystone side of a project: the project itself, its user group `<sanitized>-users`, and
+//! the role assignments role bindings ask for. Pure planners first, executors after.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use api::naming::{GROUP_DESCRIPTION_PREFIX, project_group_description, project_group_name};
+use api::{OpenstackProjectSpec, OpenstackProjectStatus};
+use openstack::OptionalExt;
+use openstack::model::{
+    Actor, Domain, Group, GroupCreate, GroupUpdate, Project, ProjectCreate, ProjectUpdate,
+    RoleAssignment,
+};
+
+use super::{AreaOutcome, Env, FederationInput, Note, combine, os, resolve_domain};
+use crate::context::Config;
+use crate::domain::{merge_marks, strip_marks};
+use crate::error::{ReconcileError, Result};
+use crate::ownership::{Owner, Ownership};
+
+/// Tag put on projects taken over with `spec.adopt`, so deletion never removes a project that
+/// existed before us, even if `status.adopted` is lost (e.g. a restore without status).
+pub const ADOPTED_TAG: &str = "openstack-operator.adopted";
+
+/// The role the seed grants the project group on the project (federated logins rely on it).
+pub const GROUP_ROLE: &str = "member";
+
+/// How an existing object was located.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FoundBy {
+    /// By the ID recorded in status (written only by the operator).
+    RecordedId,
+    /// By name in the domain.
+    Name,
+}
+
+/// Why an existing project that does not carry our marks is being taken over.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Takeover {
+    /// It is ours already.
+    None,
+    /// `spec.adopt` with the operator's permission: it existed before and is never deleted.
+    Adopt,
+    /// Created by the seed operator for this very object (found through the ID the seed
+    /// recorded in status) and `--adopt-legacy` is on: it is ours from now on.
+    Legacy,
+}
+
+/// What to do about the Keystone project.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ProjectPlan {
+    /// Create it, with our tags in the same call.
+    Create(ProjectCreate),
+    /// It exists; bring it in line.
+    Existing {
+        /// Project ID.
+        id: String,
+        /// Changes (default = none): rename, description, enabled, marks.
+        update: ProjectUpdate,
+        /// Whether it is taken over now.
+        takeover: Takeover,
+    },
+}
+
+/// Plans the project from the spec and what was found (by recorded ID, else by name in the
+/// resolved domain). `adopted` = status or tags say it was adopted earlier.
+pub fn plan_project(
+    spec: &OpenstackProjectSpec,
+    observed: Option<(&Project, FoundBy)>,
+    domain_id: &str,
+    owner: &Owner,
+    config: &Config,
+    adopted: bool,
+) -> Result<ProjectPlan> {
+    let Some((p, found_by)) = observed else {
+        return Ok(ProjectPlan::Create(ProjectCreate {
+            name: spec.name.clone(),
+            domain_id: domain_id.to_string(),
+            description: spec.description.clone(),
+            enabled: spec.enabled,
+            tags: owner.tags(),
+        }));
+    };
+    if p.domain_id != domain_id {
+        // Keystone cannot move a project; found by the recorded ID, so spec.domain changed.
+        return Err(ReconcileError::invalid(
+            "spec.domain",
+            format!(
+                "project {} lives in domain {} but spec.domain is now {:?}; moving a project between domains is not supported; create a new resource",
+                p.id, p.domain_id, spec.domain
+            ),
+        ));
+    }
+    let what = format!("Keystone project {:?} ({})", p.name, p.id);
+    let ownership = owner.classify_tags(&p.tags);
+    let takeover = match ownership {
+        Ownership::Ours => Takeover::None,
+        Ownership::OtherOwner(uid) => {
+            return Err(ReconcileError::NotOwned(format!(
+                "{what} is managed by another OpenstackProject of this cluster (uid {uid}); two resources must not manage one project"
+            )));
+        }
+        Ownership::OtherCluster(c) => {
+            return Err(ReconcileError::NotOwned(format!(
+                "{what} is managed by another cluster ({c})"
+            )));
+        }
+        // Marks removed by hand from a project we adopted earlier: mark it again.
+        Ownership::Legacy | Ownership::Foreign if found_by == FoundBy::RecordedId && adopted => {
+            Takeover::Adopt
+        }
+        Ownership::Legacy if found_by == FoundBy::RecordedId && config.adopt_legacy => {
+            Takeover::Legacy
+        }
+        Ownership::Legacy | Ownership::Foreign if spec.adopt && config.allow_project_adoption => {
+            Takeover::Adopt
+        }
+        Ownership::Legacy | Ownership::Foreign if spec.adopt => {
+            return Err(ReconcileError::PolicyViolation(format!(
+                "spec.adopt: {what} exists and adopting existing projects is disabled in this operator (--allow-project-adoption)"
+            )));
+        }
+        Ownership::Legacy | Ownership::Foreign => {
+            return Err(ReconcileError::NotOwned(format!(
+                "{what} already exists in domain {domain_id} and was not created by this operator; set spec.adopt: true to take it over (the operator must allow adoption)"
+            )));
+        }
+    };
+    let mut update = ProjectUpdate {
+        // Keystone allows renaming; the project is found by its recorded ID (seed W21).
+        name: (p.name != spec.name).then(|| spec.name.clone()),
+        description: (p.description != spec.description).then(|| spec.description.clone()),
+        enabled: (p.enabled != spec.enabled).then_some(spec.enabled),
+        tags: None,
+    };
+    if takeover != Takeover::None {
+        let mut tags = merge_marks(&p.tags, owner);
+        if takeover == Takeover::Adopt && !tags.iter().any(|t| t == ADOPTED_TAG) {
+            tags.push(ADOPTED_TAG.to_string());
+        }
+        update.tags = Some(tags);
+    }
+    Ok(ProjectPlan::Existing {
+        id: p.id.clone(),
+        update,
+        takeover,
+    })
+}
+
+/// What to do about the project's user group.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum GroupPlan {
+    /// Create it with the seed's description (our mark: groups have no tags).
+    Create(GroupCreate),
+    /// It exists and is ours; `update` renames it after a project rename.
+    Existing {
+        /// Group ID.
+        id: String,
+        /// Changes (default = none).
+        update: GroupUpdate,
+    },
+}
+
+/// Whether a group is the one we made for project `spec_name`: found by the recorded ID and
+/// marked, or found by name with exactly the seed's description for this project. The exact
+/// description tells `a.b` and `a_b` apart, whose group names collide (seed W12).
+pub fn group_is_ours(g: &Group, spec_name: &str, found_by: FoundBy) -> bool {
+    match found_by {
+        FoundBy::RecordedId => g.description.starts_with(GROUP_DESCRIPTION_PREFIX),
+        FoundBy::Name => g.description == project_group_description(spec_name),
+    }
+}
+
+/// Plans the user group. Groups carry no tags, so a group found by name is ours only with our
+/// description; anything else is refused rather than taken over (deleting the resource
+/// deletes the group).
+pub fn plan_group(
+    spec_name: &str,
+    observed: Option<(&Group, FoundBy)>,
+    domain_id: &str,
+) -> Result<GroupPlan> {
+    let name = project_group_name(spec_name);
+    let description = project_group_description(spec_name);
+    let Some((g, found_by)) = observed else {
+        return Ok(GroupPlan::Create(GroupCreate {
+            name,
+            domain_id: domain_id.to_string(),
+            description,
+        }));
+    };
+    // A group recorded in status is ours even without the prefix: the seed recorded the
+    // groups it used, and it deleted them with the resource too.
+    if found_by == FoundBy::Name && !group_is_ours(g, spec_name, found_by) {
+        let why = if g.description.starts_with(GROUP_DESCRIPTION_PREFIX) {
+            format!(
+                "belongs to another project ({:?}); project names that sanitize to the same group name cannot share a domain",
+                g.description
+            )
+        } else {
+            "was not created by this operator; rename or delete it, or give it the description this operator uses".to_string()
+        };
+        return Err(ReconcileError::NotOwned(format!(
+            "spec.name: Keystone group {:?} ({}) in domain {domain_id} {why}",
+            g.name, g.id
+        )));
+    }
+    Ok(GroupPlan::Existing {
+        id: g.id.clone(),
+        update: GroupUpdate {
+            name: (g.name != name).then_some(name),
+            description: (g.description != description).then_some(description),
+        },
+    })
+}
+
+/// Grants and revocations on the project.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AssignmentPlan {
+    /// (actor, role ID) to grant.
+    pub grant: Vec<(Actor, String)>,
+    /// (actor, role ID) to revoke.
+    pub revoke: Vec<(Actor, String)>,
+}
+
+/// Desired vs. observed role assignments. Everything desired and missing is granted.
+/// Revoked: assignments not desired whose role is one we manage (`managed_roles`: the allowed
+/// roles plus `member`; we never grant anything else, so we never revoke anything else) —
+/// for users, groups and the project group alike, which also removes the roles the seed put
+/// on the project group for every binding (seed W6). `revoke` is false when some user or group
+/// could not be resolved, so a lookup failure never revokes a still-wanted grant.
+pub fn plan_assignments(
+    desired: &BTreeSet<(Actor, String)>,
+    observed: &[RoleAssignment],
+    managed_roles: &BTreeSet<String>,
+    revoke: bool,
+) -> AssignmentPlan {
+    let have: BTreeSet<(Actor, String)> = observed
+        .iter()
+        .map(|a| (a.actor.clone(), a.role_id.clone()))
+        .collect();
+    AssignmentPlan {
+        grant: desired.difference(&have).cloned().collect(),
+        revoke: if revoke {
+            have.iter()
+                .filter(|(_, role)| managed_roles.contains(role))
+                .filter(|a| !desired.contains(a))
+                .cloned()
+                .collect()
+        } else {
+            Vec::new()
+        },
+    }
+}
+
+/// Users of the federation rule: every user of every binding, first appearance first.
+pub fn federation_users(spec: &OpenstackProjectSpec) -> Vec<String> {
+    let mut seen = BTreeSet::new();
+    spec.role_bindings
+        .iter()
+        .flatten()
+        .flat_map(|b| b.users.iter().flatten())
+        .filter(|u| seen.insert(u.as_str()))
+        .cloned()
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------
+// Executors
+// ---------------------------------------------------------------------------------------
+
+/// What the identity step established for the other areas.
+#[derive(Clone, Debug)]
+pub struct Tenant {
+    /// The project's domain.
+    pub domain: Domain,
+    /// Keystone project ID.
+    pub project_id: String,
+    /// Project group ID.
+    pub group_id: String,
+    /// Project group name.
+    pub group_name: String,
+    /// The group's name before a rename in this pass (its federation rule must go).
+    pub previous_group_name: Option<String>,
+    /// The project was created in this pass.
+    pub created: bool,
+    /// Something was written.
+    pub changed: bool,
+}
+
+async fn find_project(
+    env: &Env<'_>,
+    spec: &OpenstackProjectSpec,
+    status: &OpenstackProjectStatus,
+    domain: Option<&Domain>,
+) -> Result<Option<(Project, FoundBy)>> {
+    let identity = &env.cloud.identity;
+    if let Some(id) = &status.project_id
+        && let Some(p) = identity
+            .get_project(id)
+            .await
+            .optional()
+            .map_err(|e| os(format!("reading Keystone project {id}"), e))?
+    {
+        return Ok(Some((p, FoundBy::RecordedId)));
+    }
+    let Some(domain) = domain else {
+        return Ok(None);
+    };
+    Ok(identity
+        .find_project(&domain.id, &spec.name)
+        .await
+        .map_err(|e| os(format!("spec.name: looking up project {:?}", spec.name), e))?
+        .map(|p| (p, FoundBy::Name)))
+}
+
+async fn find_group(
+    env: &Env<'_>,
+    spec: &OpenstackProjectSpec,
+    status: &OpenstackProjectStatus,
+    domain_id: &str,
+) -> Result<Option<(Group, FoundBy)>> {
+    let identity = &env.cloud.identity;
+    // A legacy status may hold the group's name instead of its ID: that read finds nothing
+    // and the lookup by name below takes over.
+    if let Some(id) = &status.group_id
+        && let Some(g) = identity
+            .get_group(id)
+            .await
+            .optional()
+            .map_err(|e| os(format!("reading Keystone group {id}"), e))?
+    {
+        return Ok(Some((g, FoundBy::RecordedId)));
+    }
+    let name = project_group_name(&spec.name);
+    Ok(identity
+        .find_group(domain_id, &name)
+        .await
+        .map_err(|e| os(format!("looking up group {name:?}"), e))?
+        .map(|g| (g, FoundBy::Name)))
+}
+
+async fn domain_of(env: &Env<'_>, spec: &OpenstackProjectSpec) -> Result<Option<Domain>> {
+    resolve_domain(env.cloud.identity.as_ref(), &spec.domain)
+        .await
+        .map_err(|e| {
+            os(
+                format!("spec.domain: looking up domain {:?}", spec.domain),
+                e,
+            )
+        })
+}
+
+/// Ensures the domain, project and group; records their IDs in status as soon as known.
+pub(crate) async fn apply(
+    env: &Env<'_>,
+    spec: &OpenstackProjectSpec,
+    status: &mut OpenstackProjectStatus,
+    events: &mut Vec<Note>,
+) -> Result<Tenant> {
+    let identity = &env.cloud.identity;
+    let domain = domain_of(env, spec).await?.ok_or_else(|| {
+        ReconcileError::DependencyMissing(format!("domain {:?} (spec.domain)", spec.domain))
+    })?;
+
+    let observed = find_project(env, spec, status, Some(&domain)).await?;
+    if let Some(id) = &status.project_id
+        && observed
+            .as_ref()
+            .is_none_or(|(p, by)| *by == FoundBy::Name && &p.id != id)
+    {
+        events.push(Note::warning(
+            "Recreating",
+            "Create",
+            format!("Keystone project {id} was deleted outside the operator; creating it again"),
+        ));
+        status.project_id = None;
+    }
+    let adopted = status.adopted == Some(true)
+        || observed
+            .as_ref()
+            .is_some_and(|(p, _)| p.tags.iter().any(|t| t == ADOPTED_TAG));
+    let plan = plan_project(
+        spec,
+        observed.as_ref().map(|(p, by)| (p, *by)),
+        &domain.id,
+        &env.owner,
+        env.config,
+        adopted,
+    )?;
+    let mut created = false;
+    let mut changed = false;
+    let project_id = match plan {
+        ProjectPlan::Create(req) => {
+            let p = identity
+                .create_project(&req)
+                .await
+                .map_err(|e| os(format!("spec.name: creating project {:?}", spec.name), e))?;
+            status.project_id = Some(p.id.clone());
+            status.adopted = Some(false);
+            created = true;
+            changed = true;
+            events.push(Note::normal(
+                "Created",
+                "Create",
+                format!(
+                    "created Keystone project {} ({}) in domain {}",
+                    p.name, p.id, domain.name
+                ),
+            ));
+            p.id
+        }
+        ProjectPlan::Existing {
+            id,
+            update,
+            takeover,
+        } => {
+            status.project_id = Some(id.clone());
+            match takeover {
+                Takeover::Adopt => {
+                    if status.adopted != Some(true) {
+                        events.push(Note::normal(
+                            "Adopted",
+                            "Adopt",
+                            format!("took over existing Keystone project {} ({id})", spec.name),
+                        ));
+                    }
+                    status.adopted = Some(true);
+                }
+                Takeover::Legacy | Takeover::None => {
+                    status.adopted = Some(adopted);
+                }
+            }
+            if update != ProjectUpdate::default() {
+                let old_name = observed.as_ref().map(|(p, _)| p.name.clone());
+                identity
+                    .update_project(&id, &update)
+                    .await
+                    .map_err(|e| os(format!("spec: updating project {id}"), e))?;
+                changed = true;
+                if let (Some(new), Some(old)) = (&update.name, old_name) {
+                    events.push(Note::normal(
+                        "Renamed",
+                        "Update",
+                        format!("renamed Keystone project {id} from {old:?} to {new:?}"),
+                    ));
+                }
+            }
+            id
+        }
+    };
+
+    let observed_group = find_group(env, spec, status, &domain.id).await?;
+    let mut previous_group_name = None;
+    let (group_id, group_name) = match plan_group(
+        &spec.name,
+        observed_group.as_ref().map(|(g, by)| (g, *by)),
+        &domain.id,
+    )? {
+        GroupPlan::Create(req) => {
+            let g = identity
+                .create_group(&req)
+                .await
+                .map_err(|e| os(format!("creating group {:?}", req.name), e))?;
+            status.group_id = Some(g.id.clone());
+            changed = true;
+            (g.id, g.name)
+        }
+        GroupPlan::Existing { id, update } => {
+            status.group_id = Some(id.clone());
+            let current = observed_group
+                .as_ref()
+                .map(|(g, _)| g.name.clone())
+                .unwrap_or_default();
+            if update != GroupUpdate::default() {
+                identity
+                    .update_group(&id, &update)
+                    .await
+                    .map_err(|e| os(format!("updating group {current:?} ({id})"), e))?;
+                changed = true;
+                if update.name.is_some() {
+                    previous_group_name = Some(current.clone());
+                }
+            }
+            (id, update.name.unwrap_or(current))
+        }
+    };
+    Ok(Tenant {
+        domain,
+        project_id,
+        group_id,
+        group_name,
+        previous_group_name,
+        created,
+        changed,
+    })
+}
+
+/// Per-pass caches for name lookups (domains, users, groups).
+struct Lookups<'e, 'a> {
+    env: &'e Env<'a>,
+    domains: BTreeMap<String, Option<String>>,
+    users: BTreeMap<(String, String), Option<String>>,
+    groups: BTreeMap<(String, String), Option<String>>,
+}
+
+impl<'e, 'a> Lookups<'e, 'a> {
+    fn new(env: &'e Env<'a>, spec: &OpenstackProjectSpec, project_domain: Option<&Domain>) -> Self {
+        let mut domains = BTreeMap::new();
+        if let Some(d) = project_domain {
+            domains.insert(spec.domain.clone(), Some(d.id.clone()));
+        }
+        Lookups {
+            env,
+            domains,
+            users: BTreeMap::new(),
+            groups: BTreeMap::new(),
+        }
+    }
+
+    async fn domain(
+        &mut self,
+        name: &str,
+    ) -> std::result::Result<Option<String>, openstack::Error> {
+        if let Some(d) = self.domains.get(name) {
+            return Ok(d.clone());
+        }
+        let d = resolve_domain(self.env.cloud.identity.as_ref(), name)
+            .await?
+            .map(|d| d.id);
+        self.domains.insert(name.to_string(), d.clone());
+        Ok(d)
+    }
+
+    async fn user(
+        &mut self,
+        domain_id: &str,
+        name: &str,
+    ) -> std::result::Result<Option<String>, openstack::Error> {
+        let key = (domain_id.to_string(), name.to_string());
+        if let Some(u) = self.users.get(&key) {
+            return Ok(u.clone());
+        }
+        let u = self
+            .env
+            .cloud
+            .identity
+            .find_user(domain_id, name)
+            .await?
+            .map(|u| u.id);
+        self.users.insert(key, u.clone());
+        Ok(u)
+    }
+
+    async fn group(
+        &mut self,
+        domain_id: &str,
+        name: &str,
+    ) -> std::result::Result<Option<String>, openstack::Error> {
+        let key = (domain_id.to_string(), name.to_string());
+        if let Some(g) = self.groups.get(&key) {
+            return Ok(g.clone());
+        }
+        let g = self
+            .env
+            .cloud
+            .identity
+            .find_group(domain_id, name)
+            .await?
+            .map(|g| g.id);
+        self.groups.insert(key, g.clone());
+        Ok(g)
+    }
+}
+
+/// The resolved bindings: desired assignments, users not existing yet, problems, and whether
+/// every lookup gave a definite answer.
+struct Resolved {
+    desired: BTreeSet<(Actor, String)>,
+    pending: Vec<String>,
+    errors: Vec<ReconcileError>,
+    complete: bool,
+}
+
+/// Resolves role names and the bindings' users and groups. Users are granted their roles
+/// directly (no role reaches anyone through the shared project group; seed W6).
+async fn resolve_bindings(
+    lookups: &mut Lookups<'_, '_>,
+    spec: &OpenstackProjectSpec,
+    roles: &BTreeMap<String, String>,
+) -> Resolved {
+    let mut r = Resolved {
+        desired: BTreeSet::new(),
+        pending: Vec::new(),
+        errors: Vec::new(),
+        complete: true,
+    };
+    for (i, b) in spec.role_bindings.iter().flatten().enumerate() {
+        let p = format!("spec.roleBindings[{i}]");
+        let Some(role_id) = roles.get(&b.role) else {
+            r.errors.push(ReconcileError::DependencyMissing(format!(
+                "role {:?} in Keystone ({p}.role)",
+                b.role
+            )));
+            continue;
+        };
+        if let Some(users) = b.users.as_ref().filter(|u| !u.is_empty()) {
+            let dname = b.user_domain.as_deref().unwrap_or(&spec.domain);
+            match lookups.domain(dname).await {
+                Ok(Some(did)) => {
+                    for (j, u) in users.iter().enumerate() {
+                        match lookups.user(&did, u).await {
+                            Ok(Some(uid)) => {
+                                r.desired.insert((Actor::User(uid), role_id.clone()));
+                            }
+                            Ok(None) => {
+                                if !r.pending.contains(u) {
+                                    r.pending.push(u.clone());
+                                }
+                            }
+                            Err(e) => {
+                                r.complete = false;
+                                r.errors
+                                    .push(os(format!("{p}.users[{j}]: looking up user {u:?}"), e));
+                            }
+                        }
+                    }
+                }
+                Ok(None) => r.errors.push(ReconcileError::DependencyMissing(format!(
+                    "domain {dname:?} ({p}.userDomain)"
+                ))),
+                Err(e) => {
+                    r.complete = false;
+                    r.errors.push(os(
+                        format!("{p}.userDomain: looking up domain {dname:?}"),
+                        e,
+                    ));
+                }
+            }
+        }
+        if let Some(groups) = b.groups.as_ref().filter(|g| !g.is_empty()) {
+            let dname = b.group_domain.as_deref().unwrap_or(&spec.domain);
+            match lookups.domain(dname).await {
+                Ok(Some(did)) => {
+                    for (j, g) in groups.iter().enumerate() {
+                        match lookups.group(&did, g).await {
+                            Ok(Some(gid)) => {
+                                r.desired.insert((Actor::Group(gid), role_id.clone()));
+                            }
+                            Ok(None) => r.errors.push(ReconcileError::DependencyMissing(format!(
+                                "group {g:?} in domain {dname:?} ({p}.groups[{j}])"
+                            ))),
+                            Err(e) => {
+                                r.complete = false;
+                                r.errors.push(os(
+                                    format!("{p}.groups[{j}]: looking up group {g:?}"),
+                                    e,
+                                ));
+                            }
+                        }
+                    }
+                }
+                Ok(None) => r.errors.push(ReconcileError::DependencyMissing(format!(
+                    "domain {dname:?} ({p}.groupDomain)"
+                ))),
+                Err(e) => {
+                    r.complete = false;
+                    r.errors.push(os(
+                        format!("{p}.groupDomain: looking up domain {dname:?}"),
+                        e,
+                    ));
+                }
+            }
+        }
+    }
+    r
+}
+
+/// Global roles by name.
+async fn role_ids(env: &Env<'_>) -> Result<BTreeMap<String, String>> {
+    Ok(env
+        .cloud
+        .identity
+        .list_roles()
+        .await
+        .map_err(|e| os("listing Keystone roles", e))?
+        .into_iter()
+        .filter(|r| r.domain_id.is_none())
+        .map(|r| (r.name, r.id))
+        .collect())
+}
+
+fn managed_role_ids(config: &Config, roles: &BTreeMap<String, String>) -> BTreeSet<String> {
+    config
+        .allowed_roles
+        .iter()
+        .map(String::as_str)
+        .chain([GROUP_ROLE])
+        .filter_map(|n| roles.get(n).cloned())
+        .collect()
+}
+
+/// Grants the project group `member` and each binding's role to its users and groups;
+/// revokes what we manage and the spec no longer asks for. Users that do not exist yet go to
+/// `status.pendingUsers` and are granted on a later pass.
+pub(crate) async fn apply_assignments(
+    env: &Env<'_>,
+    spec: &OpenstackProjectSpec,
+    tenant: &Tenant,
+    status: &mut OpenstackProjectStatus,
+) -> AreaOutcome {
+    let mut out = AreaOutcome::default();
+    let roles = match role_ids(env).await {
+        Ok(r) => r,
+        Err(e) => {
+            out.errors.push(e);
+            return out;
+        }
+    };
+    let mut lookups = Lookups::new(env, spec, Some(&tenant.domain));
+    let mut resolved = resolve_bindings(&mut lookups, spec, &roles).await;
+    match roles.get(GROUP_ROLE) {
+        Some(member) => {
+            resolved
+                .desired
+                .insert((Actor::Group(tenant.group_id.clone()), member.clone()));
+        }
+        None => resolved
+            .errors
+            .push(ReconcileError::DependencyMissing(format!(
+                "role {GROUP_ROLE:?} in Keystone (granted to the project group {})",
+                tenant.group_name
+            ))),
+    }
+    status.pending_users = resolved.pending.clone();
+    let observed = match env
+        .cloud
+        .identity
+        .list_project_role_assignments(&tenant.project_id)
+        .await
+    {
+        Ok(a) => a,
+        Err(e) => {
+            resolved.errors.push(os("listing role assignments", e));
+            out.errors = resolved.errors;
+            return out;
+        }
+    };
+    let plan = plan_assignments(
+        &resolved.desired,
+        &observed,
+        &managed_role_ids(env.config, &roles),
+        resolved.complete,
+    );
+    let role_name = |id: &str| {
+        roles
+            .iter()
+            .find(|(_, v)| v.as_str() == id)
+            .map_or(id.to_string(), |(k, _)| k.clone())
+    };
+    for (actor, role) in &plan.grant {
+        match env
+            .cloud
+            .identity
+            .grant_project_role(&tenant.project_id, actor, role)
+            .await
+        {
+            Ok(()) => out.changed = true,
+            Err(e) => resolved.errors.push(os(
+                format!(
+                    "spec.roleBindings: granting {} to {actor:?}",
+                    role_name(role)
+                ),
+                e,
+            )),
+        }
+    }
+    for (actor, role) in &plan.revoke {
+        match env
+            .cloud
+            .identity
+            .revoke_project_role(&tenant.project_id, actor, role)
+            .await
+            .optional()
+        {
+            Ok(_) => out.changed = true,
+            Err(e) => resolved.errors.push(os(
+                format!(
+                    "spec.roleBindings: revoking {} from {actor:?}",
+                    role_name(role)
+                ),
+                e,
+            )),
+        }
+    }
+    if !status.pending_users.is_empty() {
+        out.detail = Some(format!(
+            "waiting for users to exist (granted once they log in): {}",
+            status.pending_users.join(", ")
+        ));
+    }
+    out.errors = resolved.errors;
+    out
+}
+
+/// Deletion (see [`super::cleanup_project`]).
+pub(crate) async fn cleanup(
+    env: &Env<'_>,
+    spec: &OpenstackProjectSpec,
+    status: &mut OpenstackProjectStatus,
+    federation: FederationInput,
+    events: &mut Vec<Note>,
+) -> Result<()> {
+    let identity = &env.cloud.identity;
+    let domain = domain_of(env, spec).await?;
+    // Without a recorded ID (crash right after the create) only a project carrying our
+    // marks is considered. A same-named project of someone else means the name, and with it
+    // the group and the mapping rule, is theirs: those are left alone.
+    let (project, name_taken) = match find_project(env, spec, status, domain.as_ref()).await? {
+        Some((p, FoundBy::RecordedId)) => (Some(p), false),
+        Some((p, FoundBy::Name)) if env.owner.classify_tags(&p.tags) == Ownership::Ours => {
+            (Some(p), false)
+        }
+        Some((_, FoundBy::Name)) => (None, true),
+        None => (None, false),
+    };
+    if status.project_id.is_none()
+        && let Some(p) = &project
+    {
+        status.project_id = Some(p.id.clone());
+    }
+    let adopted = status.adopted == Some(true)
+        || project
+            .as_ref()
+            .is_some_and(|p| p.tags.iter().any(|t| t == ADOPTED_TAG));
+    let mut failures: Vec<(&'static str, ReconcileError)> = Vec::new();
+
+    // Neutron objects are found through the project ID even when the Keystone project is
+    // already gone; only objects with our marks are deleted.
+    if let Some(pid) = status.project_id.clone() {
+        let mut n = super::networks::remove_all(env, &pid).await;
+        if let Some(e) = n.error() {
+            failures.push((super::NETWORKS_READY, e));
+        }
+        let mut s = super::security_groups::remove_all(env, &pid).await;
+        if let Some(e) = s.error() {
+            failures.push((super::SECURITY_GROUPS_READY, e));
+        }
+        // Keystone drops a deleted project's assignments; an adopted project stays, so the
+        // grants we made go explicitly.
+        if adopted && project.is_some() {
+            let mut r = release_assignments(env, spec, &pid, domain.as_ref(), status).await;
+            if let Some(e) = r.error() {
+                failures.push((super::ROLE_BINDINGS_READY, e));
+            }
+        }
+    }
+
+    let group_name = project_group_name(&spec.name);
+    match federation {
+        FederationInput::NotRequested => {}
+        _ if name_taken => {}
+        FederationInput::Settings(settings) => {
+            let domain_name = domain.as_ref().map(|d| d.name.clone()).unwrap_or_default();
+            let mut f = super::federation::remove(env, &settings, &domain_name, &group_name).await;
+            if let Some(e) = f.error() {
+                failures.push((super::FEDERATION_READY, e));
+            }
+        }
+        FederationInput::Unavailable(e) => {
+            // Keep the finalizer: a stale rule maps users into a group that no longer
+            // exists (seed W13/W14). Removing spec.federationRef lets deletion go on.
+            let e = match e {
+                ReconcileError::DependencyMissing(m) => ReconcileError::DependencyMissing(format!(
+                    "{m}, to remove this project's federation mapping rule (remove spec.federationRef to skip that)"
+                )),
+                other => other,
+            };
+            failures.push((super::FEDERATION_READY, e));
+        }
+    }
+    if let Some(e) = combine(failures) {
+        // The group and project go last, only when everything in them is gone.
+        return Err(e);
+    }
+
+    if name_taken {
+        // The group `<name>-users` serves the project that now holds the name (it finds a
+        // group by name and description, so it may share the one we recorded).
+    } else if let Some(did) = domain.as_ref().map(|d| d.id.clone()) {
+        if let Some((g, by)) = find_group(env, spec, status, &did).await?
+            && group_is_ours(&g, &spec.name, by)
+        {
+            identity
+                .delete_group(&g.id)
+                .await
+                .optional()
+                .map_err(|e| os(format!("deleting group {:?} ({})", g.name, g.id), e))?;
+        }
+    } else if let Some(gid) = &status.group_id
+        && let Some(g) = identity
+            .get_group(gid)
+            .await
+            .optional()
+            .map_err(|e| os(format!("reading group {gid}"), e))?
+        && group_is_ours(&g, &spec.name, FoundBy::RecordedId)
+    {
+        identity
+            .delete_group(&g.id)
+            .await
+            .optional()
+            .map_err(|e| os(format!("deleting group {:?} ({})", g.name, g.id), e))?;
+    }
+    status.group_id = None;
+
+    if let Some(p) = project
+        && env.owner.classify_tags(&p.tags) == Ownership::Ours
+    {
+        if adopted {
+            // It existed before us: only our marks go.
+            let tags: Vec<String> = strip_marks(&p.tags)
+                .into_iter()
+                .filter(|t| t != ADOPTED_TAG)
+                .collect();
+            identity
+                .update_project(
+                    &p.id,
+                    &ProjectUpdate {
+                        tags: Some(tags),
+                        ..Default::default()
+                    },
+                )
+                .await
+                .optional()
+                .map_err(|e| os(format!("releasing project {}", p.id), e))?;
+            events.push(Note::normal(
+                "Released",
+                "Delete",
+                format!(
+                    "left adopted Keystone project {} ({}) in place",
+                    p.name, p.id
+                ),
+            ));
+        } else {
+            identity
+                .delete_project(&p.id)
+                .await
+                .optional()
+                .map_err(|e| os(format!("deleting project {}", p.id), e))?;
+            events.push(Note::normal(
+                "Deleted",
+                "Delete",
+                format!("deleted Keystone project {} ({})", p.name, p.id),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Revokes the spec's user and group grants on an adopted project that stays behind.
+async fn release_assignments(
+    env: &Env<'_>,
+    spec: &OpenstackProjectSpec,
+    project_id: &str,
+    domain: Option<&Domain>,
+    status: &mut OpenstackProjectStatus,
+) -> AreaOutcome {
+    let mut out = AreaOutcome::default();
+    let roles = match role_ids(env).await {
+        Ok(r) => r,
+        Err(e) => {
+            out.errors.push(e);
+            return out;
+        }
+    };
+    let mut lookups = Lookups::new(env, spec, domain);
+    let resolved = resolve_bindings(&mut lookups, spec, &roles).await;
+    status.pending_users.clear();
+    let observed = match env
+        .cloud
+        .identity
+        .list_project_role_assignments(project_id)
+        .await
+    {
+        Ok(a) => a,
+        Err(e) => {
+            out.errors.push(os("listing role assignments", e));
+            return out;
+        }
+    };
+    let managed = managed_role_ids(env.config, &roles);
+    for a in observed {
+        let key = (a.actor.clone(), a.role_id.clone());
+        if resolved.desired.contains(&key) && managed.contains(&a.role_id) {
+            match env
+                .cloud
+                .identity
+                .revoke_project_role(project_id, &a.actor, &a.role_id)
+                .await
+                .optional()
+            {
+                Ok(_) => out.changed = true,
+                Err(e) => out.errors.push(os(
+                    format!("revoking role {} from {:?}", a.role_id, a.actor),
+                    e,
+                )),
+            }
+        }
+    }
+    // Lookup problems do not block deletion: what could not be resolved was never granted.
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use api::project::RoleBinding;
+
+    fn owner() -> Owner {
+        Owner {
+            cluster: "c".into(),
+            uid: "u".into(),
+        }
+    }
+
+    fn spec() -> OpenstackProjectSpec {
+        OpenstackProjectSpec {
+            name: "My_Project.example".into(),
+            description: "d".into(),
+            domain: "sso".into(),
+            enabled: true,
+            quotas: None,
+            networks: None,
+            security_groups: None,
+            role_bindings: None,
+            federation_ref: None,
+            adopt: false,
+        }
+    }
+
+    fn project(tags: Vec<String>) -> Project {
+        Project {
+            id: "p1".into(),
+            name: "My_Project.example".into(),
+            domain_id: "d1".into(),
+            description: "d".into(),
+            enabled: true,
+            tags,
+        }
+    }
+
+    #[test]
+    fn creates_project_with_marks() {
+        let cfg = Config::default();
+        let ProjectPlan::Create(req) =
+            plan_project(&spec(), None, "d1", &owner(), &cfg, false).unwrap()
+        else {
+            panic!()
+        };
+        assert_eq!(req.tags, owner().tags());
+        assert_eq!(req.domain_id, "d1");
+    }
+
+    #[test]
+    fn own_project_in_sync_plans_nothing() {
+        let cfg = Config::default();
+        let p = project(owner().tags());
+        let plan = plan_project(
+            &spec(),
+            Some((&p, FoundBy::RecordedId)),
+            "d1",
+            &owner(),
+            &cfg,
+            false,
+        )
+        .unwrap();
+        assert_eq!(
+            plan,
+            ProjectPlan::Existing {
+                id: "p1".into(),
+                update: ProjectUpdate::default(),
+                takeover: Takeover::None
+            }
+        );
+    }
+
+    #[test]
+    fn description_enabled_and_name_changes_are_applied() {
+        let cfg = Config::default();
+        let mut p = project(owner().tags());
+        p.description = "old".into();
+        p.enabled = false;
+        p.name = "old-name".into();
+        let ProjectPlan::Existing { update, .. } = plan_project(
+            &spec(),
+            Some((&p, FoundBy::RecordedId)),
+            "d1",
+            &owner(),
+            &cfg,
+            false,
+        )
+        .unwrap() else {
+            panic!()
+        };
+        assert_eq!(update.description.as_deref(), Some("d"));
+        assert_eq!(update.enabled, Some(true));
+        assert_eq!(update.name.as_deref(), Some("My_Project.example"));
+        assert_eq!(update.tags, None);
+    }
+
+    #[test]
+    fn domain_change_is_refused() {
+        let cfg = Config::default();
+        let p = project(owner().tags());
+        let e = plan_project(
+            &spec(),
+            Some((&p, FoundBy::RecordedId)),
+            "other",
+            &owner(),
+            &cfg,
+            false,
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("spec.domain"), "{e}");
+        assert!(e.to_string().contains("create a new resource"), "{e}");
+    }
+
+    #[test]
+    fn adoption_needs_spec_and_operator() {
+        let p = project(vec!["x".into()]);
+        let mut cfg = Config::default();
+        let e = plan_project(
+            &spec(),
+            Some((&p, FoundBy::Name)),
+            "d1",
+            &owner(),
+            &cfg,
+            false,
+        )
+        .unwrap_err();
+        assert!(matches!(e, ReconcileError::NotOwned(_)), "{e}");
+        let mut s = spec();
+        s.adopt = true;
+        let e =
+            plan_project(&s, Some((&p, FoundBy::Name)), "d1", &owner(), &cfg, false).unwrap_err();
+        assert!(matches!(e, ReconcileError::PolicyViolation(_)), "{e}");
+        assert!(e.to_string().contains("spec.adopt"), "{e}");
+        cfg.allow_project_adoption = true;
+        let ProjectPlan::Existing {
+            update, takeover, ..
+        } = plan_project(&s, Some((&p, FoundBy::Name)), "d1", &owner(), &cfg, false).unwrap()
+        else {
+            panic!()
+        };
+        assert_eq!(takeover, Takeover::Adopt);
+        let tags = update.tags.unwrap();
+        assert!(tags.contains(&"x".to_string()));
+        assert!(tags.contains(&ADOPTED_TAG.to_string()));
+        assert!(owner().tags().iter().all(|t| tags.contains(t)));
+    }
+
+    #[test]
+    fn other_owner_is_never_adopted() {
+        let cfg = Config {
+            allow_project_adoption: true,
+            ..Default::default()
+        };
+        let mut s = spec();
+        s.adopt = true;
+        let other = Owner {
+            cluster: "c".into(),
+            uid: "v".into(),
+        };
+        let p = project(other.tags());
+        let e =
+            plan_project(&s, Some((&p, FoundBy::Name)), "d1", &owner(), &cfg, false).unwrap_err();
+        assert!(matches!(e, ReconcileError::NotOwned(_)));
+        let remote = Owner {
+            cluster: "c2".into(),
+            uid: "u".into(),
+        };
+        let p = project(remote.tags());
+        assert!(plan_project(&s, Some((&p, FoundBy::Name)), "d1", &owner(), &cfg, false).is_err());
+    }
+
+    #[test]
+    fn legacy_project_taken_over_only_through_recorded_id() {
+        let cfg = Config {
+            adopt_legacy: true,
+            ..Default::default()
+        };
+        let p = project(vec![api::naming::MANAGED_TAG.into()]);
+        let ProjectPlan::Existing { takeover, .. } = plan_project(
+            &spec(),
+            Some((&p, FoundBy::RecordedId)),
+            "d1",
+            &owner(),
+            &cfg,
+            false,
+        )
+        .unwrap() else {
+            panic!()
+        };
+        assert_eq!(takeover, Takeover::Legacy);
+        // Another namespace naming a seed project cannot claim it by name.
+        assert!(
+            plan_project(
+                &spec(),
+                Some((&p, FoundBy::Name)),
+                "d1",
+                &owner(),
+                &cfg,
+                false
+            )
+            .is_err()
+        );
+    }
+
+    #[test]
+    fn group_ownership_by_description() {
+        let ours = Group {
+            id: "g".into(),
+            name: "my-project-example-users".into(),
+            domain_id: "d1".into(),
+            description: project_group_description("My_Project.example"),
+        };
+        assert_eq!(
+            plan_group("My_Project.example", Some((&ours, FoundBy::Name)), "d1").unwrap(),
+            GroupPlan::Existing {
+                id: "g".into(),
+                update: GroupUpdate::default()
+            }
+        );
+        // `my.project.example` sanitizes to the same group name: not ours (seed W12).
+        let e = plan_group("my.project.example", Some((&ours, FoundBy::Name)), "d1").unwrap_err();
+        assert!(e.to_string().contains("another project"), "{e}");
+        let mut foreign = ours.clone();
+        foreign.description = "made by hand".into();
+        assert!(plan_group("My_Project.example", Some((&foreign, FoundBy::Name)), "d1").is_err());
+        // After a project rename the recorded group is renamed with it.
+        let GroupPlan::Existing { update, .. } =
+            plan_group("renamed", Some((&ours, FoundBy::RecordedId)), "d1").unwrap()
+        else {
+            panic!()
+        };
+        assert_eq!(update.name.as_deref(), Some("renamed-users"));
+        assert_eq!(
+            update.description,
+            Some(project_group_description("renamed"))
+        );
+    }
+
+    fn ra(actor: Actor, role: &str) -> RoleAssignment {
+        RoleAssignment {
+            role_id: role.into(),
+            role_name: None,
+            project_id: "p".into(),
+            actor,
+        }
+    }
+
+    #[test]
+    fn assignments_are_a_set_within_managed_roles() {
+        let desired: BTreeSet<(Actor, String)> = [
+            (Actor::Group("pg".into()), "member".into()),
+            (Actor::User("alice".into()), "member".into()),
+            (Actor::User("carol".into()), "reader".into()),
+        ]
+        .into();
+        let observed = vec![
+            ra(Actor::Group("pg".into()), "member"),
+            // the seed's W6 leak: every binding's role on the shared group
+            ra(Actor::Group("pg".into()), "reader"),
+            ra(Actor::User("alice".into()), "member"),
+            ra(Actor::User("bob".into()), "member"),
+            // not a role we manage: left alone
+            ra(Actor::User("svc".into()), "admin"),
+        ];
+        let managed: BTreeSet<String> = ["member".into(), "reader".into()].into();
+        let plan = plan_assignments(&desired, &observed, &managed, true);
+        assert_eq!(
+            plan.grant,
+            vec![(Actor::User("carol".into()), "reader".into())]
+        );
+        assert_eq!(
+            plan.revoke,
+            vec![
+                (Actor::User("bob".into()), "member".into()),
+                (Actor::Group("pg".into()), "reader".into()),
+            ]
+        );
+        let cautious = plan_assignments(&desired, &observed, &managed, false);
+        assert!(cautious.revoke.is_empty());
+    }
+
+    #[test]
+    fn federation_users_in_first_appearance_order() {
+        let mut s = spec();
+        s.role_bindings = Some(vec![
+            RoleBinding {
+                role: "member".into(),
+                users: Some(vec!["b".into(), "a".into()]),
+                groups: None,
+                user_domain: None,
+                group_domain: None,
+            },
+            RoleBinding {
+                role: "reader".into(),
+                users: Some(vec!["a".into(), "c".into()]),
+                groups: None,
+                user_domain: None,
+                group_domain: None,
+            },
+        ]);
+        assert_eq!(federation_users(&s), vec!["b", "a", "c"]);
+    }
+}

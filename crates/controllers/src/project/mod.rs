@@ -1,0 +1,759 @@
+//! OpenstackProject: a whole tenant. The Keystone project and its user group, quotas, tenant
+//! networks with routers, security groups, role bindings and the federation mapping rule.
+//!
+//! Every area is a pure planner (desired vs. observed → steps, in its own module) plus a small
+//! executor. [`reconcile_project`] and [`cleanup_project`] take the OpenStack port, the
+//! configuration and the already-read federation settings, so the whole reconcile runs in unit
+//! tests without Kubernetes; the [`Managed`] impl only reads the federation ConfigMap and
+//! publishes Events around them.
+//!
+//! Areas are independent once the project exists: a failing router does not stop security
+//! groups from converging. Every area runs, its condition is set, and the pass ends with the
+//! most urgent error (see [`combine`]) or `Ready` when all areas are.
+
+pub mod federation;
+pub mod identity;
+pub mod networks;
+pub mod quotas;
+pub mod security_groups;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Display;
+use std::sync::{Arc, Mutex};
+
+use api::common::set_condition;
+use api::{Condition, FieldError, OpenstackProject, OpenstackProjectSpec, OpenstackProjectStatus};
+use async_trait::async_trait;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::runtime::events::EventType;
+use kube::{Api, ResourceExt};
+use openstack::Cloud;
+use openstack::model::Domain;
+use openstack::{Identity, OptionalExt};
+use tracing::warn;
+
+use crate::context::{Config, Context};
+use crate::error::{ReconcileError, Result};
+use crate::framework::{Managed, Progress, now, owner_of, publish};
+use crate::ownership::Owner;
+
+/// Condition: the Keystone project and its user group match the spec (seed type).
+pub const PROJECT_READY: &str = "ProjectReady";
+/// Condition: quotas match `spec.quotas` (seed type).
+pub const QUOTAS_READY: &str = "QuotasReady";
+/// Condition: networks, subnets, routers match `spec.networks` (seed type).
+pub const NETWORKS_READY: &str = "NetworksReady";
+/// Condition: security groups and rules match `spec.securityGroups` (seed type).
+pub const SECURITY_GROUPS_READY: &str = "SecurityGroupsReady";
+/// Condition: role assignments match `spec.roleBindings` (extension).
+pub const ROLE_BINDINGS_READY: &str = "RoleBindingsReady";
+/// Condition: the identity provider, mapping rule and protocol are in place (seed type).
+pub const FEDERATION_READY: &str = "FederationReady";
+
+/// Per-key async locks, so concurrent reconciles never interleave a read-modify-write of one
+/// shared object (the federation mapping).
+pub trait LockProvider: Send + Sync {
+    /// The lock for `key`; the same key always yields the same lock.
+    fn lock_for(&self, key: &str) -> Arc<tokio::sync::Mutex<()>>;
+}
+
+impl LockProvider for Context {
+    fn lock_for(&self, key: &str) -> Arc<tokio::sync::Mutex<()>> {
+        Context::lock_for(self, key)
+    }
+}
+
+/// A process-local [`LockProvider`] (tests and tools without a [`Context`]).
+#[derive(Default)]
+pub struct LocalLocks(Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>);
+
+impl LockProvider for LocalLocks {
+    fn lock_for(&self, key: &str) -> Arc<tokio::sync::Mutex<()>> {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(key.to_string())
+            .or_default()
+            .clone()
+    }
+}
+
+/// Everything a project reconcile needs besides the object itself; no Kubernetes client.
+pub struct Env<'a> {
+    /// The OpenStack port.
+    pub cloud: &'a Cloud,
+    /// Operator configuration (allowed roles, adoption, federation namespaces).
+    pub config: &'a Config,
+    /// Ownership marks of this resource.
+    pub owner: Owner,
+    /// Locks for shared OpenStack objects.
+    pub locks: &'a dyn LockProvider,
+}
+
+/// An Event to publish about the object (collected so the reconcile itself needs no client).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Note {
+    /// Warning (true) or Normal.
+    pub warning: bool,
+    /// Event reason, e.g. `Created`.
+    pub reason: &'static str,
+    /// Event action, e.g. `Create`.
+    pub action: &'static str,
+    /// Human-readable text.
+    pub message: String,
+}
+
+impl Note {
+    /// A Normal event.
+    pub fn normal(reason: &'static str, action: &'static str, message: impl Into<String>) -> Self {
+        Note {
+            warning: false,
+            reason,
+            action,
+            message: message.into(),
+        }
+    }
+
+    /// A Warning event.
+    pub fn warning(reason: &'static str, action: &'static str, message: impl Into<String>) -> Self {
+        Note {
+            warning: true,
+            reason,
+            action,
+            message: message.into(),
+        }
+    }
+}
+
+/// The result of a pass plus the Events it wants published.
+#[derive(Debug)]
+pub struct Reconciled<T> {
+    /// What the framework gets back.
+    pub result: Result<T>,
+    /// Events to publish.
+    pub events: Vec<Note>,
+}
+
+/// The federation settings read from the ConfigMap named by `spec.federationRef`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FederationSettings {
+    /// `namespace/name` of the ConfigMap, for messages.
+    pub config_map: String,
+    /// `idp-name`: the identity provider ID.
+    pub idp: String,
+    /// `idp-remote-id`: the IdP's remote ID (OIDC issuer); empty = leave remote IDs alone.
+    pub remote_id: String,
+    /// `sso-domain`: the domain named in the mapping rule; `None` = the project's domain.
+    pub sso_domain: Option<String>,
+}
+
+/// What the Kubernetes side found for `spec.federationRef`.
+#[derive(Debug)]
+pub enum FederationInput {
+    /// `spec.federationRef` is not set.
+    NotRequested,
+    /// The settings are not usable: a `DependencyMissing` (ConfigMap or `idp-name` missing)
+    /// or a Kubernetes API error.
+    Unavailable(ReconcileError),
+    /// The settings.
+    Settings(FederationSettings),
+}
+
+/// Parses the federation ConfigMap's data (keys `idp-name`, `idp-remote-id`, `sso-domain`).
+/// A ConfigMap without `data` or without `idp-name` is a missing dependency, not a silent skip
+/// (seed W23).
+pub fn federation_from_data(
+    namespace: &str,
+    name: &str,
+    data: Option<&BTreeMap<String, String>>,
+) -> FederationInput {
+    let config_map = format!("{namespace}/{name}");
+    let get = |k: &str| {
+        data.and_then(|d| d.get(k))
+            .map(|v| v.trim().to_string())
+            .filter(|v| !v.is_empty())
+    };
+    let Some(idp) = get("idp-name") else {
+        return FederationInput::Unavailable(ReconcileError::DependencyMissing(format!(
+            "key idp-name in ConfigMap {config_map} (spec.federationRef)"
+        )));
+    };
+    FederationInput::Settings(FederationSettings {
+        config_map,
+        idp,
+        remote_id: get("idp-remote-id").unwrap_or_default(),
+        sso_domain: get("sso-domain"),
+    })
+}
+
+/// The namespace of the federation ConfigMap: `configMapNamespace` or the object's own.
+fn federation_namespace(spec: &OpenstackProjectSpec, own: &str) -> Option<String> {
+    spec.federation_ref.as_ref().map(|f| {
+        f.config_map_namespace
+            .clone()
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| own.to_string())
+    })
+}
+
+/// Whether the federation ConfigMap may be read: the object's own namespace, or one the
+/// operator allows.
+pub fn federation_namespace_allowed(
+    spec: &OpenstackProjectSpec,
+    namespace: &str,
+    config: &Config,
+) -> bool {
+    federation_namespace(spec, namespace)
+        .is_none_or(|ns| ns == namespace || config.federation_namespaces.contains(&ns))
+}
+
+/// The tenancy boundary (seed W7), checked before any OpenStack call: roles must be in the
+/// operator's allow-list and a federation ConfigMap outside the object's namespace must be in
+/// an allowed namespace.
+pub fn check_policy(
+    spec: &OpenstackProjectSpec,
+    namespace: &str,
+    config: &Config,
+) -> Result<(), ReconcileError> {
+    let mut problems = Vec::new();
+    for (i, b) in spec.role_bindings.iter().flatten().enumerate() {
+        if !config.allowed_roles.contains(&b.role) {
+            problems.push(format!(
+                "spec.roleBindings[{i}].role: role {:?} is not in the operator's allowed roles ({})",
+                b.role,
+                config
+                    .allowed_roles
+                    .iter()
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+    }
+    if !federation_namespace_allowed(spec, namespace, config) {
+        let ns = federation_namespace(spec, namespace).unwrap_or_default();
+        problems.push(format!(
+            "spec.federationRef.configMapNamespace: namespace {ns:?} is not allowed; use a ConfigMap in this object's namespace {namespace:?} or one the operator allows (--federation-namespace)"
+        ));
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(ReconcileError::PolicyViolation(problems.join("; ")))
+    }
+}
+
+/// A problem a planner found (comparable, so plans can be asserted in tests); it becomes a
+/// [`ReconcileError`] of the same class when reported.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Problem {
+    /// Something the spec refers to does not exist (yet).
+    Missing(String),
+    /// An object with the spec's name exists and is not ours.
+    NotOwned(String),
+}
+
+impl From<Problem> for ReconcileError {
+    fn from(p: Problem) -> Self {
+        match p {
+            Problem::Missing(m) => ReconcileError::DependencyMissing(m),
+            Problem::NotOwned(m) => ReconcileError::NotOwned(m),
+        }
+    }
+}
+
+impl Display for Problem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The same text the error shows, so tests see what users see.
+        write!(f, "{}", ReconcileError::from(self.clone()))
+    }
+}
+
+/// Adds context (the spec field and the operation) to an OpenStack error, keeping its class so
+/// retries and condition reasons stay right, and OpenStack's own message.
+pub fn os(context: impl Display, e: openstack::Error) -> ReconcileError {
+    ReconcileError::OpenStack(with_message(e, |m| format!("{context}: {m}")))
+}
+
+fn with_message(e: openstack::Error, f: impl FnOnce(&str) -> String) -> openstack::Error {
+    use openstack::Error as E;
+    match e {
+        E::NotFound { what } => E::NotFound { what: f(&what) },
+        E::Conflict { message } => E::Conflict {
+            message: f(&message),
+        },
+        E::BadRequest { message } => E::BadRequest {
+            message: f(&message),
+        },
+        E::Forbidden { message } => E::Forbidden {
+            message: f(&message),
+        },
+        E::Unauthorized { message } => E::Unauthorized {
+            message: f(&message),
+        },
+        E::Transient { message } => E::Transient {
+            message: f(&message),
+        },
+        E::Timeout { message } => E::Timeout {
+            message: f(&message),
+        },
+        E::Config { message } => E::Config {
+            message: f(&message),
+        },
+        E::Unexpected { message } => E::Unexpected {
+            message: f(&message),
+        },
+    }
+}
+
+/// How soon an error wants a retry; the most urgent error of a pass is the one reported.
+fn urgency(e: &ReconcileError) -> u8 {
+    match e {
+        e if e.is_transient() && !matches!(e, ReconcileError::DependencyMissing(_)) => 0,
+        ReconcileError::DependencyMissing(_) => 1,
+        ReconcileError::OpenStack(_) => 2,
+        ReconcileError::NotOwned(_) => 3,
+        ReconcileError::PolicyViolation(_) => 4,
+        ReconcileError::InvalidSpec(_) => 5,
+        ReconcileError::Kube(_) => 6,
+    }
+}
+
+/// Joins the errors of several areas into one: the most urgent error (so the framework retries
+/// as soon as that one needs) with the other failing areas named after it. Each area's own
+/// condition carries its full message.
+pub fn combine(mut failures: Vec<(&'static str, ReconcileError)>) -> Option<ReconcileError> {
+    if failures.is_empty() {
+        return None;
+    }
+    failures.sort_by_key(|(_, e)| urgency(e));
+    let others: Vec<&str> = failures.iter().skip(1).map(|(a, _)| *a).collect();
+    let (_, first) = failures.swap_remove(0);
+    if others.is_empty() {
+        return Some(first);
+    }
+    let suffix = format!(
+        " (also failing: {}; see their conditions)",
+        others.join(", ")
+    );
+    Some(match first {
+        ReconcileError::DependencyMissing(m) => ReconcileError::DependencyMissing(m + &suffix),
+        ReconcileError::NotOwned(m) => ReconcileError::NotOwned(m + &suffix),
+        ReconcileError::PolicyViolation(m) => ReconcileError::PolicyViolation(m + &suffix),
+        ReconcileError::OpenStack(e) => {
+            ReconcileError::OpenStack(with_message(e, |m| format!("{m}{suffix}")))
+        }
+        ReconcileError::InvalidSpec(mut v) => {
+            v.push(FieldError {
+                path: "spec".into(),
+                message: suffix.trim().to_string(),
+            });
+            ReconcileError::InvalidSpec(v)
+        }
+        e @ ReconcileError::Kube(_) => e,
+    })
+}
+
+/// What one area reports: its errors and whether it wrote anything.
+#[derive(Debug, Default)]
+pub struct AreaOutcome {
+    /// Failures, each naming the spec field it concerns.
+    pub errors: Vec<ReconcileError>,
+    /// Whether any OpenStack write happened.
+    pub changed: bool,
+    /// Extra detail for the condition message when the area is ready.
+    pub detail: Option<String>,
+}
+
+impl AreaOutcome {
+    /// The single error of the area (joined when several parts failed).
+    pub fn error(&mut self) -> Option<ReconcileError> {
+        let errs = std::mem::take(&mut self.errors);
+        if errs.len() <= 1 {
+            return errs.into_iter().next();
+        }
+        // Several failures inside one area: report the most urgent, with all messages.
+        let message = errs
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("; ");
+        let mut sorted = errs;
+        sorted.sort_by_key(urgency);
+        let first = sorted.swap_remove(0);
+        Some(match first {
+            ReconcileError::DependencyMissing(_) => ReconcileError::DependencyMissing(message),
+            ReconcileError::NotOwned(_) => ReconcileError::NotOwned(message),
+            ReconcileError::PolicyViolation(_) => ReconcileError::PolicyViolation(message),
+            ReconcileError::OpenStack(e) => {
+                ReconcileError::OpenStack(with_message(e, |_| message.clone()))
+            }
+            other => other,
+        })
+    }
+}
+
+/// Sets an area condition from its outcome (True: Created/Updated/InSync; False: the error's
+/// reason and message).
+fn set_area(
+    status: &mut OpenstackProjectStatus,
+    type_: &str,
+    generation: Option<i64>,
+    outcome: std::result::Result<(&str, String), &ReconcileError>,
+) {
+    let mut c = match outcome {
+        Ok((reason, message)) => Condition::new(type_, true, reason, message),
+        Err(e) => Condition::new(type_, false, e.reason(), e.to_string()),
+    };
+    c.observed_generation = generation;
+    set_condition(&mut status.conditions, c, &now());
+}
+
+fn drop_condition(status: &mut OpenstackProjectStatus, type_: &str) {
+    status.conditions.retain(|c| c.type_ != type_);
+}
+
+fn ready_reason(created: bool, changed: bool) -> &'static str {
+    if created {
+        "Created"
+    } else if changed {
+        "Updated"
+    } else {
+        "InSync"
+    }
+}
+
+/// Finds a domain by name, else by ID (`spec.domain` accepts both, as the seed's did).
+pub async fn resolve_domain(
+    identity: &dyn Identity,
+    name_or_id: &str,
+) -> Result<Option<Domain>, openstack::Error> {
+    if let Some(d) = identity.find_domain(name_or_id).await? {
+        return Ok(Some(d));
+    }
+    identity.get_domain(name_or_id).await.optional()
+}
+
+/// One reconcile pass of a project: every area, then the roll-up. IDs are written into
+/// `status` as soon as they exist, also when the pass fails.
+pub async fn reconcile_project(
+    env: &Env<'_>,
+    obj: &OpenstackProject,
+    status: &mut OpenstackProjectStatus,
+    federation: FederationInput,
+) -> Reconciled<Progress> {
+    let mut events = Vec::new();
+    let result = run(env, obj, status, federation, &mut events).await;
+    Reconciled { result, events }
+}
+
+async fn run(
+    env: &Env<'_>,
+    obj: &OpenstackProject,
+    status: &mut OpenstackProjectStatus,
+    federation: FederationInput,
+    events: &mut Vec<Note>,
+) -> Result<Progress> {
+    let spec = &obj.spec;
+    let generation = obj.metadata.generation;
+    // Policy first: a violation touches nothing in OpenStack, not even a read.
+    check_policy(spec, &obj.namespace().unwrap_or_default(), env.config)?;
+
+    let ident = match identity::apply(env, spec, status, events).await {
+        Ok(i) => i,
+        Err(e) => {
+            set_area(status, PROJECT_READY, generation, Err(&e));
+            return Err(e);
+        }
+    };
+    let mut failures: Vec<(&'static str, ReconcileError)> = Vec::new();
+    let mut changed = ident.changed;
+
+    // Role assignments always run: the project group's `member` grant is the seed's, and
+    // removing every binding must revoke what earlier bindings granted.
+    let mut rb = identity::apply_assignments(env, spec, &ident, status).await;
+    changed |= rb.changed;
+    let rb_area = if spec.role_bindings.is_some() {
+        ROLE_BINDINGS_READY
+    } else {
+        drop_condition(status, ROLE_BINDINGS_READY);
+        PROJECT_READY
+    };
+    let rb_err = rb.error();
+    if spec.role_bindings.is_some() {
+        let msg = match &rb.detail {
+            Some(d) => format!("role assignments match spec.roleBindings; {d}"),
+            None => "role assignments match spec.roleBindings".to_string(),
+        };
+        // Users that have not logged in yet are normal with federation; they are granted
+        // on a later pass and do not hold the project back.
+        let reason = if status.pending_users.is_empty() {
+            ready_reason(false, rb.changed)
+        } else {
+            "UsersPending"
+        };
+        set_area(
+            status,
+            ROLE_BINDINGS_READY,
+            generation,
+            rb_err.as_ref().map_or(Ok((reason, msg)), Err),
+        );
+    }
+    match &rb_err {
+        Some(e) if rb_area == PROJECT_READY => {
+            set_area(status, PROJECT_READY, generation, Err(e));
+        }
+        _ => set_area(
+            status,
+            PROJECT_READY,
+            generation,
+            Ok((
+                ready_reason(ident.created, ident.changed),
+                format!(
+                    "project {} and group {} ({}) in domain {}",
+                    ident.project_id, ident.group_name, ident.group_id, ident.domain.name
+                ),
+            )),
+        ),
+    }
+    if let Some(e) = rb_err {
+        failures.push((rb_area, e));
+    }
+
+    // Quotas.
+    match &spec.quotas {
+        Some(q) => {
+            let mut out = quotas::apply(env, q, &ident.project_id, status).await;
+            changed |= out.changed;
+            let err = out.error();
+            let ok = (
+                ready_reason(false, out.changed),
+                "quotas match spec.quotas".to_string(),
+            );
+            set_area(
+                status,
+                QUOTAS_READY,
+                generation,
+                err.as_ref().map_or(Ok(ok), Err),
+            );
+            if let Some(e) = err {
+                failures.push((QUOTAS_READY, e));
+            }
+        }
+        None => {
+            drop_condition(status, QUOTAS_READY);
+            status.quota_usage.clear();
+        }
+    }
+
+    // Networks: also run when the section was removed but objects are still recorded, so
+    // removing `spec.networks` deletes what we created.
+    if spec.networks.is_some() || !status.networks.is_empty() {
+        let mut out = networks::apply(env, spec, &ident.project_id, status).await;
+        changed |= out.changed;
+        let err = out.error();
+        if spec.networks.is_some() {
+            let ok = (
+                ready_reason(false, out.changed),
+                "networks, subnets and routers match spec.networks".to_string(),
+            );
+            set_area(
+                status,
+                NETWORKS_READY,
+                generation,
+                err.as_ref().map_or(Ok(ok), Err),
+            );
+        } else {
+            drop_condition(status, NETWORKS_READY);
+        }
+        if let Some(e) = err {
+            failures.push((NETWORKS_READY, e));
+        }
+    } else {
+        drop_condition(status, NETWORKS_READY);
+    }
+
+    // Security groups, likewise.
+    if spec.security_groups.is_some() || !status.security_groups.is_empty() {
+        let mut out = security_groups::apply(env, spec, &ident.project_id, status).await;
+        changed |= out.changed;
+        let err = out.error();
+        if spec.security_groups.is_some() {
+            let ok = (
+                ready_reason(false, out.changed),
+                "security groups and rules match spec.securityGroups".to_string(),
+            );
+            set_area(
+                status,
+                SECURITY_GROUPS_READY,
+                generation,
+                err.as_ref().map_or(Ok(ok), Err),
+            );
+        } else {
+            drop_condition(status, SECURITY_GROUPS_READY);
+        }
+        if let Some(e) = err {
+            failures.push((SECURITY_GROUPS_READY, e));
+        }
+    } else {
+        drop_condition(status, SECURITY_GROUPS_READY);
+    }
+
+    // Federation.
+    match federation {
+        FederationInput::NotRequested => drop_condition(status, FEDERATION_READY),
+        FederationInput::Unavailable(e) => {
+            set_area(status, FEDERATION_READY, generation, Err(&e));
+            failures.push((FEDERATION_READY, e));
+        }
+        FederationInput::Settings(settings) => {
+            let users = identity::federation_users(spec);
+            let mut out = federation::apply(
+                env,
+                &settings,
+                &ident.domain.name,
+                &ident.group_name,
+                ident.previous_group_name.as_deref(),
+                &users,
+                events,
+            )
+            .await;
+            changed |= out.changed;
+            let err = out.error();
+            let ok = (
+                ready_reason(false, out.changed),
+                out.detail.clone().unwrap_or_default(),
+            );
+            set_area(
+                status,
+                FEDERATION_READY,
+                generation,
+                err.as_ref().map_or(Ok(ok), Err),
+            );
+            if let Some(e) = err {
+                failures.push((FEDERATION_READY, e));
+            }
+        }
+    }
+
+    match combine(failures) {
+        Some(e) => Err(e),
+        None => Ok(Progress::ready(
+            ready_reason(ident.created, changed),
+            format!("project {} matches the spec", ident.project_id),
+        )),
+    }
+}
+
+/// Removes what the project owns in OpenStack, in reverse order of creation: router
+/// interfaces, routers, subnets, networks, security groups, role assignments (adopted
+/// projects), the federation rule, the group, the project. Only objects carrying our marks
+/// are deleted; what is already gone is fine; any failure keeps the finalizer (seed W14).
+pub async fn cleanup_project(
+    env: &Env<'_>,
+    obj: &OpenstackProject,
+    status: &mut OpenstackProjectStatus,
+    federation: FederationInput,
+) -> Reconciled<()> {
+    let mut events = Vec::new();
+    let result = identity::cleanup(env, &obj.spec, status, federation, &mut events).await;
+    Reconciled { result, events }
+}
+
+/// Reads the federation ConfigMap (from the object's own namespace unless an allowed
+/// `configMapNamespace` is given).
+async fn read_federation(ctx: &Context, obj: &OpenstackProject) -> FederationInput {
+    let Some(fref) = &obj.spec.federation_ref else {
+        return FederationInput::NotRequested;
+    };
+    let own = obj.namespace().unwrap_or_default();
+    let ns = federation_namespace(&obj.spec, &own).unwrap_or(own);
+    let Some(name) = fref.config_map_name.as_deref().filter(|n| !n.is_empty()) else {
+        return FederationInput::Unavailable(ReconcileError::invalid(
+            "spec.federationRef.configMapName",
+            "is required when federationRef is given",
+        ));
+    };
+    let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ns);
+    match api.get_opt(name).await {
+        Ok(Some(cm)) => federation_from_data(&ns, name, cm.data.as_ref()),
+        Ok(None) => FederationInput::Unavailable(ReconcileError::DependencyMissing(format!(
+            "ConfigMap {ns}/{name} (spec.federationRef.configMapName)"
+        ))),
+        Err(e) => FederationInput::Unavailable(ReconcileError::Kube(e)),
+    }
+}
+
+async fn publish_all(ctx: &Context, obj: &OpenstackProject, notes: Vec<Note>) {
+    for n in notes {
+        let t = if n.warning {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        };
+        publish(ctx, obj, t, n.reason, n.action, n.message).await;
+    }
+}
+
+#[async_trait]
+impl Managed for OpenstackProject {
+    type Status = OpenstackProjectStatus;
+    // The framework writes READY_CONDITION and `Ready` from the pass's outcome. The seed's
+    // `ProjectReady` means "project and group exist" (and stays True while, say, a router
+    // fails), so it is set per area here; the roll-up is `Ready` alone.
+    const READY_CONDITION: &'static str = "Ready";
+
+    fn status(&self) -> Option<&Self::Status> {
+        self.status.as_ref()
+    }
+
+    fn api(client: kube::Client, obj: &Self) -> Api<Self> {
+        Api::namespaced(client, &obj.namespace().unwrap_or_default())
+    }
+
+    fn validate(&self) -> Vec<FieldError> {
+        api::validation::object_errors(self, &self.spec)
+    }
+
+    async fn apply(&self, ctx: &Context, status: &mut Self::Status) -> Result<Progress> {
+        // Before reading a ConfigMap from another namespace.
+        check_policy(
+            &self.spec,
+            &self.namespace().unwrap_or_default(),
+            &ctx.config,
+        )?;
+        let federation = read_federation(ctx, self).await;
+        let env = Env {
+            cloud: &ctx.cloud,
+            config: &ctx.config,
+            owner: owner_of(self, ctx),
+            locks: ctx,
+        };
+        let out = reconcile_project(&env, self, status, federation).await;
+        publish_all(ctx, self, out.events).await;
+        out.result
+    }
+
+    async fn cleanup(&self, ctx: &Context, status: &mut Self::Status) -> Result<()> {
+        let own = self.namespace().unwrap_or_default();
+        let federation = if federation_namespace_allowed(&self.spec, &own, &ctx.config) {
+            read_federation(ctx, self).await
+        } else {
+            // A ConfigMap we may not read never produced a rule; nothing to remove.
+            warn!("federation ConfigMap namespace not allowed; skipping the mapping rule");
+            FederationInput::NotRequested
+        };
+        let env = Env {
+            cloud: &ctx.cloud,
+            config: &ctx.config,
+            owner: owner_of(self, ctx),
+            locks: ctx,
+        };
+        let out = cleanup_project(&env, self, status, federation).await;
+        publish_all(ctx, self, out.events).await;
+        out.result
+    }
+}

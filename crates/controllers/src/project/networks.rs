@@ -1,0 +1,1129 @@
+//! Tenant networks: per spec entry a network `<name>`, a subnet `<name>-subnet` and, when
+//! asked, a router `<name>-router` with its external gateway and an interface on the subnet.
+//! Changes are made in place (DHCP, DNS, gateway, SNAT; seed W4, W21); a CIDR change, which
+//! Neutron cannot make, replaces the subnet. Objects of ours that the spec no longer names are
+//! swept: interfaces, routers, subnets, networks, in that order.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use api::naming::{router_name, subnet_name};
+use api::project::{NetworkStatus, ProjectNetwork};
+use api::validation::parse_ipv4_cidr;
+use api::{OpenstackProjectSpec, OpenstackProjectStatus};
+use openstack::OptionalExt;
+use openstack::model::{
+    ExternalGateway, ExternalGatewayRequest, GatewayIp, Network, NetworkCreate, NetworkFilter,
+    Router, RouterCreate, RouterFilter, RouterPort, RouterUpdate, Subnet, SubnetCreate,
+    SubnetFilter, SubnetUpdate, TaggedResource,
+};
+
+use super::{AreaOutcome, Env, Problem, os};
+use crate::domain::merge_marks;
+use crate::error::ReconcileError;
+use crate::ownership::{Owner, Ownership, may_take_over};
+
+/// What exists in the project (one list per kind) plus the external networks.
+#[derive(Clone, Debug, Default)]
+pub struct Observed {
+    /// The project's networks.
+    pub networks: Vec<Network>,
+    /// The project's subnets.
+    pub subnets: Vec<Subnet>,
+    /// The project's routers.
+    pub routers: Vec<Router>,
+    /// Interface ports by router ID, for the routers we may touch.
+    pub interfaces: BTreeMap<String, Vec<RouterPort>>,
+    /// Networks with `router:external` (listed only when a gateway is asked for).
+    pub external: Vec<Network>,
+}
+
+/// Our marks and what we may take over.
+#[derive(Clone, Copy, Debug)]
+pub struct Marks<'a> {
+    /// Who we are.
+    pub owner: &'a Owner,
+    /// `spec.adopt`: unmarked objects with the spec's names may be taken over.
+    pub adopt: bool,
+    /// Objects with only the seed's tag may be taken over.
+    pub adopt_legacy: bool,
+}
+
+impl Marks<'_> {
+    /// Whether an object carries this resource's marks.
+    pub fn ours(&self, tags: &[String]) -> bool {
+        self.owner.classify_tags(tags) == Ownership::Ours
+    }
+
+    /// May an existing object be used? `Ok(Some(tags))` = take it over by setting these tags.
+    pub fn claim(
+        &self,
+        tags: &[String],
+        path: &str,
+        what: &str,
+    ) -> Result<Option<Vec<String>>, Problem> {
+        let ownership = self.owner.classify_tags(tags);
+        match may_take_over(&ownership, self.adopt, self.adopt_legacy, what) {
+            Ok(false) => Ok(None),
+            Ok(true) => Ok(Some(merge_marks(tags, self.owner))),
+            Err(m) => Err(Problem::NotOwned(format!("{path}: {m}"))),
+        }
+    }
+}
+
+/// Of the candidates with the wanted name, ours first, else the first one.
+fn pick<'o, T>(
+    items: impl Iterator<Item = &'o T>,
+    tags: impl Fn(&T) -> &[String],
+    marks: &Marks<'_>,
+) -> Option<&'o T> {
+    let all: Vec<&T> = items.collect();
+    all.iter()
+        .find(|x| marks.ours(tags(x)))
+        .or_else(|| all.first())
+        .copied()
+}
+
+/// Use an existing object (setting our marks when taken over) or create one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Obj<C> {
+    /// Use it.
+    Use {
+        /// Its ID.
+        id: String,
+        /// Tags to set when taking it over.
+        retag: Option<Vec<String>>,
+    },
+    /// Create it.
+    Create(C),
+}
+
+/// What to do about an entry's subnet.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SubnetStep {
+    /// Use it, updating DHCP/DNS when they differ.
+    Use {
+        /// Subnet ID.
+        id: String,
+        /// Tags to set when taking it over.
+        retag: Option<Vec<String>>,
+        /// Changes, if any.
+        update: Option<SubnetUpdate>,
+    },
+    /// Create it (`network_id` is filled in once the network exists).
+    Create(SubnetCreate),
+    /// The CIDR changed: detach it from these routers, delete it, create the new one.
+    Replace {
+        /// The subnet to delete.
+        old: String,
+        /// Routers with an interface on it.
+        detach: Vec<String>,
+        /// The new subnet.
+        create: SubnetCreate,
+    },
+}
+
+/// What to do about an entry's router.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RouterStep {
+    /// No router is asked for (an existing one of ours is swept).
+    Absent,
+    /// Asked for but blocked (external network missing, not ours): leave it as it is.
+    Hold(Option<String>),
+    /// Use it, updating the gateway when it differs.
+    Use {
+        /// Router ID.
+        id: String,
+        /// Tags to set when taking it over.
+        retag: Option<Vec<String>>,
+        /// Gateway change, if any.
+        update: Option<RouterUpdate>,
+    },
+    /// Create it.
+    Create(RouterCreate),
+}
+
+/// The plan of one `spec.networks[i]` entry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EntryPlan {
+    /// Index in `spec.networks`.
+    pub index: usize,
+    /// Network name.
+    pub name: String,
+    /// The network; `None` = blocked (see `errors`).
+    pub network: Option<Obj<NetworkCreate>>,
+    /// The subnet; `None` = blocked.
+    pub subnet: Option<SubnetStep>,
+    /// The router.
+    pub router: RouterStep,
+    /// Attach the subnet to the router.
+    pub attach: bool,
+    /// Problems of this entry (the other entries go on).
+    pub errors: Vec<Problem>,
+}
+
+/// The CIDR Neutron stores for a spec CIDR (host bits cleared).
+pub fn normalize_cidr(cidr: &str) -> String {
+    parse_ipv4_cidr(cidr).map_or_else(|| cidr.to_string(), |n| n.trunc().to_string())
+}
+
+fn on_subnet(port: &RouterPort, subnet_id: &str) -> bool {
+    port.fixed_ips
+        .iter()
+        .any(|f| f.subnet_id.as_deref() == Some(subnet_id))
+}
+
+/// The router update that brings `observed` to `desired`: `Some(None)` clears the gateway.
+/// SNAT is compared only when Neutron shows it (it is admin-visible).
+pub fn gateway_change(
+    observed: Option<&ExternalGateway>,
+    desired: Option<&ExternalGatewayRequest>,
+) -> Option<Option<ExternalGatewayRequest>> {
+    match (observed, desired) {
+        (None, None) => None,
+        (Some(_), None) => Some(None),
+        (None, Some(d)) => Some(Some(d.clone())),
+        (Some(o), Some(d)) => {
+            let snat_differs = o.enable_snat.is_some() && o.enable_snat != d.enable_snat;
+            (o.network_id != d.network_id || snat_differs).then(|| Some(d.clone()))
+        }
+    }
+}
+
+/// Plans one entry against what exists.
+pub fn plan_entry(
+    index: usize,
+    spec: &ProjectNetwork,
+    project_id: &str,
+    obs: &Observed,
+    marks: &Marks<'_>,
+) -> EntryPlan {
+    let path = format!("spec.networks[{index}]");
+    let mut plan = EntryPlan {
+        index,
+        name: spec.name.clone(),
+        network: None,
+        subnet: None,
+        router: RouterStep::Absent,
+        attach: false,
+        errors: Vec::new(),
+    };
+
+    let found = pick(
+        obs.networks.iter().filter(|n| n.name == spec.name),
+        |n| &n.tags,
+        marks,
+    );
+    let net_id = match found {
+        None => {
+            plan.network = Some(Obj::Create(NetworkCreate {
+                name: spec.name.clone(),
+                project_id: Some(project_id.to_string()),
+                tags: marks.owner.tags(),
+                ..Default::default()
+            }));
+            None
+        }
+        Some(n) => {
+            match marks.claim(
+                &n.tags,
+                &format!("{path}.name"),
+                &format!("network {:?} ({})", n.name, n.id),
+            ) {
+                Ok(retag) => {
+                    plan.network = Some(Obj::Use {
+                        id: n.id.clone(),
+                        retag,
+                    });
+                    Some(n.id.as_str())
+                }
+                Err(e) => {
+                    plan.errors.push(e);
+                    return plan;
+                }
+            }
+        }
+    };
+
+    let sname = subnet_name(&spec.name);
+    let dns = spec.dns_nameservers.clone().unwrap_or_default();
+    let create = SubnetCreate {
+        network_id: net_id.unwrap_or_default().to_string(),
+        name: sname.clone(),
+        ip_version: 4,
+        cidr: normalize_cidr(&spec.cidr),
+        gateway: GatewayIp::Default,
+        enable_dhcp: Some(spec.enable_dhcp),
+        dns_nameservers: dns.clone(),
+        project_id: Some(project_id.to_string()),
+        tags: marks.owner.tags(),
+        ..Default::default()
+    };
+    let found = net_id.and_then(|nid| {
+        pick(
+            obs.subnets
+                .iter()
+                .filter(|s| s.network_id == nid && s.name == sname),
+            |s| &s.tags,
+            marks,
+        )
+    });
+    // `None` = the subnet will be new (created or replaced).
+    let existing_subnet: Option<&str> = match found {
+        None => {
+            plan.subnet = Some(SubnetStep::Create(create));
+            None
+        }
+        Some(s) => {
+            let retag = match marks.claim(
+                &s.tags,
+                &format!("{path}.name"),
+                &format!("subnet {:?} ({})", s.name, s.id),
+            ) {
+                Ok(r) => r,
+                Err(e) => {
+                    plan.errors.push(e);
+                    return plan;
+                }
+            };
+            if normalize_cidr(&s.cidr) != normalize_cidr(&spec.cidr) {
+                // Neutron cannot change a subnet's CIDR.
+                plan.subnet = Some(SubnetStep::Replace {
+                    old: s.id.clone(),
+                    detach: obs
+                        .interfaces
+                        .iter()
+                        .filter(|(_, ports)| ports.iter().any(|p| on_subnet(p, &s.id)))
+                        .map(|(r, _)| r.clone())
+                        .collect(),
+                    create,
+                });
+                None
+            } else {
+                let update = SubnetUpdate {
+                    enable_dhcp: (s.enable_dhcp != spec.enable_dhcp).then_some(spec.enable_dhcp),
+                    dns_nameservers: (s.dns_nameservers != dns).then(|| dns.clone()),
+                    ..Default::default()
+                };
+                plan.subnet = Some(SubnetStep::Use {
+                    id: s.id.clone(),
+                    retag,
+                    update: (update != SubnetUpdate::default()).then_some(update),
+                });
+                Some(s.id.as_str())
+            }
+        }
+    };
+
+    let Some(want) = &spec.router else {
+        return plan;
+    };
+    let rname = router_name(&spec.name);
+    let found = pick(
+        obs.routers.iter().filter(|r| r.name == rname),
+        |r| &r.tags,
+        marks,
+    );
+    let gateway = match &want.external_network {
+        None => None,
+        Some(ext) => match obs.external.iter().find(|n| &n.name == ext) {
+            Some(n) => Some(ExternalGatewayRequest {
+                network_id: n.id.clone(),
+                enable_snat: Some(want.enable_snat),
+                external_fixed_ips: Vec::new(),
+            }),
+            None => {
+                plan.errors.push(Problem::Missing(format!(
+                    "external network {ext:?} ({path}.router.externalNetwork)"
+                )));
+                // Leave an existing router alone until the network shows up.
+                plan.router =
+                    RouterStep::Hold(found.filter(|r| marks.ours(&r.tags)).map(|r| r.id.clone()));
+                return plan;
+            }
+        },
+    };
+    match found {
+        None => {
+            plan.router = RouterStep::Create(RouterCreate {
+                name: rname,
+                description: None,
+                project_id: Some(project_id.to_string()),
+                external_gateway: gateway,
+                tags: marks.owner.tags(),
+            });
+            plan.attach = true;
+        }
+        Some(r) => match marks.claim(
+            &r.tags,
+            &format!("{path}.router"),
+            &format!("router {:?} ({})", r.name, r.id),
+        ) {
+            Ok(retag) => {
+                let update =
+                    gateway_change(r.external_gateway.as_ref(), gateway.as_ref()).map(|g| {
+                        RouterUpdate {
+                            external_gateway: Some(g),
+                            ..Default::default()
+                        }
+                    });
+                plan.attach = existing_subnet.is_none_or(|sid| {
+                    !obs.interfaces
+                        .get(&r.id)
+                        .is_some_and(|ports| ports.iter().any(|p| on_subnet(p, sid)))
+                });
+                plan.router = RouterStep::Use {
+                    id: r.id.clone(),
+                    retag,
+                    update,
+                };
+            }
+            Err(e) => {
+                plan.errors.push(e);
+                plan.router = RouterStep::Hold(None);
+            }
+        },
+    }
+    plan
+}
+
+/// IDs of existing objects the plans use (everything else of ours is swept).
+pub fn kept(plans: &[EntryPlan]) -> BTreeSet<String> {
+    let mut keep = BTreeSet::new();
+    for p in plans {
+        if let Some(Obj::Use { id, .. }) = &p.network {
+            keep.insert(id.clone());
+        }
+        match &p.subnet {
+            Some(SubnetStep::Use { id, .. }) => {
+                keep.insert(id.clone());
+            }
+            // The entry deletes it itself, after detaching.
+            Some(SubnetStep::Replace { old, .. }) => {
+                keep.insert(old.clone());
+            }
+            _ => {}
+        }
+        match &p.router {
+            RouterStep::Use { id, .. } | RouterStep::Hold(Some(id)) => {
+                keep.insert(id.clone());
+            }
+            _ => {}
+        }
+    }
+    keep
+}
+
+/// Deletions of our objects that no entry uses.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Sweep {
+    /// (router, subnet) interfaces to remove.
+    pub detach: Vec<(String, String)>,
+    /// Routers to delete.
+    pub routers: Vec<String>,
+    /// Subnets to delete.
+    pub subnets: Vec<String>,
+    /// Networks to delete.
+    pub networks: Vec<String>,
+    /// Objects left in place and why.
+    pub errors: Vec<Problem>,
+}
+
+/// Plans the sweep: only objects carrying this resource's marks; a network of ours that
+/// carries someone else's subnet stays (deleting it would delete their subnet).
+pub fn plan_sweep(obs: &Observed, keep: &BTreeSet<String>, owner: &Owner) -> Sweep {
+    let ours = |tags: &[String]| owner.classify_tags(tags) == Ownership::Ours;
+    let mut sweep = Sweep::default();
+    for r in obs
+        .routers
+        .iter()
+        .filter(|r| ours(&r.tags) && !keep.contains(&r.id))
+    {
+        for port in obs.interfaces.get(&r.id).into_iter().flatten() {
+            for sid in port.fixed_ips.iter().filter_map(|f| f.subnet_id.as_ref()) {
+                let pair = (r.id.clone(), sid.clone());
+                if !sweep.detach.contains(&pair) {
+                    sweep.detach.push(pair);
+                }
+            }
+        }
+        sweep.routers.push(r.id.clone());
+    }
+    for s in obs
+        .subnets
+        .iter()
+        .filter(|s| ours(&s.tags) && !keep.contains(&s.id))
+    {
+        for (rid, ports) in &obs.interfaces {
+            let pair = (rid.clone(), s.id.clone());
+            if ports.iter().any(|p| on_subnet(p, &s.id)) && !sweep.detach.contains(&pair) {
+                sweep.detach.push(pair);
+            }
+        }
+        sweep.subnets.push(s.id.clone());
+    }
+    for n in obs
+        .networks
+        .iter()
+        .filter(|n| ours(&n.tags) && !keep.contains(&n.id))
+    {
+        let foreign: Vec<&str> = obs
+            .subnets
+            .iter()
+            .filter(|s| s.network_id == n.id && !ours(&s.tags))
+            .map(|s| s.name.as_str())
+            .collect();
+        if foreign.is_empty() {
+            sweep.networks.push(n.id.clone());
+        } else {
+            sweep.errors.push(Problem::NotOwned(format!(
+                "network {:?} ({}) is no longer in spec.networks but carries subnets this resource does not own ({}); left in place",
+                n.name,
+                n.id,
+                foreign.join(", ")
+            )));
+        }
+    }
+    sweep
+}
+
+// ---------------------------------------------------------------------------------------
+// Executors
+// ---------------------------------------------------------------------------------------
+
+/// Lists what the project has: one call per kind, plus the interfaces of the routers we may
+/// touch (ours, or named like a spec router) and, when a gateway is asked for, the external
+/// networks.
+async fn observe(
+    env: &Env<'_>,
+    project_id: &str,
+    entries: &[ProjectNetwork],
+) -> Result<Observed, ReconcileError> {
+    let net = &env.cloud.network;
+    let networks = net
+        .list_networks(&NetworkFilter {
+            project_id: Some(project_id.to_string()),
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| os("listing the project's networks", e))?;
+    let subnets = net
+        .list_subnets(&SubnetFilter {
+            project_id: Some(project_id.to_string()),
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| os("listing the project's subnets", e))?;
+    let routers = net
+        .list_routers(&RouterFilter {
+            project_id: Some(project_id.to_string()),
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| os("listing the project's routers", e))?;
+    let wanted: BTreeSet<String> = entries
+        .iter()
+        .filter(|n| n.router.is_some())
+        .map(|n| router_name(&n.name))
+        .collect();
+    let mut interfaces = BTreeMap::new();
+    for r in &routers {
+        if env.owner.classify_tags(&r.tags) == Ownership::Ours || wanted.contains(&r.name) {
+            let ports = net
+                .list_router_interfaces(&r.id)
+                .await
+                .map_err(|e| os(format!("listing interfaces of router {}", r.id), e))?;
+            interfaces.insert(r.id.clone(), ports);
+        }
+    }
+    let need_external = entries.iter().any(|n| {
+        n.router
+            .as_ref()
+            .is_some_and(|r| r.external_network.is_some())
+    });
+    let external = if need_external {
+        net.list_networks(&NetworkFilter {
+            external: Some(true),
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| os("listing external networks", e))?
+    } else {
+        Vec::new()
+    };
+    Ok(Observed {
+        networks,
+        subnets,
+        routers,
+        interfaces,
+        external,
+    })
+}
+
+async fn retag(
+    env: &Env<'_>,
+    kind: TaggedResource,
+    id: &str,
+    tags: Option<Vec<String>>,
+    path: &str,
+    out: &mut AreaOutcome,
+) {
+    if let Some(tags) = tags {
+        match env.cloud.network.set_tags(kind, id, &tags).await {
+            Ok(()) => out.changed = true,
+            Err(e) => out
+                .errors
+                .push(os(format!("{path}: marking {} {id}", kind.collection()), e)),
+        }
+    }
+}
+
+/// Runs one entry's plan; stops the entry (only) at its first failure.
+async fn run_entry(env: &Env<'_>, plan: EntryPlan, out: &mut AreaOutcome) -> NetworkStatus {
+    let path = format!("spec.networks[{}]", plan.index);
+    let net = &env.cloud.network;
+    let mut st = NetworkStatus {
+        name: plan.name.clone(),
+        ..Default::default()
+    };
+    out.errors
+        .extend(plan.errors.into_iter().map(ReconcileError::from));
+
+    let network_id = match plan.network {
+        None => return st,
+        Some(Obj::Use { id, retag: tags }) => {
+            retag(env, TaggedResource::Network, &id, tags, &path, out).await;
+            id
+        }
+        Some(Obj::Create(req)) => match net.create_network(&req).await {
+            Ok(n) => {
+                out.changed = true;
+                n.id
+            }
+            Err(e) => {
+                out.errors
+                    .push(os(format!("{path}: creating network {:?}", req.name), e));
+                return st;
+            }
+        },
+    };
+    st.network_id = Some(network_id.clone());
+
+    let subnet_id = match plan.subnet {
+        None => return st,
+        Some(SubnetStep::Use {
+            id,
+            retag: tags,
+            update,
+        }) => {
+            retag(env, TaggedResource::Subnet, &id, tags, &path, out).await;
+            if let Some(u) = update {
+                match net.update_subnet(&id, &u).await {
+                    Ok(_) => out.changed = true,
+                    Err(e) => out
+                        .errors
+                        .push(os(format!("{path}: updating subnet {id} (DHCP/DNS)"), e)),
+                }
+            }
+            id
+        }
+        Some(SubnetStep::Create(mut req)) => {
+            req.network_id = network_id.clone();
+            match net.create_subnet(&req).await {
+                Ok(s) => {
+                    out.changed = true;
+                    s.id
+                }
+                Err(e) => {
+                    out.errors.push(os(
+                        format!("{path}.cidr: creating subnet {:?}", req.name),
+                        e,
+                    ));
+                    return st;
+                }
+            }
+        }
+        Some(SubnetStep::Replace {
+            old,
+            detach,
+            mut create,
+        }) => {
+            for r in &detach {
+                if let Err(e) = net.remove_router_interface(r, &old).await.optional() {
+                    out.errors.push(os(
+                        format!(
+                            "{path}.cidr: detaching subnet {old} from router {r} to replace it"
+                        ),
+                        e,
+                    ));
+                    st.subnet_id = Some(old);
+                    return st;
+                }
+                out.changed = true;
+            }
+            if let Err(e) = net.delete_subnet(&old).await.optional() {
+                out.errors.push(os(
+                    format!(
+                        "{path}.cidr: deleting subnet {old} to replace it with {}",
+                        create.cidr
+                    ),
+                    e,
+                ));
+                st.subnet_id = Some(old);
+                return st;
+            }
+            out.changed = true;
+            create.network_id = network_id.clone();
+            match net.create_subnet(&create).await {
+                Ok(s) => s.id,
+                Err(e) => {
+                    out.errors.push(os(
+                        format!("{path}.cidr: creating subnet {:?}", create.name),
+                        e,
+                    ));
+                    return st;
+                }
+            }
+        }
+    };
+    st.subnet_id = Some(subnet_id.clone());
+
+    let router_id = match plan.router {
+        RouterStep::Absent => return st,
+        RouterStep::Hold(id) => {
+            st.router_id = id;
+            return st;
+        }
+        RouterStep::Use {
+            id,
+            retag: tags,
+            update,
+        } => {
+            retag(env, TaggedResource::Router, &id, tags, &path, out).await;
+            if let Some(u) = update {
+                match net.update_router(&id, &u).await {
+                    Ok(_) => out.changed = true,
+                    Err(e) => out.errors.push(os(
+                        format!("{path}.router: updating the gateway of router {id}"),
+                        e,
+                    )),
+                }
+            }
+            id
+        }
+        RouterStep::Create(req) => match net.create_router(&req).await {
+            Ok(r) => {
+                out.changed = true;
+                r.id
+            }
+            Err(e) => {
+                out.errors.push(os(
+                    format!("{path}.router: creating router {:?}", req.name),
+                    e,
+                ));
+                return st;
+            }
+        },
+    };
+    st.router_id = Some(router_id.clone());
+    if plan.attach {
+        match net.add_router_interface(&router_id, &subnet_id).await {
+            Ok(_) => out.changed = true,
+            Err(e) => out.errors.push(os(
+                format!("{path}.router: attaching subnet {subnet_id} to router {router_id}"),
+                e,
+            )),
+        }
+    }
+    st
+}
+
+/// Runs a sweep; everything already gone is fine.
+async fn run_sweep(env: &Env<'_>, sweep: Sweep, out: &mut AreaOutcome) {
+    let net = &env.cloud.network;
+    out.errors
+        .extend(sweep.errors.into_iter().map(ReconcileError::from));
+    for (r, s) in &sweep.detach {
+        match net.remove_router_interface(r, s).await.optional() {
+            Ok(_) => out.changed = true,
+            Err(e) => out.errors.push(os(
+                format!("removing the interface of router {r} on subnet {s} (no longer in spec.networks)"),
+                e,
+            )),
+        }
+    }
+    for r in &sweep.routers {
+        match net.delete_router(r).await.optional() {
+            Ok(_) => out.changed = true,
+            Err(e) => out.errors.push(os(
+                format!("deleting router {r} (no longer in spec.networks)"),
+                e,
+            )),
+        }
+    }
+    for s in &sweep.subnets {
+        match net.delete_subnet(s).await.optional() {
+            Ok(_) => out.changed = true,
+            Err(e) => out.errors.push(os(
+                format!("deleting subnet {s} (no longer in spec.networks)"),
+                e,
+            )),
+        }
+    }
+    for n in &sweep.networks {
+        match net.delete_network(n).await.optional() {
+            Ok(_) => out.changed = true,
+            Err(e) => out.errors.push(os(
+                format!("deleting network {n} (no longer in spec.networks)"),
+                e,
+            )),
+        }
+    }
+}
+
+/// Makes the project's networks match `spec.networks`; writes `status.networks` (one entry per
+/// spec network, IDs as far as they exist).
+pub(crate) async fn apply(
+    env: &Env<'_>,
+    spec: &OpenstackProjectSpec,
+    project_id: &str,
+    status: &mut OpenstackProjectStatus,
+) -> AreaOutcome {
+    let mut out = AreaOutcome::default();
+    let entries = spec.networks.as_deref().unwrap_or_default();
+    let obs = match observe(env, project_id, entries).await {
+        Ok(o) => o,
+        Err(e) => {
+            out.errors.push(e);
+            return out;
+        }
+    };
+    let marks = Marks {
+        owner: &env.owner,
+        adopt: spec.adopt,
+        adopt_legacy: env.config.adopt_legacy,
+    };
+    let plans: Vec<EntryPlan> = entries
+        .iter()
+        .enumerate()
+        .map(|(i, n)| plan_entry(i, n, project_id, &obs, &marks))
+        .collect();
+    let sweep = plan_sweep(&obs, &kept(&plans), &env.owner);
+    let mut statuses = Vec::with_capacity(plans.len());
+    for plan in plans {
+        statuses.push(run_entry(env, plan, &mut out).await);
+    }
+    status.networks = statuses;
+    run_sweep(env, sweep, &mut out).await;
+    out
+}
+
+/// Deletes every network object of the project that carries our marks.
+pub(crate) async fn remove_all(env: &Env<'_>, project_id: &str) -> AreaOutcome {
+    let mut out = AreaOutcome::default();
+    match observe(env, project_id, &[]).await {
+        Ok(obs) => {
+            let sweep = plan_sweep(&obs, &BTreeSet::new(), &env.owner);
+            run_sweep(env, sweep, &mut out).await;
+        }
+        Err(e) => out.errors.push(e),
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use api::project::ProjectRouter;
+    use openstack::model::FixedIp;
+
+    fn owner() -> Owner {
+        Owner {
+            cluster: "c".into(),
+            uid: "u".into(),
+        }
+    }
+
+    fn marks(o: &Owner) -> Marks<'_> {
+        Marks {
+            owner: o,
+            adopt: false,
+            adopt_legacy: false,
+        }
+    }
+
+    fn entry(router: bool) -> ProjectNetwork {
+        ProjectNetwork {
+            name: "internal".into(),
+            cidr: "10.0.0.0/24".into(),
+            enable_dhcp: true,
+            dns_nameservers: Some(vec!["192.0.2.53".into()]),
+            router: router.then(|| ProjectRouter {
+                external_network: Some("public".into()),
+                enable_snat: true,
+            }),
+        }
+    }
+
+    /// What a converged entry looks like in Neutron.
+    fn converged(o: &Owner) -> Observed {
+        Observed {
+            networks: vec![Network {
+                id: "n1".into(),
+                name: "internal".into(),
+                project_id: "p".into(),
+                tags: o.tags(),
+                ..Default::default()
+            }],
+            subnets: vec![Subnet {
+                id: "s1".into(),
+                name: "internal-subnet".into(),
+                network_id: "n1".into(),
+                project_id: "p".into(),
+                ip_version: 4,
+                cidr: "10.0.0.0/24".into(),
+                enable_dhcp: true,
+                dns_nameservers: vec!["192.0.2.53".into()],
+                tags: o.tags(),
+                ..Default::default()
+            }],
+            routers: vec![Router {
+                id: "r1".into(),
+                name: "internal-router".into(),
+                project_id: "p".into(),
+                external_gateway: Some(ExternalGateway {
+                    network_id: "ext".into(),
+                    enable_snat: Some(true),
+                    external_fixed_ips: vec![],
+                }),
+                tags: o.tags(),
+                ..Default::default()
+            }],
+            interfaces: [(
+                "r1".to_string(),
+                vec![RouterPort {
+                    port_id: "port".into(),
+                    network_id: "n1".into(),
+                    fixed_ips: vec![FixedIp {
+                        subnet_id: Some("s1".into()),
+                        ip_address: Some("10.0.0.1".into()),
+                    }],
+                    device_owner: "network:router_interface".into(),
+                }],
+            )]
+            .into(),
+            external: vec![Network {
+                id: "ext".into(),
+                name: "public".into(),
+                external: true,
+                ..Default::default()
+            }],
+        }
+    }
+
+    #[test]
+    fn empty_project_creates_everything() {
+        let o = owner();
+        let mut obs = converged(&o);
+        obs.networks.clear();
+        obs.subnets.clear();
+        obs.routers.clear();
+        obs.interfaces.clear();
+        let p = plan_entry(0, &entry(true), "p", &obs, &marks(&o));
+        assert!(p.errors.is_empty());
+        assert!(matches!(p.network, Some(Obj::Create(ref r)) if r.tags == o.tags()));
+        let Some(SubnetStep::Create(s)) = &p.subnet else {
+            panic!("{p:?}")
+        };
+        assert_eq!(
+            (s.ip_version, s.cidr.as_str(), s.enable_dhcp),
+            (4, "10.0.0.0/24", Some(true))
+        );
+        let RouterStep::Create(r) = &p.router else {
+            panic!()
+        };
+        assert_eq!(r.external_gateway.as_ref().unwrap().network_id, "ext");
+        assert_eq!(r.external_gateway.as_ref().unwrap().enable_snat, Some(true));
+        assert!(p.attach);
+    }
+
+    #[test]
+    fn converged_entry_plans_nothing() {
+        let o = owner();
+        let obs = converged(&o);
+        let p = plan_entry(0, &entry(true), "p", &obs, &marks(&o));
+        assert_eq!(
+            p,
+            EntryPlan {
+                index: 0,
+                name: "internal".into(),
+                network: Some(Obj::Use {
+                    id: "n1".into(),
+                    retag: None
+                }),
+                subnet: Some(SubnetStep::Use {
+                    id: "s1".into(),
+                    retag: None,
+                    update: None
+                }),
+                router: RouterStep::Use {
+                    id: "r1".into(),
+                    retag: None,
+                    update: None
+                },
+                attach: false,
+                errors: vec![],
+            }
+        );
+        assert_eq!(plan_sweep(&obs, &kept(&[p]), &o), Sweep::default());
+    }
+
+    #[test]
+    fn dhcp_dns_snat_change_in_place_and_cidr_replaces() {
+        let o = owner();
+        let obs = converged(&o);
+        let mut e = entry(true);
+        e.enable_dhcp = false;
+        e.dns_nameservers = None;
+        e.router.as_mut().unwrap().enable_snat = false;
+        let p = plan_entry(0, &e, "p", &obs, &marks(&o));
+        let Some(SubnetStep::Use {
+            update: Some(u), ..
+        }) = &p.subnet
+        else {
+            panic!("{p:?}")
+        };
+        assert_eq!(u.enable_dhcp, Some(false));
+        assert_eq!(u.dns_nameservers, Some(vec![]));
+        let RouterStep::Use {
+            update: Some(ru), ..
+        } = &p.router
+        else {
+            panic!()
+        };
+        assert_eq!(
+            ru.external_gateway
+                .as_ref()
+                .unwrap()
+                .as_ref()
+                .unwrap()
+                .enable_snat,
+            Some(false)
+        );
+
+        let mut e = entry(true);
+        e.cidr = "10.1.0.0/24".into();
+        let p = plan_entry(0, &e, "p", &obs, &marks(&o));
+        let Some(SubnetStep::Replace {
+            old,
+            detach,
+            create,
+        }) = &p.subnet
+        else {
+            panic!("{p:?}")
+        };
+        assert_eq!(
+            (old.as_str(), detach.as_slice()),
+            ("s1", &["r1".to_string()][..])
+        );
+        assert_eq!(create.cidr, "10.1.0.0/24");
+        assert!(p.attach);
+        // Host bits in the spec are not a change.
+        let mut e = entry(true);
+        e.cidr = "10.0.0.7/24".into();
+        assert!(matches!(
+            plan_entry(0, &e, "p", &obs, &marks(&o)).subnet,
+            Some(SubnetStep::Use { update: None, .. })
+        ));
+    }
+
+    #[test]
+    fn missing_external_network_holds_the_router() {
+        let o = owner();
+        let mut obs = converged(&o);
+        obs.external.clear();
+        let p = plan_entry(2, &entry(true), "p", &obs, &marks(&o));
+        assert_eq!(p.router, RouterStep::Hold(Some("r1".into())));
+        assert!(
+            p.errors[0]
+                .to_string()
+                .contains("spec.networks[2].router.externalNetwork")
+        );
+        // The held router is not swept.
+        assert!(plan_sweep(&obs, &kept(&[p]), &o).routers.is_empty());
+    }
+
+    #[test]
+    fn removed_router_and_entries_are_swept_in_order() {
+        let o = owner();
+        let obs = converged(&o);
+        let p = plan_entry(0, &entry(false), "p", &obs, &marks(&o));
+        assert_eq!(p.router, RouterStep::Absent);
+        let s = plan_sweep(&obs, &kept(&[p]), &o);
+        assert_eq!(s.detach, vec![("r1".to_string(), "s1".to_string())]);
+        assert_eq!(s.routers, vec!["r1".to_string()]);
+        assert!(s.subnets.is_empty() && s.networks.is_empty());
+        let all = plan_sweep(&obs, &BTreeSet::new(), &o);
+        assert_eq!(all.subnets, vec!["s1".to_string()]);
+        assert_eq!(all.networks, vec!["n1".to_string()]);
+    }
+
+    #[test]
+    fn foreign_objects_are_neither_used_nor_swept() {
+        let o = owner();
+        let mut obs = converged(&o);
+        obs.networks[0].tags = vec!["someone-else".into()];
+        let p = plan_entry(0, &entry(true), "p", &obs, &marks(&o));
+        assert!(p.network.is_none());
+        assert!(matches!(p.errors[0], Problem::NotOwned(_)));
+        assert!(p.errors[0].to_string().contains("spec.networks[0].name"));
+        let s = plan_sweep(&obs, &BTreeSet::new(), &o);
+        assert!(s.networks.is_empty());
+        // Our network with a foreign subnet stays.
+        let mut obs = converged(&o);
+        obs.subnets[0].tags.clear();
+        let s = plan_sweep(&obs, &BTreeSet::new(), &o);
+        assert!(s.networks.is_empty() && s.subnets.is_empty());
+        assert_eq!(s.errors.len(), 1);
+        // With spec.adopt a foreign network is taken over and marked.
+        let mut obs = converged(&o);
+        obs.networks[0].tags = vec!["keep".into()];
+        let m = Marks {
+            adopt: true,
+            ..marks(&o)
+        };
+        let p = plan_entry(0, &entry(true), "p", &obs, &m);
+        let Some(Obj::Use {
+            retag: Some(tags), ..
+        }) = &p.network
+        else {
+            panic!()
+        };
+        assert!(tags.contains(&"keep".to_string()) && o.tags().iter().all(|t| tags.contains(t)));
+    }
+
+    #[test]
+    fn gateway_changes() {
+        let gw = |n: &str, snat: Option<bool>| ExternalGateway {
+            network_id: n.into(),
+            enable_snat: snat,
+            external_fixed_ips: vec![],
+        };
+        let req = |n: &str, snat: bool| ExternalGatewayRequest {
+            network_id: n.into(),
+            enable_snat: Some(snat),
+            external_fixed_ips: vec![],
+        };
+        assert_eq!(gateway_change(None, None), None);
+        assert_eq!(gateway_change(Some(&gw("a", Some(true))), None), Some(None));
+        assert_eq!(
+            gateway_change(Some(&gw("a", Some(true))), Some(&req("a", true))),
+            None
+        );
+        // SNAT not visible: not a difference.
+        assert_eq!(
+            gateway_change(Some(&gw("a", None)), Some(&req("a", false))),
+            None
+        );
+        assert!(gateway_change(Some(&gw("a", Some(true))), Some(&req("b", true))).is_some());
+    }
+}

@@ -1,0 +1,253 @@
+//! Quotas: only the keys the spec sets are compared and sent; a key removed from the spec
+//! keeps its last value (the seed's behaviour, and Terraform's lesson: unset must not mean 0).
+
+use std::collections::BTreeMap;
+
+use api::OpenstackProjectStatus;
+use api::project::{QuotaService, QuotaUsage, Quotas};
+use openstack::model::{QuotaSet, QuotaUpdate};
+
+use super::{AreaOutcome, Env, os};
+
+/// The spec's key (`ramMB`) for a service's quota key (`ram`), for `status.quotaUsage`.
+pub fn spec_key(service: QuotaService, key: &str) -> &str {
+    match (service, key) {
+        (QuotaService::Compute, "ram") => "ramMB",
+        (QuotaService::Compute, "server_groups") => "serverGroups",
+        (QuotaService::Compute, "server_group_members") => "serverGroupMembers",
+        (QuotaService::Storage, "gigabytes") => "volumesGB",
+        (QuotaService::Storage, "backup_gigabytes") => "backupsGB",
+        (QuotaService::Network, "floatingip") => "floatingIps",
+        (QuotaService::Network, "network") => "networks",
+        (QuotaService::Network, "subnet") => "subnets",
+        (QuotaService::Network, "router") => "routers",
+        (QuotaService::Network, "port") => "ports",
+        (QuotaService::Network, "security_group") => "securityGroups",
+        (QuotaService::Network, "security_group_rule") => "securityGroupRules",
+        (_, k) => k,
+    }
+}
+
+/// The quota plan of one service.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ServicePlan {
+    /// Keys whose limit differs from the spec (empty = no write).
+    pub update: QuotaUpdate,
+    /// `<service>.<specKey>` → limit (as it will be) and usage, for every spec key.
+    pub usage: BTreeMap<String, QuotaUsage>,
+}
+
+/// Plans one service: the spec's keys for it against its current quota set.
+pub fn plan_service(quotas: &Quotas, service: QuotaService, observed: &QuotaSet) -> ServicePlan {
+    let mut plan = ServicePlan::default();
+    for (svc, key, limit) in quotas.openstack_keys() {
+        if svc != service {
+            continue;
+        }
+        let current = observed.get(key);
+        if current.is_none_or(|c| c.limit != limit) {
+            plan.update.insert(key.to_string(), limit);
+        }
+        plan.usage.insert(
+            format!("{}.{}", svc.as_str(), spec_key(svc, key)),
+            QuotaUsage {
+                limit,
+                in_use: current.map_or(0, |c| c.in_use),
+            },
+        );
+    }
+    plan
+}
+
+/// `status.quotaUsage` entries as OpenStack has them now (limits not yet changed).
+pub fn in_force(
+    quotas: &Quotas,
+    service: QuotaService,
+    observed: &QuotaSet,
+) -> BTreeMap<String, QuotaUsage> {
+    quotas
+        .openstack_keys()
+        .into_iter()
+        .filter(|(svc, _, _)| *svc == service)
+        .filter_map(|(svc, key, _)| {
+            observed.get(key).map(|c| {
+                (
+                    format!("{}.{}", svc.as_str(), spec_key(svc, key)),
+                    QuotaUsage {
+                        limit: c.limit,
+                        in_use: c.in_use,
+                    },
+                )
+            })
+        })
+        .collect()
+}
+
+/// The services the spec sets any key for, in the seed's order (compute, storage, network).
+pub fn services(quotas: &Quotas) -> Vec<QuotaService> {
+    let mut out: Vec<QuotaService> = Vec::new();
+    for (svc, _, _) in quotas.openstack_keys() {
+        if !out.contains(&svc) {
+            out.push(svc);
+        }
+    }
+    out
+}
+
+/// Reads each service's quotas once (with usage), writes only differing keys, and records
+/// `status.quotaUsage`. A failing service does not stop the others.
+pub(crate) async fn apply(
+    env: &Env<'_>,
+    quotas: &Quotas,
+    project_id: &str,
+    status: &mut OpenstackProjectStatus,
+) -> AreaOutcome {
+    let mut out = AreaOutcome::default();
+    let mut usage = BTreeMap::new();
+    for svc in services(quotas) {
+        let path = format!("spec.quotas.{}", svc.as_str());
+        let observed = match svc {
+            QuotaService::Compute => env.cloud.compute.get_compute_quota(project_id).await,
+            QuotaService::Storage => env.cloud.block_storage.get_volume_quota(project_id).await,
+            QuotaService::Network => env.cloud.network.get_network_quota(project_id).await,
+        };
+        let observed = match observed {
+            Ok(q) => q,
+            Err(e) => {
+                out.errors.push(os(format!("{path}: reading quotas"), e));
+                // Keep the last known usage rather than dropping the keys from status.
+                let prefix = format!("{}.", svc.as_str());
+                usage.extend(
+                    status
+                        .quota_usage
+                        .iter()
+                        .filter(|(k, _)| k.starts_with(&prefix))
+                        .map(|(k, v)| (k.clone(), v.clone())),
+                );
+                continue;
+            }
+        };
+        let plan = plan_service(quotas, svc, &observed);
+        if !plan.update.is_empty() {
+            let res = match svc {
+                QuotaService::Compute => {
+                    env.cloud
+                        .compute
+                        .update_compute_quota(project_id, &plan.update)
+                        .await
+                }
+                QuotaService::Storage => {
+                    env.cloud
+                        .block_storage
+                        .update_volume_quota(project_id, &plan.update)
+                        .await
+                }
+                QuotaService::Network => {
+                    env.cloud
+                        .network
+                        .update_network_quota(project_id, &plan.update)
+                        .await
+                }
+            };
+            match res {
+                Ok(()) => out.changed = true,
+                Err(e) => {
+                    let keys: Vec<&str> = plan.update.keys().map(String::as_str).collect();
+                    out.errors
+                        .push(os(format!("{path}: setting {}", keys.join(", ")), e));
+                    // Report what is in force, not what was refused.
+                    usage.extend(in_force(quotas, svc, &observed));
+                    continue;
+                }
+            }
+        }
+        usage.extend(plan.usage);
+    }
+    status.quota_usage = usage;
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use api::project::{ComputeQuotas, NetworkQuotas};
+    use openstack::model::QuotaValue;
+
+    fn qs(entries: &[(&str, i64, i64)]) -> QuotaSet {
+        entries
+            .iter()
+            .map(|(k, l, u)| {
+                (
+                    k.to_string(),
+                    QuotaValue {
+                        limit: *l,
+                        in_use: *u,
+                    },
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn only_differing_spec_keys_are_sent() {
+        let q = Quotas {
+            compute: Some(ComputeQuotas {
+                cores: Some(40),
+                ram_mb: Some(1024),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let observed = qs(&[("cores", 40, 3), ("ram", 512, 256), ("instances", 10, 1)]);
+        let plan = plan_service(&q, QuotaService::Compute, &observed);
+        assert_eq!(plan.update, [("ram".to_string(), 1024)].into());
+        assert_eq!(
+            plan.usage["compute.ramMB"],
+            QuotaUsage {
+                limit: 1024,
+                in_use: 256
+            }
+        );
+        assert_eq!(
+            plan.usage["compute.cores"],
+            QuotaUsage {
+                limit: 40,
+                in_use: 3
+            }
+        );
+        assert!(!plan.usage.contains_key("compute.instances"));
+    }
+
+    #[test]
+    fn in_sync_plans_no_write() {
+        let q = Quotas {
+            network: Some(NetworkQuotas {
+                floating_ips: Some(-1),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let plan = plan_service(&q, QuotaService::Network, &qs(&[("floatingip", -1, 2)]));
+        assert!(plan.update.is_empty());
+        assert_eq!(plan.usage["network.floatingIps"].in_use, 2);
+        assert_eq!(services(&q), vec![QuotaService::Network]);
+        // Another service's plan ignores these keys.
+        assert!(
+            plan_service(&q, QuotaService::Compute, &QuotaSet::new())
+                .usage
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn every_spec_key_has_a_camel_case_name() {
+        for (svc, key) in [
+            (QuotaService::Compute, "server_group_members"),
+            (QuotaService::Storage, "backup_gigabytes"),
+            (QuotaService::Network, "security_group_rule"),
+        ] {
+            assert!(!spec_key(svc, key).contains('_'));
+        }
+        assert_eq!(spec_key(QuotaService::Storage, "volumes"), "volumes");
+    }
+}

@@ -1,0 +1,1192 @@
+//! End-to-end tests of the project reconcile on the in-memory OpenStack (no Kubernetes).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use api::common::find_condition;
+use api::naming::MANAGED_TAG;
+use api::{OpenstackProject, OpenstackProjectStatus};
+use openstack::fake::FakeCloud;
+use openstack::model::*;
+use openstack::{Cloud, OptionalExt};
+
+use super::identity::ADOPTED_TAG;
+use super::*;
+use crate::framework::{Managed, Progress};
+
+const SEED_README: &str = include_str!("../../../../examples/seed-readme/project.yaml");
+
+const BIG: &str = r#"
+apiVersion: sunet.se/v1alpha1
+kind: OpenstackProject
+metadata:
+  name: big
+spec:
+  name: big.example.com
+  description: Big tenant
+  domain: sso-users
+  quotas:
+    compute: {instances: 20, cores: 40, ramMB: 81920, serverGroups: 10, serverGroupMembers: 10}
+    storage: {volumes: 20, volumesGB: 1000, snapshots: 10, backups: 10, backupsGB: 500}
+    network: {floatingIps: 10, networks: 10, subnets: 10, routers: 5, ports: 200, securityGroups: 20, securityGroupRules: 200}
+  networks:
+    - {name: front, cidr: 10.10.0.0/24, dnsNameservers: ["192.0.2.53"], router: {externalNetwork: external}}
+    - {name: back, cidr: 10.20.0.0/24, enableDhcp: false, router: {externalNetwork: external, enableSnat: false}}
+    - {name: mgmt, cidr: 10.30.0.0/24, router: {externalNetwork: external}}
+  securityGroups:
+    - name: web
+      description: HTTP(S) from anywhere
+      rules:
+        - {direction: ingress, protocol: tcp, portRangeMin: 80, portRangeMax: 80, remoteIpPrefix: "0.0.0.0/0"}
+        - {direction: ingress, protocol: tcp, portRangeMin: 443, portRangeMax: 443, remoteIpPrefix: "0.0.0.0/0"}
+        - {direction: ingress, protocol: tcp, portRangeMin: 443, portRangeMax: 443, remoteIpPrefix: "::/0", ethertype: IPv6}
+        - {direction: ingress, protocol: icmp, portRangeMin: 8, portRangeMax: 0, remoteIpPrefix: "0.0.0.0/0"}
+    - name: bastion
+      rules:
+        - {direction: ingress, protocol: tcp, portRangeMin: 22, portRangeMax: 22, remoteIpPrefix: "198.51.100.0/24"}
+        - {direction: ingress, protocol: icmp}
+        - {direction: egress, protocol: tcp, portRangeMin: 22, portRangeMax: 22, remoteGroupName: internal}
+    - name: internal
+      rules:
+        - {direction: ingress, protocol: any, remoteGroupName: bastion}
+        - {direction: ingress, protocol: udp, portRangeMin: 5000, portRangeMax: 5100, remoteGroupName: web}
+        - {direction: ingress, protocol: tcp, portRangeMin: 1, portRangeMax: 65535, remoteGroupName: internal}
+  roleBindings:
+    - {role: member, users: [alice@example.com, bob@example.com], userDomain: sso-users}
+    - {role: reader, users: [carol@example.com], groups: [auditors]}
+  federationRef:
+    configMapName: federation-config
+"#;
+
+/// A cloud like the test cloud: domain `sso-users` with three users and a group, an external
+/// network `external` with a subnet.
+struct World {
+    fake: FakeCloud,
+    cloud: Cloud,
+    config: Config,
+    locks: LocalLocks,
+    sso: Domain,
+}
+
+impl World {
+    async fn new() -> Self {
+        let fake = FakeCloud::new();
+        let cloud = fake.cloud();
+        let sso = cloud
+            .identity
+            .create_domain(&DomainCreate {
+                name: "sso-users".into(),
+                description: String::new(),
+                enabled: true,
+                tags: vec![],
+            })
+            .await
+            .unwrap();
+        for u in ["alice@example.com", "bob@example.com", "carol@example.com"] {
+            fake.add_user(&sso.id, u);
+        }
+        cloud
+            .identity
+            .create_group(&GroupCreate {
+                name: "auditors".into(),
+                domain_id: sso.id.clone(),
+                description: "made by hand".into(),
+            })
+            .await
+            .unwrap();
+        let ext = cloud
+            .network
+            .create_network(&NetworkCreate {
+                name: "external".into(),
+                external: Some(true),
+                provider_network_type: Some("flat".into()),
+                provider_physical_network: Some("physnet1".into()),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        cloud
+            .network
+            .create_subnet(&SubnetCreate {
+                network_id: ext.id,
+                name: "external-subnet".into(),
+                ip_version: 4,
+                cidr: "172.24.4.0/24".into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        fake.reset_calls();
+        World {
+            fake,
+            cloud,
+            config: Config::default(),
+            locks: LocalLocks::default(),
+            sso,
+        }
+    }
+
+    fn env(&self, obj: &OpenstackProject) -> Env<'_> {
+        Env {
+            cloud: &self.cloud,
+            config: &self.config,
+            owner: Owner {
+                cluster: self.config.cluster_id.clone(),
+                uid: obj.metadata.uid.clone().unwrap_or_default(),
+            },
+            locks: &self.locks,
+        }
+    }
+
+    async fn pass(
+        &self,
+        obj: &OpenstackProject,
+        status: &mut OpenstackProjectStatus,
+        fed: FederationInput,
+    ) -> Result<Progress> {
+        reconcile_project(&self.env(obj), obj, status, fed)
+            .await
+            .result
+    }
+
+    async fn delete(
+        &self,
+        obj: &OpenstackProject,
+        status: &mut OpenstackProjectStatus,
+        fed: FederationInput,
+    ) -> Result<()> {
+        cleanup_project(&self.env(obj), obj, status, fed)
+            .await
+            .result
+    }
+
+    /// Passes until one succeeds (at most `n`); the last result.
+    async fn converge(
+        &self,
+        obj: &OpenstackProject,
+        status: &mut OpenstackProjectStatus,
+        n: usize,
+    ) -> Result<Progress> {
+        let mut last = self.pass(obj, status, fed(obj)).await;
+        for _ in 1..n {
+            if last.is_ok() {
+                break;
+            }
+            last = self.pass(obj, status, fed(obj)).await;
+        }
+        last
+    }
+
+    async fn project(&self, id: &str) -> Option<Project> {
+        self.cloud
+            .identity
+            .get_project(id)
+            .await
+            .optional()
+            .unwrap()
+    }
+
+    /// (actor, role name) assignments on a project.
+    async fn grants(&self, project_id: &str) -> BTreeSet<(Actor, String)> {
+        self.cloud
+            .identity
+            .list_project_role_assignments(project_id)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|a| (a.actor, a.role_name.unwrap_or_default()))
+            .collect()
+    }
+
+    async fn user(&self, name: &str) -> Actor {
+        Actor::User(
+            self.cloud
+                .identity
+                .find_user(&self.sso.id, name)
+                .await
+                .unwrap()
+                .unwrap()
+                .id,
+        )
+    }
+
+    async fn group(&self, name: &str) -> Option<Group> {
+        self.cloud
+            .identity
+            .find_group(&self.sso.id, name)
+            .await
+            .unwrap()
+    }
+
+    async fn networks(&self, project_id: &str) -> (Vec<Network>, Vec<Subnet>, Vec<Router>) {
+        let n = &self.cloud.network;
+        let nets = n
+            .list_networks(&NetworkFilter {
+                project_id: Some(project_id.into()),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        let subnets = n
+            .list_subnets(&SubnetFilter {
+                project_id: Some(project_id.into()),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        let routers = n
+            .list_routers(&RouterFilter {
+                project_id: Some(project_id.into()),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        (nets, subnets, routers)
+    }
+
+    async fn groups_of(&self, project_id: &str) -> BTreeMap<String, SecurityGroup> {
+        self.cloud
+            .network
+            .list_security_groups(&SecurityGroupFilter {
+                project_id: Some(project_id.into()),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|g| (g.name.clone(), g))
+            .collect()
+    }
+
+    async fn mapping(&self) -> Option<Mapping> {
+        self.cloud
+            .identity
+            .get_mapping("satosa_oidc_mapping")
+            .await
+            .optional()
+            .unwrap()
+    }
+}
+
+fn from_yaml(text: &str, uid: &str) -> OpenstackProject {
+    let doc = api::manifest::documents(text).unwrap().remove(0);
+    let mut obj: OpenstackProject = serde_json::from_value(doc).unwrap();
+    obj.metadata.uid = Some(uid.into());
+    obj.metadata.namespace = Some("demo".into());
+    obj.metadata.generation = Some(1);
+    let errors = obj.validate();
+    assert!(errors.is_empty(), "test object must be valid: {errors:?}");
+    obj
+}
+
+fn fed(obj: &OpenstackProject) -> FederationInput {
+    if obj.spec.federation_ref.is_none() {
+        return FederationInput::NotRequested;
+    }
+    FederationInput::Settings(FederationSettings {
+        config_map: "demo/federation-config".into(),
+        idp: "satosa".into(),
+        remote_id: "https://idp.example.com".into(),
+        sso_domain: Some("sso-users".into()),
+    })
+}
+
+fn cond<'a>(status: &'a OpenstackProjectStatus, t: &str) -> &'a api::Condition {
+    find_condition(&status.conditions, t).unwrap_or_else(|| panic!("no {t} condition"))
+}
+
+fn assert_all_true(status: &OpenstackProjectStatus) {
+    for c in &status.conditions {
+        assert!(c.is_true(), "{c:?}");
+    }
+}
+
+#[tokio::test]
+async fn seed_readme_project_converges() {
+    let w = World::new().await;
+    let obj = from_yaml(SEED_README, "uid-readme");
+    let mut st = OpenstackProjectStatus::default();
+    let p = w.pass(&obj, &mut st, fed(&obj)).await.unwrap();
+    assert!(
+        matches!(p, Progress::Ready { ref reason, .. } if reason == "Created"),
+        "{p:?}"
+    );
+    let types: Vec<&str> = st.conditions.iter().map(|c| c.type_.as_str()).collect();
+    assert_eq!(
+        types,
+        vec![
+            ROLE_BINDINGS_READY,
+            PROJECT_READY,
+            QUOTAS_READY,
+            NETWORKS_READY,
+            SECURITY_GROUPS_READY,
+            FEDERATION_READY
+        ]
+    );
+    assert_all_true(&st);
+
+    let pid = st.project_id.clone().unwrap();
+    let project = w.project(&pid).await.unwrap();
+    assert_eq!(project.name, "my-project.example.com");
+    assert_eq!(project.description, "My OpenStack project");
+    assert!(project.tags.contains(&MANAGED_TAG.to_string()));
+    let group = w.group("my-project-example-com-users").await.unwrap();
+    assert_eq!(st.group_id.as_deref(), Some(group.id.as_str()));
+    assert_eq!(
+        group.description,
+        "[managed-by-openstack-operator] Users for my-project.example.com"
+    );
+    let grants = w.grants(&pid).await;
+    assert!(grants.contains(&(Actor::Group(group.id.clone()), "member".into())));
+    assert!(grants.contains(&(w.user("alice@example.com").await, "member".into())));
+    assert!(grants.contains(&(w.user("bob@example.com").await, "member".into())));
+    assert_eq!(grants.len(), 3);
+
+    let q = w.cloud.compute.get_compute_quota(&pid).await.unwrap();
+    assert_eq!(
+        (q["instances"].limit, q["cores"].limit, q["ram"].limit),
+        (20, 40, 81920)
+    );
+    let v = w.cloud.block_storage.get_volume_quota(&pid).await.unwrap();
+    assert_eq!((v["volumes"].limit, v["gigabytes"].limit), (20, 1000));
+    assert_eq!(
+        w.cloud.network.get_network_quota(&pid).await.unwrap()["floatingip"].limit,
+        10
+    );
+    assert_eq!(st.quota_usage.len(), 6);
+    assert_eq!(st.quota_usage["compute.ramMB"].limit, 81920);
+    assert_eq!(st.quota_usage["storage.volumesGB"].limit, 1000);
+
+    let (nets, subnets, routers) = w.networks(&pid).await;
+    assert_eq!(nets.len(), 1);
+    assert_eq!(subnets[0].name, "internal-subnet");
+    assert_eq!(subnets[0].cidr, "192.168.100.0/24");
+    assert_eq!(routers[0].name, "internal-router");
+    assert_eq!(
+        routers[0].external_gateway.as_ref().unwrap().enable_snat,
+        Some(true)
+    );
+    let ports = w
+        .cloud
+        .network
+        .list_router_interfaces(&routers[0].id)
+        .await
+        .unwrap();
+    assert_eq!(
+        ports[0].fixed_ips[0].subnet_id.as_deref(),
+        Some(subnets[0].id.as_str())
+    );
+    assert_eq!(
+        st.networks,
+        vec![api::project::NetworkStatus {
+            name: "internal".into(),
+            network_id: Some(nets[0].id.clone()),
+            subnet_id: Some(subnets[0].id.clone()),
+            router_id: Some(routers[0].id.clone()),
+        }]
+    );
+
+    let sgs = w.groups_of(&pid).await;
+    let ssh = &sgs["allow-ssh"];
+    assert_eq!(st.security_groups[0].id.as_deref(), Some(ssh.id.as_str()));
+    // Neutron's two default egress rules plus the spec's rule.
+    assert_eq!(ssh.rules.len(), 3);
+
+    let rules = w.mapping().await.unwrap().rules;
+    assert_eq!(
+        rules,
+        serde_json::json!([federation::project_rule(
+            "my-project-example-com-users",
+            "sso-users",
+            &["alice@example.com".into(), "bob@example.com".into()]
+        )])
+    );
+    let idp = w
+        .cloud
+        .identity
+        .get_identity_provider("satosa")
+        .await
+        .unwrap();
+    assert_eq!(idp.remote_ids, vec!["https://idp.example.com".to_string()]);
+    let proto = w
+        .cloud
+        .identity
+        .get_federation_protocol("satosa", "openid")
+        .await
+        .unwrap();
+    assert_eq!(proto.mapping_id, "satosa_oidc_mapping");
+
+    // A resync changes nothing.
+    w.fake.reset_calls();
+    let p = w.pass(&obj, &mut st, fed(&obj)).await.unwrap();
+    assert!(
+        matches!(p, Progress::Ready { ref reason, .. } if reason == "InSync"),
+        "{p:?}"
+    );
+    assert_eq!(w.fake.writes(), 0, "{:?}", w.fake.write_calls());
+}
+
+#[tokio::test]
+async fn large_project_converges_and_resync_makes_no_writes() {
+    let w = World::new().await;
+    let obj = from_yaml(BIG, "uid-big");
+    let mut st = OpenstackProjectStatus::default();
+    w.pass(&obj, &mut st, fed(&obj)).await.unwrap();
+    assert_all_true(&st);
+    let pid = st.project_id.clone().unwrap();
+    let (nets, subnets, routers) = w.networks(&pid).await;
+    assert_eq!((nets.len(), subnets.len(), routers.len()), (3, 3, 3));
+    let back = routers.iter().find(|r| r.name == "back-router").unwrap();
+    assert_eq!(
+        back.external_gateway.as_ref().unwrap().enable_snat,
+        Some(false)
+    );
+    let sgs = w.groups_of(&pid).await;
+    // 10 spec rules + 2 default egress rules per group (one spec rule of `web` is IPv6 any
+    // egress? no: all spec rules are distinct from the defaults).
+    let total: usize = ["web", "bastion", "internal"]
+        .iter()
+        .map(|n| sgs[*n].rules.len())
+        .sum();
+    assert_eq!(total, 10 + 6);
+    let internal = &sgs["internal"];
+    assert!(
+        internal
+            .rules
+            .iter()
+            .any(|r| r.remote_group_id.as_deref() == Some(sgs["bastion"].id.as_str()))
+    );
+    assert_eq!(st.quota_usage.len(), 17);
+    let grants = w.grants(&pid).await;
+    let auditors = w.group("auditors").await.unwrap();
+    assert!(grants.contains(&(w.user("carol@example.com").await, "reader".into())));
+    assert!(!grants.contains(&(w.user("carol@example.com").await, "member".into())));
+    assert!(grants.contains(&(Actor::Group(auditors.id), "reader".into())));
+
+    w.fake.reset_calls();
+    let p = w.pass(&obj, &mut st, fed(&obj)).await.unwrap();
+    assert!(matches!(p, Progress::Ready { ref reason, .. } if reason == "InSync"));
+    assert_eq!(w.fake.writes(), 0, "{:?}", w.fake.write_calls());
+    let reads = w.fake.reads();
+    eprintln!(
+        "steady-state resync of the large project: {reads} read calls: {:?}",
+        w.fake.calls()
+    );
+    // domain, project, group, roles, 3 users, 1 group, assignments, 3 quota sets,
+    // networks/subnets/routers, 3 router interface lists, external networks, security groups,
+    // mapping, IdP, protocol.
+    assert_eq!(reads, 23);
+}
+
+#[tokio::test]
+async fn edits_converge_in_place() {
+    let w = World::new().await;
+    let mut obj = from_yaml(BIG, "uid-edit");
+    let mut st = OpenstackProjectStatus::default();
+    w.pass(&obj, &mut st, fed(&obj)).await.unwrap();
+    let pid = st.project_id.clone().unwrap();
+    let (_, before_subnets, before_routers) = w.networks(&pid).await;
+    let back_net = st.networks[1].network_id.clone();
+    let sgs_before = w.groups_of(&pid).await;
+
+    let s = &mut obj.spec;
+    s.description = "changed".into();
+    s.enabled = false;
+    {
+        let nets = s.networks.as_mut().unwrap();
+        nets[0].cidr = "10.11.0.0/24".into(); // replace front's subnet
+        nets[0].router = None; // and drop its router
+        nets[1].enable_dhcp = true; // back: DHCP/DNS/SNAT in place
+        nets[1].dns_nameservers = Some(vec!["192.0.2.1".into()]);
+        nets[1].router.as_mut().unwrap().enable_snat = true;
+        nets.remove(2); // mgmt goes
+        nets.push(api::project::ProjectNetwork {
+            name: "extra".into(),
+            cidr: "10.40.0.0/24".into(),
+            enable_dhcp: true,
+            dns_nameservers: None,
+            router: None,
+        });
+    }
+    {
+        let groups = s.security_groups.as_mut().unwrap();
+        groups[0].rules.as_mut().unwrap().remove(0); // web: no port 80
+        groups[0].description = "HTTPS only".into();
+        let bastion = groups[1].rules.as_mut().unwrap();
+        bastion.pop(); // the rule referring to `internal`
+        bastion.push(api::project::SecurityGroupRule {
+            direction: api::project::Direction::Ingress,
+            protocol: Some(api::project::Protocol::Tcp),
+            port_range_min: Some(2222),
+            port_range_max: Some(2222),
+            remote_ip_prefix: Some("198.51.100.0/24".into()),
+            remote_group_name: None,
+            ethertype: api::project::Ethertype::IPv4,
+        });
+        groups.remove(2); // internal goes
+    }
+    {
+        let rb = s.role_bindings.as_mut().unwrap();
+        rb[0].users = Some(vec!["alice@example.com".into(), "dave@example.com".into()]);
+        rb[1].groups = None;
+    }
+    {
+        let c = s.quotas.as_mut().unwrap().compute.as_mut().unwrap();
+        c.cores = Some(50);
+        c.instances = None; // left as it is in Nova
+    }
+    obj.metadata.generation = Some(2);
+
+    let p = w.pass(&obj, &mut st, fed(&obj)).await.unwrap();
+    assert!(
+        matches!(p, Progress::Ready { ref reason, .. } if reason == "Updated"),
+        "{p:?}"
+    );
+    assert_eq!(st.pending_users, vec!["dave@example.com".to_string()]);
+    assert_eq!(
+        cond(&st, ROLE_BINDINGS_READY).reason.as_deref(),
+        Some("UsersPending")
+    );
+    assert_eq!(cond(&st, ROLE_BINDINGS_READY).observed_generation, Some(2));
+
+    let project = w.project(&pid).await.unwrap();
+    assert_eq!(
+        (project.description.as_str(), project.enabled),
+        ("changed", false)
+    );
+
+    let (nets, subnets, routers) = w.networks(&pid).await;
+    let names: BTreeSet<&str> = nets.iter().map(|n| n.name.as_str()).collect();
+    assert_eq!(names, ["back", "extra", "front"].into());
+    assert_eq!(routers.len(), 1);
+    assert_eq!(routers[0].name, "back-router");
+    assert_eq!(
+        routers[0].external_gateway.as_ref().unwrap().enable_snat,
+        Some(true)
+    );
+    assert!(
+        before_routers.iter().any(|r| r.id == routers[0].id),
+        "updated, not replaced"
+    );
+    let front = subnets.iter().find(|s| s.name == "front-subnet").unwrap();
+    assert_eq!(front.cidr, "10.11.0.0/24");
+    assert!(before_subnets.iter().all(|s| s.id != front.id));
+    let back = subnets.iter().find(|s| s.name == "back-subnet").unwrap();
+    assert!(back.enable_dhcp);
+    assert_eq!(back.dns_nameservers, vec!["192.0.2.1".to_string()]);
+    assert!(before_subnets.iter().any(|s| s.id == back.id));
+    assert_eq!(st.networks[1].network_id, back_net);
+    assert_eq!(st.networks.len(), 3);
+    assert_eq!(st.networks[0].router_id, None);
+
+    let sgs = w.groups_of(&pid).await;
+    assert!(!sgs.contains_key("internal"));
+    assert_eq!(sgs["web"].id, sgs_before["web"].id);
+    assert_eq!(sgs["web"].description, "HTTPS only");
+    assert!(
+        !sgs["web"]
+            .rules
+            .iter()
+            .any(|r| r.port_range_min == Some(80))
+    );
+    assert!(
+        sgs["bastion"]
+            .rules
+            .iter()
+            .any(|r| r.port_range_min == Some(2222))
+    );
+    assert_eq!(sgs["bastion"].rules.len(), 2 + 3);
+    assert_eq!(st.security_groups.len(), 2);
+
+    let grants = w.grants(&pid).await;
+    let bob = w.user("bob@example.com").await;
+    assert!(!grants.iter().any(|(a, _)| *a == bob));
+    let auditors = w.group("auditors").await.unwrap();
+    assert!(
+        !grants
+            .iter()
+            .any(|(a, _)| *a == Actor::Group(auditors.id.clone()))
+    );
+    let rules = w.mapping().await.unwrap().rules;
+    let any_one_of = &rules[0]["remote"][1]["any_one_of"];
+    assert_eq!(
+        any_one_of,
+        &serde_json::json!(["alice@example.com", "dave@example.com", "carol@example.com"])
+    );
+
+    let q = w.cloud.compute.get_compute_quota(&pid).await.unwrap();
+    assert_eq!((q["cores"].limit, q["instances"].limit), (50, 20));
+    assert!(!st.quota_usage.contains_key("compute.instances"));
+
+    // Converged: a resync writes nothing.
+    w.fake.reset_calls();
+    w.pass(&obj, &mut st, fed(&obj)).await.unwrap();
+    assert_eq!(w.fake.writes(), 0, "{:?}", w.fake.write_calls());
+
+    // The pending user logs in for the first time: granted on the next pass.
+    w.fake.add_user(&w.sso.id, "dave@example.com");
+    w.pass(&obj, &mut st, fed(&obj)).await.unwrap();
+    assert!(st.pending_users.is_empty());
+    assert!(
+        w.grants(&pid)
+            .await
+            .contains(&(w.user("dave@example.com").await, "member".into()))
+    );
+    assert_eq!(
+        cond(&st, ROLE_BINDINGS_READY).reason.as_deref(),
+        Some("Updated")
+    );
+
+    // Removing whole sections removes what they made.
+    obj.spec.networks = None;
+    obj.spec.security_groups = None;
+    obj.spec.quotas = None;
+    w.pass(&obj, &mut st, fed(&obj)).await.unwrap();
+    let (nets, subnets, routers) = w.networks(&pid).await;
+    assert!(nets.is_empty() && subnets.is_empty() && routers.is_empty());
+    assert_eq!(
+        w.groups_of(&pid).await.keys().collect::<Vec<_>>(),
+        vec!["default"]
+    );
+    assert!(st.networks.is_empty() && st.security_groups.is_empty() && st.quota_usage.is_empty());
+    for t in [NETWORKS_READY, SECURITY_GROUPS_READY, QUOTAS_READY] {
+        assert!(find_condition(&st.conditions, t).is_none());
+    }
+    w.fake.reset_calls();
+    w.pass(&obj, &mut st, fed(&obj)).await.unwrap();
+    assert_eq!(w.fake.writes(), 0);
+}
+
+#[tokio::test]
+async fn deletion_leaves_nothing_of_ours() {
+    let w = World::new().await;
+    let obj = from_yaml(BIG, "uid-del");
+    let mut st = OpenstackProjectStatus::default();
+    w.pass(&obj, &mut st, fed(&obj)).await.unwrap();
+    let pid = st.project_id.clone().unwrap();
+    w.delete(&obj, &mut st, fed(&obj)).await.unwrap();
+
+    assert!(w.project(&pid).await.is_none());
+    let projects = w
+        .cloud
+        .identity
+        .list_projects(&ProjectFilter::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        projects.len(),
+        1,
+        "only the bootstrap admin project: {projects:?}"
+    );
+    let groups = w.cloud.identity.list_groups(None).await.unwrap();
+    assert_eq!(
+        groups.iter().map(|g| g.name.as_str()).collect::<Vec<_>>(),
+        vec!["auditors"]
+    );
+    let all_nets = w
+        .cloud
+        .network
+        .list_networks(&NetworkFilter::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        all_nets.iter().map(|n| n.name.as_str()).collect::<Vec<_>>(),
+        vec!["external"]
+    );
+    assert_eq!(
+        w.cloud
+            .network
+            .list_subnets(&SubnetFilter::default())
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    assert!(
+        w.cloud
+            .network
+            .list_routers(&RouterFilter::default())
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let sgs = w
+        .cloud
+        .network
+        .list_security_groups(&SecurityGroupFilter::default())
+        .await
+        .unwrap();
+    assert!(sgs.iter().all(|g| g.name == "default"), "{sgs:?}");
+    assert!(w.mapping().await.is_none());
+    assert!(
+        w.cloud
+            .identity
+            .get_federation_protocol("satosa", "openid")
+            .await
+            .optional()
+            .unwrap()
+            .is_none()
+    );
+    // The IdP is shared by every project (and users): it stays.
+    assert!(
+        w.cloud
+            .identity
+            .get_identity_provider("satosa")
+            .await
+            .is_ok()
+    );
+
+    // Deleting again finds nothing and is fine.
+    w.fake.reset_calls();
+    w.delete(&obj, &mut st, fed(&obj)).await.unwrap();
+    assert_eq!(w.fake.writes(), 0);
+}
+
+#[tokio::test]
+async fn deletion_after_a_crash_finds_the_project_by_name_and_marks() {
+    let w = World::new().await;
+    let obj = from_yaml(SEED_README, "uid-crash");
+    let mut st = OpenstackProjectStatus::default();
+    w.pass(&obj, &mut st, fed(&obj)).await.unwrap();
+    let pid = st.project_id.clone().unwrap();
+    // The status write was lost.
+    let mut empty = OpenstackProjectStatus::default();
+    w.delete(&obj, &mut empty, fed(&obj)).await.unwrap();
+    assert!(w.project(&pid).await.is_none());
+    let (n, s, r) = w.networks(&pid).await;
+    assert!(n.is_empty() && s.is_empty() && r.is_empty());
+    assert!(w.group("my-project-example-com-users").await.is_none());
+
+    // Another resource's project of the same name is never touched.
+    let obj2 = from_yaml(SEED_README, "uid-owner");
+    let mut st2 = OpenstackProjectStatus::default();
+    w.pass(&obj2, &mut st2, fed(&obj2)).await.unwrap();
+    let mut empty = OpenstackProjectStatus::default();
+    w.fake.reset_calls();
+    w.delete(&obj, &mut empty, fed(&obj)).await.unwrap();
+    assert!(
+        w.project(st2.project_id.as_deref().unwrap())
+            .await
+            .is_some()
+    );
+    assert!(w.group("my-project-example-com-users").await.is_some());
+    assert_eq!(
+        w.mapping().await.unwrap().rules.as_array().unwrap().len(),
+        1
+    );
+    assert_eq!(w.fake.writes(), 0, "{:?}", w.fake.write_calls());
+}
+
+#[tokio::test]
+async fn failed_deletion_keeps_the_finalizer_until_everything_is_gone() {
+    let w = World::new().await;
+    let obj = from_yaml(SEED_README, "uid-keep");
+    let mut st = OpenstackProjectStatus::default();
+    w.pass(&obj, &mut st, fed(&obj)).await.unwrap();
+    let pid = st.project_id.clone().unwrap();
+    w.fake.fail_next(
+        "network.delete_router",
+        1,
+        openstack::Error::transient("neutron: 503"),
+    );
+    let e = w.delete(&obj, &mut st, fed(&obj)).await.unwrap_err();
+    assert!(e.is_transient(), "{e}");
+    assert!(e.to_string().contains("neutron: 503"), "{e}");
+    // Project and group stay while something inside is left.
+    assert!(w.project(&pid).await.is_some());
+    assert!(w.group("my-project-example-com-users").await.is_some());
+    w.delete(&obj, &mut st, fed(&obj)).await.unwrap();
+    assert!(w.project(&pid).await.is_none());
+
+    // An unreadable federation ConfigMap also keeps it: the rule must go.
+    let obj = from_yaml(SEED_README, "uid-keep2");
+    let mut st = OpenstackProjectStatus::default();
+    w.pass(&obj, &mut st, fed(&obj)).await.unwrap();
+    let missing = FederationInput::Unavailable(ReconcileError::DependencyMissing(
+        "ConfigMap demo/federation-config (spec.federationRef.configMapName)".into(),
+    ));
+    let e = w.delete(&obj, &mut st, missing).await.unwrap_err();
+    assert!(e.to_string().contains("remove spec.federationRef"), "{e}");
+    assert!(w.mapping().await.is_some());
+}
+
+#[tokio::test]
+async fn foreign_project_is_not_adopted_unless_allowed() {
+    let mut w = World::new().await;
+    let foreign = w
+        .cloud
+        .identity
+        .create_project(&ProjectCreate {
+            name: "my-project.example.com".into(),
+            domain_id: w.sso.id.clone(),
+            description: "pre-existing".into(),
+            enabled: true,
+            tags: vec!["keep-me".into()],
+        })
+        .await
+        .unwrap();
+    w.fake.reset_calls();
+    let mut obj = from_yaml(SEED_README, "uid-adopt");
+    let mut st = OpenstackProjectStatus::default();
+    let e = w.pass(&obj, &mut st, fed(&obj)).await.unwrap_err();
+    assert!(matches!(e, ReconcileError::NotOwned(_)), "{e}");
+    assert!(e.to_string().contains("spec.adopt"), "{e}");
+    assert_eq!(w.fake.writes(), 0);
+    assert!(!cond(&st, PROJECT_READY).is_true());
+
+    obj.spec.adopt = true;
+    let e = w.pass(&obj, &mut st, fed(&obj)).await.unwrap_err();
+    assert!(matches!(e, ReconcileError::PolicyViolation(_)), "{e}");
+    assert!(e.to_string().contains("spec.adopt"), "{e}");
+    assert_eq!(w.fake.writes(), 0);
+
+    w.config.allow_project_adoption = true;
+    w.pass(&obj, &mut st, fed(&obj)).await.unwrap();
+    assert_eq!(st.project_id.as_deref(), Some(foreign.id.as_str()));
+    assert_eq!(st.adopted, Some(true));
+    let p = w.project(&foreign.id).await.unwrap();
+    assert!(p.tags.contains(&"keep-me".to_string()) && p.tags.contains(&ADOPTED_TAG.to_string()));
+
+    // Deleting the resource leaves the adopted project, without our marks or grants.
+    w.delete(&obj, &mut st, fed(&obj)).await.unwrap();
+    let p = w.project(&foreign.id).await.unwrap();
+    assert_eq!(p.tags, vec!["keep-me".to_string()]);
+    assert!(w.grants(&foreign.id).await.is_empty());
+    let (n, s, r) = w.networks(&foreign.id).await;
+    assert!(n.is_empty() && s.is_empty() && r.is_empty());
+}
+
+#[tokio::test]
+async fn role_outside_the_allow_list_touches_nothing() {
+    let w = World::new().await;
+    let mut obj = from_yaml(SEED_README, "uid-admin");
+    obj.spec.role_bindings.as_mut().unwrap()[0].role = "admin".into();
+    let mut st = OpenstackProjectStatus::default();
+    let e = w.pass(&obj, &mut st, fed(&obj)).await.unwrap_err();
+    assert!(matches!(e, ReconcileError::PolicyViolation(_)), "{e}");
+    assert!(e.to_string().contains("spec.roleBindings[0].role"), "{e}");
+    assert_eq!(w.fake.writes(), 0);
+    assert_eq!(w.fake.reads(), 0);
+    assert!(st.project_id.is_none());
+}
+
+#[tokio::test]
+async fn federation_config_map_in_another_namespace_needs_permission() {
+    let mut w = World::new().await;
+    let mut obj = from_yaml(SEED_README, "uid-ns");
+    obj.spec
+        .federation_ref
+        .as_mut()
+        .unwrap()
+        .config_map_namespace = Some("other".into());
+    let mut st = OpenstackProjectStatus::default();
+    let e = w.pass(&obj, &mut st, fed(&obj)).await.unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("spec.federationRef.configMapNamespace"),
+        "{e}"
+    );
+    assert_eq!(w.fake.writes() + w.fake.reads(), 0);
+    w.config.federation_namespaces.insert("other".into());
+    w.pass(&obj, &mut st, fed(&obj)).await.unwrap();
+    // Its own namespace is always fine.
+    obj.spec
+        .federation_ref
+        .as_mut()
+        .unwrap()
+        .config_map_namespace = Some("demo".into());
+    assert!(check_policy(&obj.spec, "demo", &Config::default()).is_ok());
+}
+
+#[tokio::test]
+async fn failing_router_does_not_stop_security_groups() {
+    let w = World::new().await;
+    let obj = from_yaml(SEED_README, "uid-router");
+    let mut st = OpenstackProjectStatus::default();
+    w.fake.fail_next(
+        "network.create_router",
+        1,
+        openstack::Error::bad_request("neutron create_router: quota exceeded for router"),
+    );
+    let e = w.pass(&obj, &mut st, fed(&obj)).await.unwrap_err();
+    assert!(e.to_string().contains("spec.networks[0].router"), "{e}");
+    assert!(e.to_string().contains("quota exceeded for router"), "{e}");
+    let n = cond(&st, NETWORKS_READY);
+    assert!(!n.is_true());
+    assert_eq!(n.reason.as_deref(), Some("OpenStackError"));
+    for t in [
+        SECURITY_GROUPS_READY,
+        FEDERATION_READY,
+        QUOTAS_READY,
+        PROJECT_READY,
+    ] {
+        assert!(cond(&st, t).is_true(), "{t}");
+    }
+    let pid = st.project_id.clone().unwrap();
+    assert!(w.groups_of(&pid).await.contains_key("allow-ssh"));
+    assert_eq!(st.networks[0].router_id, None);
+    assert!(st.networks[0].subnet_id.is_some());
+    // The next pass finishes the job.
+    w.pass(&obj, &mut st, fed(&obj)).await.unwrap();
+    assert!(st.networks[0].router_id.is_some());
+    assert_all_true(&st);
+}
+
+#[tokio::test]
+async fn missing_external_network_fails_only_its_entry() {
+    let w = World::new().await;
+    let mut obj = from_yaml(BIG, "uid-ext");
+    obj.spec.networks.as_mut().unwrap()[1]
+        .router
+        .as_mut()
+        .unwrap()
+        .external_network = Some("nowhere".into());
+    let mut st = OpenstackProjectStatus::default();
+    let e = w.pass(&obj, &mut st, fed(&obj)).await.unwrap_err();
+    assert!(matches!(e, ReconcileError::DependencyMissing(_)), "{e}");
+    let n = cond(&st, NETWORKS_READY);
+    assert_eq!(n.reason.as_deref(), Some("DependencyMissing"));
+    assert!(
+        n.message
+            .as_deref()
+            .unwrap()
+            .contains("spec.networks[1].router.externalNetwork"),
+        "{n:?}"
+    );
+    let pid = st.project_id.clone().unwrap();
+    let (nets, _, routers) = w.networks(&pid).await;
+    assert_eq!(nets.len(), 3);
+    let names: BTreeSet<&str> = routers.iter().map(|r| r.name.as_str()).collect();
+    assert_eq!(names, ["front-router", "mgmt-router"].into());
+    assert!(st.networks[1].subnet_id.is_some() && st.networks[1].router_id.is_none());
+    assert!(cond(&st, SECURITY_GROUPS_READY).is_true());
+}
+
+#[tokio::test]
+async fn lost_responses_do_not_duplicate() {
+    let w = World::new().await;
+    let obj = from_yaml(SEED_README, "uid-lost");
+    for op in [
+        "identity.create_project",
+        "identity.create_group",
+        "identity.grant_project_role",
+        "compute.update_compute_quota",
+        "network.create_network",
+        "network.create_subnet",
+        "network.create_router",
+        "network.add_router_interface",
+        "network.create_security_group",
+        "network.create_security_group_rule",
+        "identity.create_identity_provider",
+        "identity.create_mapping",
+        "identity.create_federation_protocol",
+    ] {
+        w.fake.lose_next_response(op, 1);
+    }
+    let mut st = OpenstackProjectStatus::default();
+    let res = w.converge(&obj, &mut st, 12).await;
+    assert!(res.is_ok(), "{res:?}");
+    assert_all_true(&st);
+    let projects = w
+        .cloud
+        .identity
+        .list_projects(&ProjectFilter {
+            name: Some("my-project.example.com".into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(projects.len(), 1);
+    let pid = projects[0].id.clone();
+    assert_eq!(st.project_id.as_deref(), Some(pid.as_str()));
+    let groups = w.cloud.identity.list_groups(Some(&w.sso.id)).await.unwrap();
+    assert_eq!(groups.len(), 2, "auditors + the project group: {groups:?}");
+    let (n, s, r) = w.networks(&pid).await;
+    assert_eq!((n.len(), s.len(), r.len()), (1, 1, 1));
+    let sgs = w.groups_of(&pid).await;
+    assert_eq!(sgs.len(), 2, "default + allow-ssh");
+    assert_eq!(sgs["allow-ssh"].rules.len(), 3);
+    assert_eq!(
+        w.mapping().await.unwrap().rules.as_array().unwrap().len(),
+        1
+    );
+    w.fake.reset_calls();
+    w.pass(&obj, &mut st, fed(&obj)).await.unwrap();
+    assert_eq!(w.fake.writes(), 0);
+}
+
+#[tokio::test]
+async fn missing_domain_and_domain_change() {
+    let w = World::new().await;
+    let mut obj = from_yaml(SEED_README, "uid-dom");
+    obj.spec.domain = "nowhere".into();
+    let mut st = OpenstackProjectStatus::default();
+    let e = w.pass(&obj, &mut st, fed(&obj)).await.unwrap_err();
+    assert!(
+        matches!(e, ReconcileError::DependencyMissing(ref m) if m.contains("domain \"nowhere\"")),
+        "{e}"
+    );
+    assert_eq!(w.fake.writes(), 0);
+    assert_eq!(
+        cond(&st, PROJECT_READY).reason.as_deref(),
+        Some("DependencyMissing")
+    );
+
+    // spec.domain by ID works like by name.
+    obj.spec.domain = w.sso.id.clone();
+    w.pass(&obj, &mut st, fed(&obj)).await.unwrap();
+    obj.spec.domain = "Default".into();
+    let e = w.pass(&obj, &mut st, fed(&obj)).await.unwrap_err();
+    assert!(matches!(e, ReconcileError::InvalidSpec(_)), "{e}");
+    assert!(e.to_string().contains("spec.domain"), "{e}");
+    assert!(e.to_string().contains("not supported"), "{e}");
+}
+
+#[tokio::test]
+async fn rename_moves_project_group_and_rule() {
+    let w = World::new().await;
+    let mut obj = from_yaml(SEED_README, "uid-rename");
+    let mut st = OpenstackProjectStatus::default();
+    w.pass(&obj, &mut st, fed(&obj)).await.unwrap();
+    let pid = st.project_id.clone().unwrap();
+    let gid = st.group_id.clone().unwrap();
+    obj.spec.name = "renamed.example.com".into();
+    w.pass(&obj, &mut st, fed(&obj)).await.unwrap();
+    assert_eq!(st.project_id.as_deref(), Some(pid.as_str()));
+    assert_eq!(w.project(&pid).await.unwrap().name, "renamed.example.com");
+    let g = w.group("renamed-example-com-users").await.unwrap();
+    assert_eq!(g.id, gid);
+    let rules = w.mapping().await.unwrap().rules;
+    assert_eq!(rules.as_array().unwrap().len(), 1);
+    assert!(federation::is_project_rule(
+        &rules[0],
+        "renamed-example-com-users",
+        "sso-users"
+    ));
+}
+
+#[tokio::test]
+async fn federation_rules_of_projects_coexist() {
+    let w = World::new().await;
+    let a = from_yaml(SEED_README, "uid-a");
+    let mut b = from_yaml(SEED_README, "uid-b");
+    b.spec.name = "other.example.com".into();
+    let (mut sa, mut sb) = Default::default();
+    w.pass(&a, &mut sa, fed(&a)).await.unwrap();
+    w.pass(&b, &mut sb, fed(&b)).await.unwrap();
+    assert_eq!(
+        w.mapping().await.unwrap().rules.as_array().unwrap().len(),
+        2
+    );
+    w.delete(&a, &mut sa, fed(&a)).await.unwrap();
+    let rules = w.mapping().await.unwrap().rules;
+    assert_eq!(rules.as_array().unwrap().len(), 1);
+    assert!(federation::is_project_rule(
+        &rules[0],
+        "other-example-com-users",
+        "sso-users"
+    ));
+    w.delete(&b, &mut sb, fed(&b)).await.unwrap();
+    assert!(w.mapping().await.is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_projects_never_lose_each_others_rules() {
+    let w = Arc::new(World::new().await);
+    let mut tasks = Vec::new();
+    for i in 0..8 {
+        let w = w.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut obj = from_yaml(SEED_README, &format!("uid-c{i}"));
+            obj.spec.name = format!("p{i}.example.com");
+            obj.spec.networks = None;
+            let mut st = OpenstackProjectStatus::default();
+            w.pass(&obj, &mut st, fed(&obj)).await.map(|_| ())
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap().unwrap();
+    }
+    assert_eq!(
+        w.mapping().await.unwrap().rules.as_array().unwrap().len(),
+        8
+    );
+}
+
+#[tokio::test]
+async fn missing_federation_settings_are_reported_not_skipped() {
+    let w = World::new().await;
+    let obj = from_yaml(SEED_README, "uid-fed");
+    let mut st = OpenstackProjectStatus::default();
+    let input = federation_from_data("demo", "federation-config", None);
+    let e = w.pass(&obj, &mut st, input).await.unwrap_err();
+    assert!(matches!(e, ReconcileError::DependencyMissing(_)), "{e}");
+    let f = cond(&st, FEDERATION_READY);
+    assert!(!f.is_true());
+    assert!(
+        f.message
+            .as_deref()
+            .unwrap()
+            .contains("demo/federation-config"),
+        "{f:?}"
+    );
+    for t in [
+        PROJECT_READY,
+        NETWORKS_READY,
+        SECURITY_GROUPS_READY,
+        ROLE_BINDINGS_READY,
+    ] {
+        assert!(cond(&st, t).is_true(), "{t}");
+    }
+    assert!(w.mapping().await.is_none());
+}
+
+#[test]
+fn federation_settings_from_config_map_data() {
+    let data: BTreeMap<String, String> = [
+        ("idp-name".to_string(), "satosa".to_string()),
+        ("idp-remote-id".to_string(), "https://idp".to_string()),
+    ]
+    .into();
+    let FederationInput::Settings(s) = federation_from_data("ns", "cm", Some(&data)) else {
+        panic!()
+    };
+    assert_eq!(
+        (s.idp.as_str(), s.remote_id.as_str(), s.sso_domain),
+        ("satosa", "https://idp", None)
+    );
+    let empty: BTreeMap<String, String> = [("idp-name".to_string(), " ".to_string())].into();
+    assert!(matches!(
+        federation_from_data("ns", "cm", Some(&empty)),
+        FederationInput::Unavailable(ReconcileError::DependencyMissing(m)) if m.contains("ns/cm")
+    ));
+}
+
+#[test]
+fn combined_errors_report_the_most_urgent_first() {
+    let e = combine(vec![
+        (
+            NETWORKS_READY,
+            ReconcileError::DependencyMissing("external network".into()),
+        ),
+        (
+            SECURITY_GROUPS_READY,
+            ReconcileError::OpenStack(openstack::Error::transient("neutron: 503")),
+        ),
+        (
+            QUOTAS_READY,
+            ReconcileError::OpenStack(openstack::Error::bad_request("nova: no")),
+        ),
+    ])
+    .unwrap();
+    assert!(e.is_transient());
+    assert!(e.to_string().contains("neutron: 503"));
+    assert!(
+        e.to_string()
+            .contains("also failing: NetworksReady, QuotasReady"),
+        "{e}"
+    );
+    assert!(combine(vec![]).is_none());
+    let single = combine(vec![(QUOTAS_READY, ReconcileError::NotOwned("x".into()))]).unwrap();
+    assert_eq!(single.to_string(), "x");
+}
