@@ -273,7 +273,7 @@ impl State {
         let mut stored = info.to_stored(obj);
         reset_system_meta(info, &mut stored);
         prepare_for_create(info, &mut stored);
-        let warnings = self.admit(info, &mut stored, None, Sub::Main, opts)?;
+        let warnings = self.admit(info, &mut stored, None, opts)?;
         if !opts.field_manager.is_empty() {
             let own = ownership(info, &opts.field_manager, Sub::Main);
             patch::track_update(None, &mut stored, &own);
@@ -373,7 +373,11 @@ impl State {
                 patch::strategic_merge_patch(&mut target, &body)
             }
             PatchKind::Json => patch::json_patch(&mut target, &body)?,
-            PatchKind::Apply => unreachable!("handled above"),
+            PatchKind::Apply => {
+                return Err(ApiError::internal(
+                    "apply patches take the server-side apply path",
+                ));
+            }
         }
         if meta_str(&target, "name") != name {
             return Err(ApiError::bad_request(format!(
@@ -444,7 +448,7 @@ impl State {
                 if let Some(mf) = managed {
                     meta_mut(&mut stored).insert("managedFields".into(), mf);
                 }
-                let warnings = self.admit(info, &mut stored, None, Sub::Main, opts)?;
+                let warnings = self.admit(info, &mut stored, None, opts)?;
                 self.finish_create(info, stored, opts, warnings)
             }
             Some(old) => {
@@ -577,7 +581,7 @@ impl State {
                 ));
             }
         }
-        let warnings = self.admit(info, &mut new, Some(&old), sub, opts)?;
+        let warnings = self.admit(info, &mut new, Some(&old), opts)?;
         if info.generation
             && generation_content(&new, info.status_subresource)
                 != generation_content(&old, info.status_subresource)
@@ -654,7 +658,6 @@ impl State {
         info: &ResourceInfo,
         obj: &mut Value,
         old: Option<&Value>,
-        sub: Sub,
         opts: &WriteOpts,
     ) -> ApiResult<Vec<String>> {
         let name = object_name(obj);
@@ -730,9 +733,9 @@ impl State {
                     }
                 }
             }
+            Flavor::EventsV1 if old.is_none() => validate_events_v1(obj, &mut causes),
             Flavor::Plain | Flavor::CoreEvent | Flavor::EventsV1 => {}
         }
-        let _ = sub;
         if !causes.is_empty() {
             return Err(ApiError::invalid(&info.group, &info.kind, &name, causes));
         }
@@ -1076,6 +1079,51 @@ impl State {
             m.insert("finalizers".into(), json!(fins));
         }
         self.commit(key, ns, name, new);
+    }
+}
+
+/// Creation rules of `events.k8s.io/v1` Events (checked on the stored core form,
+/// reported with the events.k8s.io field names).
+fn validate_events_v1(obj: &Value, causes: &mut Vec<Cause>) {
+    let s = |k: &str| obj.get(k).and_then(Value::as_str).unwrap_or("");
+    for (stored, field, limit) in [
+        ("reportingComponent", "reportingController", 0usize),
+        ("reportingInstance", "reportingInstance", 128),
+        ("action", "action", 128),
+        ("reason", "reason", 128),
+    ] {
+        let v = s(stored);
+        if v.is_empty() {
+            causes.push(Cause::new("FieldValueRequired", field, "Required value"));
+        } else if limit > 0 && v.len() > limit {
+            causes.push(Cause::new(
+                "FieldValueTooLong",
+                field,
+                format!("Too long: may not be more than {limit} bytes"),
+            ));
+        }
+    }
+    if s("message").len() > 1024 {
+        causes.push(Cause::new(
+            "FieldValueTooLong",
+            "note",
+            "Too long: may not be more than 1024 bytes",
+        ));
+    }
+    if s("eventTime").is_empty() {
+        causes.push(Cause::new(
+            "FieldValueRequired",
+            "eventTime",
+            "Required value",
+        ));
+    }
+    let t = s("type");
+    if t != "Normal" && t != "Warning" {
+        causes.push(Cause::new(
+            "FieldValueInvalid",
+            "type",
+            format!("Invalid value: {t:?}: has invalid value: {t}"),
+        ));
     }
 }
 
