@@ -86,12 +86,17 @@ async fn domain_lifecycle_tags_and_errors() {
         id.delete_domain(&d.id).await.unwrap();
         assert!(id.get_domain(&d.id).await.unwrap_err().is_not_found());
         assert!(id.delete_domain(&d.id).await.unwrap_err().is_not_found());
-        assert!(
-            id.update_domain(&d.id, &DomainUpdate::default())
-                .await
-                .unwrap_err()
-                .is_not_found()
-        );
+        let e = id
+            .update_domain(
+                &d.id,
+                &DomainUpdate {
+                    description: Some("gone".into()),
+                    enabled: None,
+                },
+            )
+            .await
+            .unwrap_err();
+        assert!(e.is_not_found(), "{e}");
     })
     .await;
 }

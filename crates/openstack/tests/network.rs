@@ -1139,6 +1139,7 @@ async fn security_groups_and_rules() {
                 port_range_max: Some(22),
                 remote_ip_prefix: Some("10.0.0.0/8".into()),
                 description: Some("ssh".into()),
+                project_id: Some(proj.id.clone()),
                 ..Default::default()
             })
             .await
@@ -1151,7 +1152,7 @@ async fn security_groups_and_rules() {
         );
         assert_eq!(ssh.remote_ip_prefix.as_deref(), Some("10.0.0.0/8"));
         assert_eq!(ssh.description, "ssh");
-        assert_eq!(ssh.project_id, proj.id, "rules inherit the group's project");
+        assert_eq!(ssh.project_id, proj.id);
 
         let from_group = n
             .create_security_group_rule(&SecurityGroupRuleCreate {
@@ -1167,6 +1168,9 @@ async fn security_groups_and_rules() {
             .await
             .unwrap();
         assert_eq!(from_group.remote_group_id.as_deref(), Some(sg.id.as_str()));
+        // Without project_id a rule belongs to the caller's project, not to
+        // the group's.
+        assert_ne!(from_group.project_id, proj.id);
         assert_eq!(from_group.remote_ip_prefix, None);
 
         let icmp = n

@@ -325,6 +325,13 @@ impl Core {
     /// renewed in the background shortly before it expires (with 10% of its
     /// lifetime left) and, failing that, on the first 401.
     pub async fn connect(selector: &CloudSelector, opts: ClientOptions) -> Result<Self> {
+        // Reference the auth plugins so the linker keeps their `inventory`
+        // registrations (without this, `v3applicationcredential` is reported
+        // as unsupported).
+        let _ = (
+            &openstack_sdk_auth_applicationcredential::ANCHOR,
+            &openstack_sdk_auth_password::ANCHOR,
+        );
         let (cfg, cloud) = load_cloud_config(selector)?;
         let os = AsyncOpenStack::builder(&cfg)
             .disable_auth_cache(true)

@@ -24,6 +24,10 @@
 //!   protocol); re-creating one of them is 409 `SecurityGroupRuleExists`.
 //!   Listing security groups filtered by a project that has none makes
 //!   Neutron create that project's `default` group as a side effect.
+//! - `PUT /{resources}/{id}/tags` on a missing object is a 500, not a
+//!   404; `set_tags` tells the two apart with one GET.
+//! - A security group rule created without `project_id` belongs to the
+//!   caller's project, not to the group's: pass the group's project.
 //! - Quota details exist for any project ID (Neutron does not check
 //!   Keystone); unknown quota keys and values below -1 are 400.
 
@@ -881,7 +885,20 @@ impl Network for NetworkAdapter {
     }
 
     async fn set_tags(&self, kind: TaggedResource, id: &str, tags: &[String]) -> Result<()> {
-        self.put_tags("set_tags", kind.collection(), id, tags).await
+        let collection = kind.collection();
+        match self.put_tags("set_tags", collection, id, tags).await {
+            // Neutron 2026.1 answers 500 (a KeyError in its tagging
+            // extension) instead of 404 when the object does not exist; one
+            // GET tells the two apart so callers see NotFound.
+            Err(e) if e.is_transient() => {
+                let get = Request::get(S, "set_tags", format!("{collection}/{}", seg(id)));
+                match self.exec(&get).await {
+                    Err(nf) if nf.is_not_found() => Err(nf),
+                    _ => Err(e),
+                }
+            }
+            other => other,
+        }
     }
 
     async fn get_network_quota(&self, project_id: &str) -> Result<QuotaSet> {
