@@ -87,10 +87,21 @@ pub fn desired_extra_specs(spec: &OpenstackFlavorSpec, owner: &Owner) -> BTreeMa
 }
 
 /// Differences between wanted and existing extra specs (reconciled as a set).
-pub fn diff_extra_specs(desired: &BTreeMap<String, String>, observed: &BTreeMap<String, String>) -> ExtraSpecDiff {
+pub fn diff_extra_specs(
+    desired: &BTreeMap<String, String>,
+    observed: &BTreeMap<String, String>,
+) -> ExtraSpecDiff {
     ExtraSpecDiff {
-        set: desired.iter().filter(|(k, v)| observed.get(*k) != Some(*v)).map(|(k, v)| (k.clone(), v.clone())).collect(),
-        delete: observed.keys().filter(|k| !desired.contains_key(*k)).cloned().collect(),
+        set: desired
+            .iter()
+            .filter(|(k, v)| observed.get(*k) != Some(*v))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+        delete: observed
+            .keys()
+            .filter(|k| !desired.contains_key(*k))
+            .cloned()
+            .collect(),
     }
 }
 
@@ -120,33 +131,67 @@ pub fn immutable_changes(spec: &OpenstackFlavorSpec, f: &Flavor) -> Vec<&'static
 }
 
 /// Plans the flavor.
-pub fn plan(spec: &OpenstackFlavorSpec, observed: Option<&Flavor>, owner: &Owner, adopted_before: bool) -> Result<FlavorPlan> {
+pub fn plan(
+    spec: &OpenstackFlavorSpec,
+    observed: Option<&Flavor>,
+    owner: &Owner,
+    adopted_before: bool,
+) -> Result<FlavorPlan> {
     let desired = desired_extra_specs(spec, owner);
     let Some(f) = observed else {
         return Ok(FlavorPlan::Create(create_request(spec), desired));
     };
-    let ownership = owner.classify_flavor_mark(f.extra_specs.get(FLAVOR_OWNER_SPEC).map(String::as_str));
-    let adopt = may_take_over(&ownership, spec.adopt, false, &format!("Nova flavor {:?}", f.name)).map_err(ReconcileError::NotOwned)?;
+    let ownership =
+        owner.classify_flavor_mark(f.extra_specs.get(FLAVOR_OWNER_SPEC).map(String::as_str));
+    let adopt = may_take_over(
+        &ownership,
+        spec.adopt,
+        false,
+        &format!("Nova flavor {:?}", f.name),
+    )
+    .map_err(ReconcileError::NotOwned)?;
     let changed = immutable_changes(spec, f);
     if !changed.is_empty() {
         if adopt || adopted_before {
             return Err(ReconcileError::invalid(
                 "spec",
-                format!("the adopted flavor {:?} differs in {}; Nova flavors are immutable and an adopted flavor is never replaced", f.name, changed.join(", ")),
+                format!(
+                    "the adopted flavor {:?} differs in {}; Nova flavors are immutable and an adopted flavor is never replaced",
+                    f.name,
+                    changed.join(", ")
+                ),
             ));
         }
-        return Ok(FlavorPlan::Recreate { old: f.id.clone(), create: create_request(spec), extra_specs: desired, changed });
+        return Ok(FlavorPlan::Recreate {
+            old: f.id.clone(),
+            create: create_request(spec),
+            extra_specs: desired,
+            changed,
+        });
     }
-    let description = (f.description.as_deref().unwrap_or("") != spec.description).then(|| spec.description.clone());
-    Ok(FlavorPlan::Update { id: f.id.clone(), extra_specs: diff_extra_specs(&desired, &f.extra_specs), description, adopt })
+    let description = (f.description.as_deref().unwrap_or("") != spec.description)
+        .then(|| spec.description.clone());
+    Ok(FlavorPlan::Update {
+        id: f.id.clone(),
+        extra_specs: diff_extra_specs(&desired, &f.extra_specs),
+        description,
+        adopt,
+    })
 }
 
 async fn apply_extra_specs(ctx: &Context, id: &str, diff: &ExtraSpecDiff) -> Result<()> {
     if !diff.set.is_empty() {
-        ctx.cloud.compute.set_flavor_extra_specs(id, &diff.set).await?;
+        ctx.cloud
+            .compute
+            .set_flavor_extra_specs(id, &diff.set)
+            .await?;
     }
     for key in &diff.delete {
-        ctx.cloud.compute.delete_flavor_extra_spec(id, key).await.optional()?;
+        ctx.cloud
+            .compute
+            .delete_flavor_extra_spec(id, key)
+            .await
+            .optional()?;
     }
     Ok(())
 }
@@ -179,18 +224,50 @@ impl Managed for OpenstackFlavor {
             observed = compute.find_flavor(&self.spec.name).await?;
         }
         if observed.is_none() && status.flavor_id.is_some() {
-            publish(ctx, self, EventType::Warning, "Recreating", "Create", format!("flavor {} was deleted outside the operator; creating it again", self.spec.name)).await;
+            publish(
+                ctx,
+                self,
+                EventType::Warning,
+                "Recreating",
+                "Create",
+                format!(
+                    "flavor {} was deleted outside the operator; creating it again",
+                    self.spec.name
+                ),
+            )
+            .await;
         }
-        match plan(&self.spec, observed.as_ref(), &owner, status.adopted.unwrap_or(false))? {
+        match plan(
+            &self.spec,
+            observed.as_ref(),
+            &owner,
+            status.adopted.unwrap_or(false),
+        )? {
             FlavorPlan::Create(req, specs) => {
                 let f = compute.create_flavor(&req).await?;
                 status.flavor_id = Some(f.id.clone());
                 status.adopted = Some(false);
                 compute.set_flavor_extra_specs(&f.id, &specs).await?;
-                publish(ctx, self, EventType::Normal, "Created", "Create", format!("created Nova flavor {} ({})", f.name, f.id)).await;
-                Ok(Progress::ready("Created", format!("flavor {} created", f.id)))
+                publish(
+                    ctx,
+                    self,
+                    EventType::Normal,
+                    "Created",
+                    "Create",
+                    format!("created Nova flavor {} ({})", f.name, f.id),
+                )
+                .await;
+                Ok(Progress::ready(
+                    "Created",
+                    format!("flavor {} created", f.id),
+                ))
             }
-            FlavorPlan::Recreate { old, create, extra_specs, changed } => {
+            FlavorPlan::Recreate {
+                old,
+                create,
+                extra_specs,
+                changed,
+            } => {
                 compute.delete_flavor(&old).await.optional()?;
                 status.flavor_id = None;
                 let f = compute.create_flavor(&create).await?;
@@ -205,13 +282,33 @@ impl Managed for OpenstackFlavor {
                     format!("Nova flavors are immutable: replaced flavor {old} by {} because {} changed", f.id, changed.join(", ")),
                 )
                 .await;
-                Ok(Progress::ready("Recreated", format!("flavor replaced by {} ({} changed)", f.id, changed.join(", "))))
+                Ok(Progress::ready(
+                    "Recreated",
+                    format!(
+                        "flavor replaced by {} ({} changed)",
+                        f.id,
+                        changed.join(", ")
+                    ),
+                ))
             }
-            FlavorPlan::Update { id, extra_specs, description, adopt } => {
+            FlavorPlan::Update {
+                id,
+                extra_specs,
+                description,
+                adopt,
+            } => {
                 status.flavor_id = Some(id.clone());
                 if adopt {
                     status.adopted = Some(true);
-                    publish(ctx, self, EventType::Normal, "Adopted", "Adopt", format!("took over existing Nova flavor {} ({id})", self.spec.name)).await;
+                    publish(
+                        ctx,
+                        self,
+                        EventType::Normal,
+                        "Adopted",
+                        "Adopt",
+                        format!("took over existing Nova flavor {} ({id})", self.spec.name),
+                    )
+                    .await;
                 }
                 let mut changed = !extra_specs.is_empty();
                 apply_extra_specs(ctx, &id, &extra_specs).await?;
@@ -220,7 +317,15 @@ impl Managed for OpenstackFlavor {
                     changed = true;
                 }
                 if changed {
-                    publish(ctx, self, EventType::Normal, "Updated", "Update", format!("updated Nova flavor {id}")).await;
+                    publish(
+                        ctx,
+                        self,
+                        EventType::Normal,
+                        "Updated",
+                        "Update",
+                        format!("updated Nova flavor {id}"),
+                    )
+                    .await;
                     return Ok(Progress::ready("Updated", "flavor updated"));
                 }
                 Ok(Progress::ready("InSync", "flavor matches the spec"))
@@ -236,15 +341,36 @@ impl Managed for OpenstackFlavor {
             None => compute.find_flavor(&self.spec.name).await?,
         };
         let Some(f) = found else { return Ok(()) };
-        if owner.classify_flavor_mark(f.extra_specs.get(FLAVOR_OWNER_SPEC).map(String::as_str)) != Ownership::Ours {
+        if owner.classify_flavor_mark(f.extra_specs.get(FLAVOR_OWNER_SPEC).map(String::as_str))
+            != Ownership::Ours
+        {
             return Ok(());
         }
         if should_delete(self.spec.deletion_policy, status.adopted.unwrap_or(false)) {
             compute.delete_flavor(&f.id).await.optional()?;
-            publish(ctx, self, EventType::Normal, "Deleted", "Delete", format!("deleted Nova flavor {} ({})", f.name, f.id)).await;
+            publish(
+                ctx,
+                self,
+                EventType::Normal,
+                "Deleted",
+                "Delete",
+                format!("deleted Nova flavor {} ({})", f.name, f.id),
+            )
+            .await;
         } else {
-            compute.delete_flavor_extra_spec(&f.id, FLAVOR_OWNER_SPEC).await.optional()?;
-            publish(ctx, self, EventType::Normal, "Released", "Delete", format!("left Nova flavor {} ({}) in place", f.name, f.id)).await;
+            compute
+                .delete_flavor_extra_spec(&f.id, FLAVOR_OWNER_SPEC)
+                .await
+                .optional()?;
+            publish(
+                ctx,
+                self,
+                EventType::Normal,
+                "Released",
+                "Delete",
+                format!("left Nova flavor {} ({}) in place", f.name, f.id),
+            )
+            .await;
         }
         Ok(())
     }
@@ -259,7 +385,10 @@ mod tests {
     }
 
     fn owner() -> Owner {
-        Owner { cluster: "c".into(), uid: "u".into() }
+        Owner {
+            cluster: "c".into(),
+            uid: "u".into(),
+        }
     }
 
     fn flavor(extra: &[(&str, &str)]) -> Flavor {
@@ -273,20 +402,39 @@ mod tests {
             swap_mb: 0,
             is_public: true,
             description: None,
-            extra_specs: extra.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            extra_specs: extra
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
         }
     }
 
     #[test]
     fn extra_specs_are_a_set() {
-        let f = flavor(&[("hw:cpu_policy", "dedicated"), ("quota:disk_read_bytes_sec", "1"), (FLAVOR_OWNER_SPEC, "c/u")]);
-        let FlavorPlan::Update { extra_specs, description, adopt, .. } = plan(&spec(), Some(&f), &owner(), false).unwrap() else {
+        let f = flavor(&[
+            ("hw:cpu_policy", "dedicated"),
+            ("quota:disk_read_bytes_sec", "1"),
+            (FLAVOR_OWNER_SPEC, "c/u"),
+        ]);
+        let FlavorPlan::Update {
+            extra_specs,
+            description,
+            adopt,
+            ..
+        } = plan(&spec(), Some(&f), &owner(), false).unwrap()
+        else {
             panic!("expected an update")
         };
         assert!(!adopt && description.is_none());
-        assert_eq!(extra_specs.set.get("hw:cpu_policy").map(String::as_str), Some("shared"));
+        assert_eq!(
+            extra_specs.set.get("hw:cpu_policy").map(String::as_str),
+            Some("shared")
+        );
         // W5: an extra-spec key containing "disk" is an extra spec, not a size change.
-        assert_eq!(extra_specs.delete, vec!["quota:disk_read_bytes_sec".to_string()]);
+        assert_eq!(
+            extra_specs.delete,
+            vec!["quota:disk_read_bytes_sec".to_string()]
+        );
     }
 
     #[test]
@@ -301,17 +449,31 @@ mod tests {
     #[test]
     fn foreign_flavor_is_refused_and_adopted_one_never_replaced() {
         let f = flavor(&[]);
-        assert!(matches!(plan(&spec(), Some(&f), &owner(), false), Err(ReconcileError::NotOwned(_))));
+        assert!(matches!(
+            plan(&spec(), Some(&f), &owner(), false),
+            Err(ReconcileError::NotOwned(_))
+        ));
         let mut s = spec();
         s.adopt = true;
         s.vcpus = 4;
-        assert!(matches!(plan(&s, Some(&f), &owner(), false), Err(ReconcileError::InvalidSpec(_))));
+        assert!(matches!(
+            plan(&s, Some(&f), &owner(), false),
+            Err(ReconcileError::InvalidSpec(_))
+        ));
     }
 
     #[test]
     fn in_sync_plans_no_change() {
         let f = flavor(&[("hw:cpu_policy", "shared"), (FLAVOR_OWNER_SPEC, "c/u")]);
         let p = plan(&spec(), Some(&f), &owner(), false).unwrap();
-        assert_eq!(p, FlavorPlan::Update { id: "f1".into(), extra_specs: ExtraSpecDiff::default(), description: None, adopt: false });
+        assert_eq!(
+            p,
+            FlavorPlan::Update {
+                id: "f1".into(),
+                extra_specs: ExtraSpecDiff::default(),
+                description: None,
+                adopt: false
+            }
+        );
     }
 }

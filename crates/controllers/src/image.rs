@@ -24,7 +24,16 @@ pub const SOURCE_PROPERTY: &str = "openstack_operator_source_url";
 
 /// Properties Glance manages itself; never removed when reconciling properties as a set.
 fn reserved(key: &str) -> bool {
-    key.starts_with("os_") || matches!(key, "stores" | "owner_specified.openstack.md5" | "owner_specified.openstack.sha256" | "owner_specified.openstack.object" | "direct_url" | "locations")
+    key.starts_with("os_")
+        || matches!(
+            key,
+            "stores"
+                | "owner_specified.openstack.md5"
+                | "owner_specified.openstack.sha256"
+                | "owner_specified.openstack.object"
+                | "direct_url"
+                | "locations"
+        )
 }
 
 /// Tags we want on the image: the spec's, plus our marks unless it is external.
@@ -50,7 +59,12 @@ pub fn desired_properties(spec: &OpenstackImageSpec) -> BTreeMap<String, String>
 /// The JSON-patch operations that bring an image's metadata in line with the spec.
 /// `as_set`: properties missing from the spec are removed (images we manage); otherwise
 /// they are only added or changed (external images).
-pub fn metadata_ops(spec: &OpenstackImageSpec, image: &Image, owner: &Owner, as_set: bool) -> Vec<ImagePatchOp> {
+pub fn metadata_ops(
+    spec: &OpenstackImageSpec,
+    image: &Image,
+    owner: &Owner,
+    as_set: bool,
+) -> Vec<ImagePatchOp> {
     let mut ops = Vec::new();
     if image.visibility != spec.visibility.as_str() {
         ops.push(ImagePatchOp::set_visibility(spec.visibility.as_str()));
@@ -70,7 +84,13 @@ pub fn metadata_ops(spec: &OpenstackImageSpec, image: &Image, owner: &Owner, as_
     };
     if tags_differ {
         let tags: Vec<String> = if spec.external {
-            have_tags.iter().chain(want_tags.iter()).cloned().collect::<BTreeSet<_>>().into_iter().collect()
+            have_tags
+                .iter()
+                .chain(want_tags.iter())
+                .cloned()
+                .collect::<BTreeSet<_>>()
+                .into_iter()
+                .collect()
         } else {
             want_tags
         };
@@ -111,7 +131,10 @@ fn record(status: &mut OpenstackImageStatus, image: &Image) {
     status.image_id = Some(image.id.clone());
     status.upload_status = upload_status(&image.status);
     status.checksum = image.checksum.clone().filter(|c| !c.is_empty());
-    status.size_bytes = image.size.filter(|s| *s > 0).and_then(|s| i64::try_from(s).ok());
+    status.size_bytes = image
+        .size
+        .filter(|s| *s > 0)
+        .and_then(|s| i64::try_from(s).ok());
     status.hash_algorithm = image.os_hash_algo.clone().filter(|s| !s.is_empty());
     status.hash_value = image.os_hash_value.clone().filter(|s| !s.is_empty());
     status.imported_from = image.properties.get(SOURCE_PROPERTY).cloned();
@@ -129,10 +152,20 @@ pub fn check_hash(spec: &OpenstackImageSpec, image: &Image) -> Option<String> {
             if algo.is_empty() { "nothing" } else { algo }
         ));
     }
-    (value != want.value).then(|| format!("hash mismatch: Glance computed {algo} {value}, spec.content.source.hash.value is {}", want.value))
+    (value != want.value).then(|| {
+        format!(
+            "hash mismatch: Glance computed {algo} {value}, spec.content.source.hash.value is {}",
+            want.value
+        )
+    })
 }
 
-async fn observe(ctx: &Context, obj: &OpenstackImage, owner: &Owner, status: &OpenstackImageStatus) -> Result<(Option<Image>, bool)> {
+async fn observe(
+    ctx: &Context,
+    obj: &OpenstackImage,
+    owner: &Owner,
+    status: &OpenstackImageStatus,
+) -> Result<(Option<Image>, bool)> {
     let image = &ctx.cloud.image;
     if let Some(id) = &status.image_id
         && let Some(i) = image.get_image(id).await.optional()?
@@ -141,15 +174,25 @@ async fn observe(ctx: &Context, obj: &OpenstackImage, owner: &Owner, status: &Op
         return Ok((Some(i), false));
     }
     let candidates = image.list_images_by_name(&obj.spec.name).await?;
-    if let Some(ours) = candidates.iter().find(|i| owner.classify_tags(&i.tags) == Ownership::Ours) {
+    if let Some(ours) = candidates
+        .iter()
+        .find(|i| owner.classify_tags(&i.tags) == Ownership::Ours)
+    {
         return Ok((Some(ours.clone()), false));
     }
-    let Some(first) = candidates.into_iter().next() else { return Ok((None, false)) };
+    let Some(first) = candidates.into_iter().next() else {
+        return Ok((None, false));
+    };
     if obj.spec.external {
         return Ok((Some(first), false));
     }
-    let take = may_take_over(&owner.classify_tags(&first.tags), obj.spec.adopt, ctx.config.adopt_legacy, &format!("Glance image {:?} ({})", first.name, first.id))
-        .map_err(ReconcileError::NotOwned)?;
+    let take = may_take_over(
+        &owner.classify_tags(&first.tags),
+        obj.spec.adopt,
+        ctx.config.adopt_legacy,
+        &format!("Glance image {:?} ({})", first.name, first.id),
+    )
+    .map_err(ReconcileError::NotOwned)?;
     Ok((Some(first), take))
 }
 
@@ -160,13 +203,31 @@ async fn start_import(ctx: &Context, obj: &OpenstackImage, id: &str) -> Result<P
             message: "the image has no data and spec.content is not set".into(),
         });
     };
-    ctx.cloud.image.import_image_web_download(id, &content.source.url).await?;
-    publish(ctx, obj, EventType::Normal, "ImportStarted", "Import", format!("Glance web-download import of {} into image {id} started", content.source.url)).await;
+    ctx.cloud
+        .image
+        .import_image_web_download(id, &content.source.url)
+        .await?;
+    publish(
+        ctx,
+        obj,
+        EventType::Normal,
+        "ImportStarted",
+        "Import",
+        format!(
+            "Glance web-download import of {} into image {id} started",
+            content.source.url
+        ),
+    )
+    .await;
     Ok(importing(ctx, "import started"))
 }
 
 fn importing(ctx: &Context, what: &str) -> Progress {
-    Progress::InProgress { reason: "Importing".into(), message: format!("Image import in progress ({what})"), requeue: ctx.config.image_poll }
+    Progress::InProgress {
+        reason: "Importing".into(),
+        message: format!("Image import in progress ({what})"),
+        requeue: ctx.config.image_poll,
+    }
 }
 
 #[async_trait]
@@ -194,10 +255,16 @@ impl Managed for OpenstackImage {
             if self.spec.external {
                 status.image_id = None;
                 status.upload_status = None;
-                return Err(ReconcileError::DependencyMissing(format!("external image {:?} in Glance", self.spec.name)));
+                return Err(ReconcileError::DependencyMissing(format!(
+                    "external image {:?} in Glance",
+                    self.spec.name
+                )));
             }
             let Some(content) = &self.spec.content else {
-                return Err(ReconcileError::invalid("spec.content", "is required to create an image that does not exist in Glance"));
+                return Err(ReconcileError::invalid(
+                    "spec.content",
+                    "is required to create an image that does not exist in Glance",
+                ));
             };
             let req = ImageCreate {
                 name: self.spec.name.clone(),
@@ -211,30 +278,65 @@ impl Managed for OpenstackImage {
             let created = glance.create_image(&req).await?;
             record(status, &created);
             status.adopted = Some(false);
-            publish(ctx, self, EventType::Normal, "Created", "Create", format!("created Glance image {} ({})", created.name, created.id)).await;
+            publish(
+                ctx,
+                self,
+                EventType::Normal,
+                "Created",
+                "Create",
+                format!("created Glance image {} ({})", created.name, created.id),
+            )
+            .await;
             return start_import(ctx, self, &created.id).await;
         };
         if adopt {
             status.adopted = Some(true);
-            publish(ctx, self, EventType::Normal, "Adopted", "Adopt", format!("took over existing Glance image {} ({})", img.name, img.id)).await;
+            publish(
+                ctx,
+                self,
+                EventType::Normal,
+                "Adopted",
+                "Adopt",
+                format!("took over existing Glance image {} ({})", img.name, img.id),
+            )
+            .await;
         }
         record(status, &img);
         let managed = !self.spec.external;
-        let ops = metadata_ops(&self.spec, &img, &owner, managed && !status.adopted.unwrap_or(false));
+        let ops = metadata_ops(
+            &self.spec,
+            &img,
+            &owner,
+            managed && !status.adopted.unwrap_or(false),
+        );
         let mut img = img;
         if !ops.is_empty() {
             img = glance.update_image(&img.id, &ops).await?;
             record(status, &img);
-            publish(ctx, self, EventType::Normal, "Updated", "Update", format!("updated metadata of Glance image {}", img.id)).await;
+            publish(
+                ctx,
+                self,
+                EventType::Normal,
+                "Updated",
+                "Update",
+                format!("updated metadata of Glance image {}", img.id),
+            )
+            .await;
         }
         if self.spec.external {
-            return Ok(Progress::ready("Configured", format!("external image {} configured", img.id)));
+            return Ok(Progress::ready(
+                "Configured",
+                format!("external image {} configured", img.id),
+            ));
         }
         match &img.status {
             ImageStatus::Active => {
                 // A new source URL means new data; Glance cannot replace the data of an active image.
                 if let Some(c) = &self.spec.content
-                    && img.properties.get(SOURCE_PROPERTY).is_some_and(|u| *u != c.source.url)
+                    && img
+                        .properties
+                        .get(SOURCE_PROPERTY)
+                        .is_some_and(|u| *u != c.source.url)
                 {
                     return Ok(Progress::Failed {
                         reason: "ContentChanged".into(),
@@ -245,28 +347,59 @@ impl Managed for OpenstackImage {
                     });
                 }
                 if let Some(problem) = check_hash(&self.spec, &img) {
-                    return Ok(Progress::Failed { reason: "HashMismatch".into(), message: problem });
+                    return Ok(Progress::Failed {
+                        reason: "HashMismatch".into(),
+                        message: problem,
+                    });
                 }
-                Ok(Progress::ready("Active", format!("image {} is active", img.id)))
+                Ok(Progress::ready(
+                    "Active",
+                    format!("image {} is active", img.id),
+                ))
             }
-            ImageStatus::Queued if !img.importing_to_stores.is_empty() => Ok(importing(ctx, "queued")),
+            ImageStatus::Queued if !img.importing_to_stores.is_empty() => {
+                Ok(importing(ctx, "queued"))
+            }
             ImageStatus::Queued if !img.failed_import_stores.is_empty() => {
-                let url = self.spec.content.as_ref().map(|c| c.source.url.as_str()).unwrap_or("");
+                let url = self
+                    .spec
+                    .content
+                    .as_ref()
+                    .map(|c| c.source.url.as_str())
+                    .unwrap_or("");
                 let message = format!(
                     "Glance could not import {url} (failed stores: {}); check that Glance can reach the URL and that it serves a {} image",
                     img.failed_import_stores.join(", "),
-                    self.spec.content.as_ref().map(|c| c.disk_format.as_str()).unwrap_or("?"),
+                    self.spec
+                        .content
+                        .as_ref()
+                        .map(|c| c.disk_format.as_str())
+                        .unwrap_or("?"),
                 );
                 // Retry on a spec change, else on each resync (the backoff of a failed import).
-                if self.meta().generation != status.observed_generation || status.phase == Some(api::Phase::Error) {
+                if self.meta().generation != status.observed_generation
+                    || status.phase == Some(api::Phase::Error)
+                {
                     start_import(ctx, self, &img.id).await?;
-                    return Ok(Progress::InProgress { reason: "ImportFailed".into(), message: format!("{message}; retrying"), requeue: ctx.config.image_poll });
+                    return Ok(Progress::InProgress {
+                        reason: "ImportFailed".into(),
+                        message: format!("{message}; retrying"),
+                        requeue: ctx.config.image_poll,
+                    });
                 }
-                Ok(Progress::Failed { reason: "ImportFailed".into(), message })
+                Ok(Progress::Failed {
+                    reason: "ImportFailed".into(),
+                    message,
+                })
             }
             ImageStatus::Queued => start_import(ctx, self, &img.id).await,
-            ImageStatus::Saving | ImageStatus::Importing | ImageStatus::Uploading => Ok(importing(ctx, img.status.as_str())),
-            other => Ok(Progress::Failed { reason: "ImportFailed".into(), message: format!("Image status: {other}") }),
+            ImageStatus::Saving | ImageStatus::Importing | ImageStatus::Uploading => {
+                Ok(importing(ctx, img.status.as_str()))
+            }
+            other => Ok(Progress::Failed {
+                reason: "ImportFailed".into(),
+                message: format!("Image status: {other}"),
+            }),
         }
     }
 
@@ -278,7 +411,11 @@ impl Managed for OpenstackImage {
         let glance = &ctx.cloud.image;
         let found = match &status.image_id {
             Some(id) => glance.get_image(id).await.optional()?,
-            None => glance.list_images_by_name(&self.spec.name).await?.into_iter().find(|i| owner.classify_tags(&i.tags) == Ownership::Ours),
+            None => glance
+                .list_images_by_name(&self.spec.name)
+                .await?
+                .into_iter()
+                .find(|i| owner.classify_tags(&i.tags) == Ownership::Ours),
         };
         let Some(img) = found else { return Ok(()) };
         if owner.classify_tags(&img.tags) != Ownership::Ours {
@@ -286,14 +423,39 @@ impl Managed for OpenstackImage {
         }
         if should_delete(self.spec.deletion_policy, status.adopted.unwrap_or(false)) {
             if img.protected {
-                glance.update_image(&img.id, &[ImagePatchOp::set_protected(false)]).await?;
+                glance
+                    .update_image(&img.id, &[ImagePatchOp::set_protected(false)])
+                    .await?;
             }
             glance.delete_image(&img.id).await.optional()?;
-            publish(ctx, self, EventType::Normal, "Deleted", "Delete", format!("deleted Glance image {} ({})", img.name, img.id)).await;
+            publish(
+                ctx,
+                self,
+                EventType::Normal,
+                "Deleted",
+                "Delete",
+                format!("deleted Glance image {} ({})", img.name, img.id),
+            )
+            .await;
         } else {
             let tags: Vec<String> = img.tags.iter().filter(|t| !is_mark(t)).cloned().collect();
-            glance.update_image(&img.id, &[ImagePatchOp::set_tags(&tags)]).await?;
-            publish(ctx, self, EventType::Normal, "Released", "Delete", format!("left Glance image {} ({}) in place ({})", img.name, img.id, self.name_any())).await;
+            glance
+                .update_image(&img.id, &[ImagePatchOp::set_tags(&tags)])
+                .await?;
+            publish(
+                ctx,
+                self,
+                EventType::Normal,
+                "Released",
+                "Delete",
+                format!(
+                    "left Glance image {} ({}) in place ({})",
+                    img.name,
+                    img.id,
+                    self.name_any()
+                ),
+            )
+            .await;
         }
         Ok(())
     }
@@ -312,7 +474,10 @@ mod tests {
     }
 
     fn owner() -> Owner {
-        Owner { cluster: "c".into(), uid: "u".into() }
+        Owner {
+            cluster: "c".into(),
+            uid: "u".into(),
+        }
     }
 
     fn image(tags: Vec<String>, props: &[(&str, &str)]) -> Image {
@@ -323,7 +488,10 @@ mod tests {
             visibility: "public".into(),
             protected: false,
             tags,
-            properties: props.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            properties: props
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
             owner: None,
             checksum: None,
             size: None,
@@ -338,15 +506,36 @@ mod tests {
 
     #[test]
     fn in_sync_image_needs_no_patch() {
-        let i = image(desired_tags(&spec(), &owner()), &[("os_distro", "debian"), (SOURCE_PROPERTY, "http://h/x.qcow2"), ("os_glance_importing_to_stores", "")]);
+        let i = image(
+            desired_tags(&spec(), &owner()),
+            &[
+                ("os_distro", "debian"),
+                (SOURCE_PROPERTY, "http://h/x.qcow2"),
+                ("os_glance_importing_to_stores", ""),
+            ],
+        );
         assert!(metadata_ops(&spec(), &i, &owner(), true).is_empty());
     }
 
     #[test]
     fn properties_are_a_set_but_glance_keys_are_kept() {
-        let i = image(desired_tags(&spec(), &owner()), &[("os_distro", "ubuntu"), ("extra", "1"), ("os_hash_value", "x"), (SOURCE_PROPERTY, "http://h/x.qcow2")]);
+        let i = image(
+            desired_tags(&spec(), &owner()),
+            &[
+                ("os_distro", "ubuntu"),
+                ("extra", "1"),
+                ("os_hash_value", "x"),
+                (SOURCE_PROPERTY, "http://h/x.qcow2"),
+            ],
+        );
         let ops = metadata_ops(&spec(), &i, &owner(), true);
-        assert_eq!(ops, vec![ImagePatchOp::set_property("os_distro", "debian"), ImagePatchOp::remove_property("extra")]);
+        assert_eq!(
+            ops,
+            vec![
+                ImagePatchOp::set_property("os_distro", "debian"),
+                ImagePatchOp::remove_property("extra")
+            ]
+        );
         // External images: nothing is removed.
         let mut ext = spec();
         ext.external = true;
@@ -357,12 +546,21 @@ mod tests {
     #[test]
     fn hash_mismatch_is_reported() {
         let mut s = spec();
-        s.content.as_mut().unwrap().source.hash = Some(serde_json::from_value(serde_json::json!({"algorithm": "sha512", "value": "cd"})).unwrap());
+        s.content.as_mut().unwrap().source.hash = Some(
+            serde_json::from_value(serde_json::json!({"algorithm": "sha512", "value": "cd"}))
+                .unwrap(),
+        );
         let i = image(vec![], &[]);
         assert!(check_hash(&s, &i).unwrap().contains("mismatch"));
-        s.content.as_mut().unwrap().source.hash = Some(serde_json::from_value(serde_json::json!({"algorithm": "sha512", "value": "ab"})).unwrap());
+        s.content.as_mut().unwrap().source.hash = Some(
+            serde_json::from_value(serde_json::json!({"algorithm": "sha512", "value": "ab"}))
+                .unwrap(),
+        );
         assert!(check_hash(&s, &i).is_none());
-        s.content.as_mut().unwrap().source.hash = Some(serde_json::from_value(serde_json::json!({"algorithm": "sha256", "value": "ab"})).unwrap());
+        s.content.as_mut().unwrap().source.hash = Some(
+            serde_json::from_value(serde_json::json!({"algorithm": "sha256", "value": "ab"}))
+                .unwrap(),
+        );
         assert!(check_hash(&s, &i).unwrap().contains("hashing_algorithm"));
     }
 }

@@ -11,6 +11,7 @@ pub mod error;
 
 pub mod flavor;
 pub mod framework;
+pub mod gc;
 pub mod image;
 
 pub mod metrics;

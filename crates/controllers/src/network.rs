@@ -8,7 +8,10 @@ use async_trait::async_trait;
 use kube::Api;
 use kube::runtime::events::EventType;
 use openstack::OptionalExt;
-use openstack::model::{AllocationPool, GatewayIp, Network, NetworkCreate, NetworkFilter, NetworkUpdate, Subnet, SubnetCreate, SubnetFilter, SubnetUpdate, TaggedResource};
+use openstack::model::{
+    AllocationPool, GatewayIp, Network, NetworkCreate, NetworkFilter, NetworkUpdate, Subnet,
+    SubnetCreate, SubnetFilter, SubnetUpdate, TaggedResource,
+};
 
 use crate::context::Context;
 use crate::domain::{merge_marks, should_delete, strip_marks};
@@ -34,7 +37,10 @@ fn create_network_request(spec: &OpenstackNetworkSpec, owner: &Owner) -> Network
         shared: Some(spec.shared),
         external: Some(spec.external),
         provider_network_type: Some(spec.network_type().as_str().into()),
-        provider_physical_network: spec.provider_physical_network.clone().filter(|p| !p.is_empty()),
+        provider_physical_network: spec
+            .provider_physical_network
+            .clone()
+            .filter(|p| !p.is_empty()),
         provider_segmentation_id: spec.provider_segmentation_id,
         tags: owner.tags(),
         ..Default::default()
@@ -47,11 +53,16 @@ pub fn provider_changes(spec: &OpenstackNetworkSpec, n: &Network) -> Vec<&'stati
     if n.provider_network_type.as_deref() != Some(spec.network_type().as_str()) {
         changed.push("providerNetworkType");
     }
-    let physnet = spec.provider_physical_network.as_deref().filter(|p| !p.is_empty());
+    let physnet = spec
+        .provider_physical_network
+        .as_deref()
+        .filter(|p| !p.is_empty());
     if n.provider_physical_network.as_deref() != physnet {
         changed.push("providerPhysicalNetwork");
     }
-    if spec.provider_segmentation_id.is_some() && n.provider_segmentation_id != spec.provider_segmentation_id {
+    if spec.provider_segmentation_id.is_some()
+        && n.provider_segmentation_id != spec.provider_segmentation_id
+    {
         changed.push("providerSegmentationId");
     }
     changed
@@ -68,9 +79,14 @@ pub fn network_update(spec: &OpenstackNetworkSpec, n: &Network) -> NetworkUpdate
 }
 
 fn pools(s: &ProviderSubnet) -> Option<Vec<AllocationPool>> {
-    s.allocation_pools
-        .as_ref()
-        .map(|p| p.iter().map(|p| AllocationPool { start: p.start.clone(), end: p.end.clone() }).collect())
+    s.allocation_pools.as_ref().map(|p| {
+        p.iter()
+            .map(|p| AllocationPool {
+                start: p.start.clone(),
+                end: p.end.clone(),
+            })
+            .collect()
+    })
 }
 
 fn create_subnet_request(network_id: &str, s: &ProviderSubnet, owner: &Owner) -> SubnetCreate {
@@ -79,7 +95,10 @@ fn create_subnet_request(network_id: &str, s: &ProviderSubnet, owner: &Owner) ->
         name: s.name.clone(),
         ip_version: 4,
         cidr: s.cidr.clone(),
-        gateway: s.effective_gateway().map(|g| GatewayIp::Address(g.into())).unwrap_or_default(),
+        gateway: s
+            .effective_gateway()
+            .map(|g| GatewayIp::Address(g.into()))
+            .unwrap_or_default(),
         enable_dhcp: Some(s.enable_dhcp),
         dns_nameservers: s.dns_nameservers.clone().unwrap_or_default(),
         allocation_pools: pools(s).unwrap_or_default(),
@@ -89,18 +108,29 @@ fn create_subnet_request(network_id: &str, s: &ProviderSubnet, owner: &Owner) ->
 }
 
 fn same_cidr(a: &str, b: &str) -> bool {
-    match (api::validation::parse_ipv4_cidr(a), api::validation::parse_ipv4_cidr(b)) {
+    match (
+        api::validation::parse_ipv4_cidr(a),
+        api::validation::parse_ipv4_cidr(b),
+    ) {
         (Some(x), Some(y)) => x.trunc() == y.trunc(),
         _ => a == b,
     }
 }
 
 /// Plans the subnets of a network: spec subnets by name against what exists.
-pub fn plan_subnets(network_id: &str, spec: &[ProviderSubnet], observed: &[Subnet], owner: &Owner, adopted: bool) -> Result<Vec<SubnetStep>> {
+pub fn plan_subnets(
+    network_id: &str,
+    spec: &[ProviderSubnet],
+    observed: &[Subnet],
+    owner: &Owner,
+    adopted: bool,
+) -> Result<Vec<SubnetStep>> {
     let mut steps = Vec::new();
     for (i, s) in spec.iter().enumerate() {
         let Some(o) = observed.iter().find(|o| o.name == s.name) else {
-            steps.push(SubnetStep::Create(create_subnet_request(network_id, s, owner)));
+            steps.push(SubnetStep::Create(create_subnet_request(
+                network_id, s, owner,
+            )));
             continue;
         };
         let ownership = owner.classify_tags(&o.tags);
@@ -111,8 +141,13 @@ pub fn plan_subnets(network_id: &str, spec: &[ProviderSubnet], observed: &[Subne
             )));
         }
         if !same_cidr(&o.cidr, &s.cidr) {
-            steps.push(SubnetStep::Delete(o.id.clone(), format!("its CIDR changed from {} to {}", o.cidr, s.cidr)));
-            steps.push(SubnetStep::Create(create_subnet_request(network_id, s, owner)));
+            steps.push(SubnetStep::Delete(
+                o.id.clone(),
+                format!("its CIDR changed from {} to {}", o.cidr, s.cidr),
+            ));
+            steps.push(SubnetStep::Create(create_subnet_request(
+                network_id, s, owner,
+            )));
             continue;
         }
         let mut u = SubnetUpdate::default();
@@ -138,36 +173,72 @@ pub fn plan_subnets(network_id: &str, spec: &[ProviderSubnet], observed: &[Subne
         }
     }
     for o in observed {
-        if !spec.iter().any(|s| s.name == o.name) && owner.classify_tags(&o.tags) == Ownership::Ours {
-            steps.push(SubnetStep::Delete(o.id.clone(), "it is no longer in spec.subnets".into()));
+        if !spec.iter().any(|s| s.name == o.name) && owner.classify_tags(&o.tags) == Ownership::Ours
+        {
+            steps.push(SubnetStep::Delete(
+                o.id.clone(),
+                "it is no longer in spec.subnets".into(),
+            ));
         }
     }
     Ok(steps)
 }
 
-async fn find_network(ctx: &Context, obj: &OpenstackNetwork, owner: &Owner, status: &OpenstackNetworkStatus) -> Result<(Option<Network>, bool)> {
+async fn find_network(
+    ctx: &Context,
+    obj: &OpenstackNetwork,
+    owner: &Owner,
+    status: &OpenstackNetworkStatus,
+) -> Result<(Option<Network>, bool)> {
     let neutron = &ctx.cloud.network;
     if let Some(id) = &status.network_id
         && let Some(n) = neutron.get_network(id).await.optional()?
     {
         return Ok((Some(n), false));
     }
-    let same_name = neutron.list_networks(&NetworkFilter { name: Some(obj.spec.name.clone()), ..Default::default() }).await?;
-    if let Some(n) = same_name.iter().find(|n| owner.classify_tags(&n.tags) == Ownership::Ours) {
+    let same_name = neutron
+        .list_networks(&NetworkFilter {
+            name: Some(obj.spec.name.clone()),
+            ..Default::default()
+        })
+        .await?;
+    if let Some(n) = same_name
+        .iter()
+        .find(|n| owner.classify_tags(&n.tags) == Ownership::Ours)
+    {
         return Ok((Some(n.clone()), false));
     }
     // W20: only a provider network of the same kind can be this object; a tenant network that
     // happens to share the name is ignored.
-    let candidate = same_name.into_iter().find(|n| provider_changes(&obj.spec, n).is_empty());
-    let Some(n) = candidate else { return Ok((None, false)) };
-    let take = may_take_over(&owner.classify_tags(&n.tags), obj.spec.adopt, ctx.config.adopt_legacy, &format!("Neutron network {:?} ({})", n.name, n.id))
-        .map_err(ReconcileError::NotOwned)?;
+    let candidate = same_name
+        .into_iter()
+        .find(|n| provider_changes(&obj.spec, n).is_empty());
+    let Some(n) = candidate else {
+        return Ok((None, false));
+    };
+    let take = may_take_over(
+        &owner.classify_tags(&n.tags),
+        obj.spec.adopt,
+        ctx.config.adopt_legacy,
+        &format!("Neutron network {:?} ({})", n.name, n.id),
+    )
+    .map_err(ReconcileError::NotOwned)?;
     Ok((Some(n), take))
 }
 
 async fn delete_our_subnets(ctx: &Context, network_id: &str, owner: &Owner) -> Result<()> {
-    let subnets = ctx.cloud.network.list_subnets(&SubnetFilter { network_id: Some(network_id.into()), ..Default::default() }).await?;
-    for s in subnets.iter().filter(|s| owner.classify_tags(&s.tags) == Ownership::Ours) {
+    let subnets = ctx
+        .cloud
+        .network
+        .list_subnets(&SubnetFilter {
+            network_id: Some(network_id.into()),
+            ..Default::default()
+        })
+        .await?;
+    for s in subnets
+        .iter()
+        .filter(|s| owner.classify_tags(&s.tags) == Ownership::Ours)
+    {
         ctx.cloud.network.delete_subnet(&s.id).await.optional()?;
     }
     Ok(())
@@ -197,30 +268,63 @@ impl Managed for OpenstackNetwork {
         let mut changed = false;
         let net = match found {
             None => {
-                let n = neutron.create_network(&create_network_request(&self.spec, &owner)).await?;
+                let n = neutron
+                    .create_network(&create_network_request(&self.spec, &owner))
+                    .await?;
                 status.network_id = Some(n.id.clone());
                 status.adopted = Some(false);
                 status.subnets.clear();
-                publish(ctx, self, EventType::Normal, "Created", "Create", format!("created Neutron network {} ({})", n.name, n.id)).await;
+                publish(
+                    ctx,
+                    self,
+                    EventType::Normal,
+                    "Created",
+                    "Create",
+                    format!("created Neutron network {} ({})", n.name, n.id),
+                )
+                .await;
                 changed = true;
                 n
             }
             Some(n) => {
                 if adopt {
                     status.adopted = Some(true);
-                    neutron.set_tags(TaggedResource::Network, &n.id, &merge_marks(&n.tags, &owner)).await?;
-                    publish(ctx, self, EventType::Normal, "Adopted", "Adopt", format!("took over existing Neutron network {} ({})", n.name, n.id)).await;
+                    neutron
+                        .set_tags(
+                            TaggedResource::Network,
+                            &n.id,
+                            &merge_marks(&n.tags, &owner),
+                        )
+                        .await?;
+                    publish(
+                        ctx,
+                        self,
+                        EventType::Normal,
+                        "Adopted",
+                        "Adopt",
+                        format!("took over existing Neutron network {} ({})", n.name, n.id),
+                    )
+                    .await;
                 }
                 let provider = provider_changes(&self.spec, &n);
                 if !provider.is_empty() {
                     if status.adopted.unwrap_or(false) {
-                        return Err(ReconcileError::invalid("spec", format!("{} of the adopted network {} differ from Neutron's and cannot be changed", provider.join(", "), n.id)));
+                        return Err(ReconcileError::invalid(
+                            "spec",
+                            format!(
+                                "{} of the adopted network {} differ from Neutron's and cannot be changed",
+                                provider.join(", "),
+                                n.id
+                            ),
+                        ));
                     }
                     delete_our_subnets(ctx, &n.id, &owner).await?;
                     neutron.delete_network(&n.id).await.optional()?;
                     status.network_id = None;
                     status.subnets.clear();
-                    let created = neutron.create_network(&create_network_request(&self.spec, &owner)).await?;
+                    let created = neutron
+                        .create_network(&create_network_request(&self.spec, &owner))
+                        .await?;
                     status.network_id = Some(created.id.clone());
                     publish(ctx, self, EventType::Normal, "Recreated", "Update", format!("provider attributes are immutable in Neutron: replaced network {} by {} because {} changed", n.id, created.id, provider.join(", "))).await;
                     changed = true;
@@ -237,10 +341,24 @@ impl Managed for OpenstackNetwork {
                 }
             }
         };
-        let observed = neutron.list_subnets(&SubnetFilter { network_id: Some(net.id.clone()), ..Default::default() }).await?;
+        let observed = neutron
+            .list_subnets(&SubnetFilter {
+                network_id: Some(net.id.clone()),
+                ..Default::default()
+            })
+            .await?;
         let spec_subnets = self.spec.subnets.as_deref().unwrap_or_default();
-        let steps = plan_subnets(&net.id, spec_subnets, &observed, &owner, status.adopted.unwrap_or(false))?;
-        let mut ids: std::collections::BTreeMap<String, String> = observed.iter().map(|s| (s.name.clone(), s.id.clone())).collect();
+        let steps = plan_subnets(
+            &net.id,
+            spec_subnets,
+            &observed,
+            &owner,
+            status.adopted.unwrap_or(false),
+        )?;
+        let mut ids: std::collections::BTreeMap<String, String> = observed
+            .iter()
+            .map(|s| (s.name.clone(), s.id.clone()))
+            .collect();
         for step in steps {
             changed = true;
             match step {
@@ -254,16 +372,30 @@ impl Managed for OpenstackNetwork {
                 SubnetStep::Delete(id, why) => {
                     neutron.delete_subnet(&id).await.optional()?;
                     ids.retain(|_, v| *v != id);
-                    publish(ctx, self, EventType::Normal, "SubnetDeleted", "Update", format!("deleted subnet {id}: {why}")).await;
+                    publish(
+                        ctx,
+                        self,
+                        EventType::Normal,
+                        "SubnetDeleted",
+                        "Update",
+                        format!("deleted subnet {id}: {why}"),
+                    )
+                    .await;
                 }
             }
         }
         status.subnets = spec_subnets
             .iter()
-            .map(|s| api::network::SubnetStatus { name: s.name.clone(), subnet_id: ids.get(&s.name).cloned() })
+            .map(|s| api::network::SubnetStatus {
+                name: s.name.clone(),
+                subnet_id: ids.get(&s.name).cloned(),
+            })
             .collect();
         if changed {
-            Ok(Progress::ready("Updated", format!("network {} reconciled", net.id)))
+            Ok(Progress::ready(
+                "Updated",
+                format!("network {} reconciled", net.id),
+            ))
         } else {
             Ok(Progress::ready("InSync", "network matches the spec"))
         }
@@ -275,7 +407,10 @@ impl Managed for OpenstackNetwork {
         let found = match &status.network_id {
             Some(id) => neutron.get_network(id).await.optional()?,
             None => neutron
-                .list_networks(&NetworkFilter { name: Some(self.spec.name.clone()), ..Default::default() })
+                .list_networks(&NetworkFilter {
+                    name: Some(self.spec.name.clone()),
+                    ..Default::default()
+                })
                 .await?
                 .into_iter()
                 .find(|n| owner.classify_tags(&n.tags) == Ownership::Ours),
@@ -287,10 +422,31 @@ impl Managed for OpenstackNetwork {
         if should_delete(self.spec.deletion_policy, status.adopted.unwrap_or(false)) {
             delete_our_subnets(ctx, &n.id, &owner).await?;
             neutron.delete_network(&n.id).await.optional()?;
-            publish(ctx, self, EventType::Normal, "Deleted", "Delete", format!("deleted Neutron network {} ({}) and its subnets", n.name, n.id)).await;
+            publish(
+                ctx,
+                self,
+                EventType::Normal,
+                "Deleted",
+                "Delete",
+                format!(
+                    "deleted Neutron network {} ({}) and its subnets",
+                    n.name, n.id
+                ),
+            )
+            .await;
         } else {
-            neutron.set_tags(TaggedResource::Network, &n.id, &strip_marks(&n.tags)).await?;
-            publish(ctx, self, EventType::Normal, "Released", "Delete", format!("left Neutron network {} ({}) in place", n.name, n.id)).await;
+            neutron
+                .set_tags(TaggedResource::Network, &n.id, &strip_marks(&n.tags))
+                .await?;
+            publish(
+                ctx,
+                self,
+                EventType::Normal,
+                "Released",
+                "Delete",
+                format!("left Neutron network {} ({}) in place", n.name, n.id),
+            )
+            .await;
         }
         Ok(())
     }
@@ -301,7 +457,10 @@ mod tests {
     use super::*;
 
     fn owner() -> Owner {
-        Owner { cluster: "c".into(), uid: "u".into() }
+        Owner {
+            cluster: "c".into(),
+            uid: "u".into(),
+        }
     }
 
     fn subnet(name: &str, cidr: &str, tags: Vec<String>) -> Subnet {
@@ -337,10 +496,16 @@ mod tests {
             {"name": "new", "cidr": "10.0.6.0/24"}
         ]));
         let steps = plan_subnets("n", &spec, &observed, &o, false).unwrap();
-        assert!(matches!(&steps[0], SubnetStep::Update(id, u) if id == "id-keep" && u.enable_dhcp == Some(false)));
+        assert!(
+            matches!(&steps[0], SubnetStep::Update(id, u) if id == "id-keep" && u.enable_dhcp == Some(false))
+        );
         assert!(matches!(&steps[1], SubnetStep::Delete(id, _) if id == "id-move"));
-        assert!(matches!(&steps[2], SubnetStep::Create(c) if c.name == "move" && c.cidr == "10.0.5.0/24"));
-        assert!(matches!(&steps[3], SubnetStep::Create(c) if c.name == "new" && c.tags == o.tags()));
+        assert!(
+            matches!(&steps[2], SubnetStep::Create(c) if c.name == "move" && c.cidr == "10.0.5.0/24")
+        );
+        assert!(
+            matches!(&steps[3], SubnetStep::Create(c) if c.name == "new" && c.tags == o.tags())
+        );
         assert!(matches!(&steps[4], SubnetStep::Delete(id, _) if id == "id-gone"));
         // The foreign subnet is never deleted.
         assert_eq!(steps.len(), 5);
@@ -350,14 +515,23 @@ mod tests {
     fn in_sync_subnet_plans_nothing() {
         let o = owner();
         let observed = vec![subnet("s", "10.0.0.0/24", o.tags())];
-        let spec = spec_subnets(serde_json::json!([{"name": "s", "cidr": "10.0.0.0/24", "gatewayIp": "10.0.0.1"}]));
-        assert!(plan_subnets("n", &spec, &observed, &o, false).unwrap().is_empty());
+        let spec = spec_subnets(
+            serde_json::json!([{"name": "s", "cidr": "10.0.0.0/24", "gatewayIp": "10.0.0.1"}]),
+        );
+        assert!(
+            plan_subnets("n", &spec, &observed, &o, false)
+                .unwrap()
+                .is_empty()
+        );
     }
 
     #[test]
     fn foreign_subnet_with_spec_name_is_refused() {
         let observed = vec![subnet("s", "10.0.0.0/24", vec![])];
         let spec = spec_subnets(serde_json::json!([{"name": "s", "cidr": "10.0.0.0/24"}]));
-        assert!(matches!(plan_subnets("n", &spec, &observed, &owner(), false), Err(ReconcileError::NotOwned(_))));
+        assert!(matches!(
+            plan_subnets("n", &spec, &observed, &owner(), false),
+            Err(ReconcileError::NotOwned(_))
+        ));
     }
 }

@@ -32,6 +32,17 @@ pub enum LogFormat {
     Json,
 }
 
+/// Garbage-collection mode.
+#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
+pub enum GcModeArg {
+    /// Delete orphans.
+    Delete,
+    /// Report orphans only.
+    Report,
+    /// No garbage collection.
+    Off,
+}
+
 /// A controller that can be switched on or off.
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Kind {
@@ -132,6 +143,22 @@ pub struct RunArgs {
     /// Namespace of the Lease (the pod's namespace in a cluster).
     #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
     lease_namespace: String,
+    /// Garbage collection of orphans: `delete` (within the safety valves), `report` (find and
+    /// report, delete nothing) or `off`.
+    #[arg(long, env = "GC_MODE", value_enum, default_value = "delete")]
+    gc_mode: GcModeArg,
+    /// Seconds between garbage-collection sweeps (the seed's CLUSTER_GC_INTERVAL_SECONDS).
+    #[arg(long, env = "CLUSTER_GC_INTERVAL_SECONDS", default_value_t = 600)]
+    gc_interval_seconds: u64,
+    /// Seconds an orphan must stay orphaned before it is deleted.
+    #[arg(long, env = "GC_GRACE_SECONDS", default_value_t = 300)]
+    gc_grace_seconds: u64,
+    /// Most orphans deleted per sweep; beyond it a Warning Event is raised and the rest wait.
+    #[arg(long, env = "GC_MAX_DELETIONS", default_value_t = 20)]
+    gc_max_deletions: usize,
+    /// Namespace of the registry ConfigMap `openstack-operator-managed-resources`.
+    #[arg(long, env = "REGISTRY_NAMESPACE", default_value = "openstack-operator")]
+    registry_namespace: String,
     /// Seconds a leader's Lease stays valid without renewal; a new leader takes over within
     /// about this time after the old one dies.
     #[arg(long, env = "LEASE_DURATION_SECONDS", default_value_t = 15)]
@@ -259,8 +286,9 @@ async fn connect_cloud(options: ClientOptions, token: &CancellationToken) -> any
                 warn!(error = %e, "cannot reach OpenStack yet; retrying");
             }
             Err(e) => {
-                return Err(anyhow::anyhow!(e)
-                    .context("connecting to OpenStack (check OS_CLOUD and OS_CLIENT_CONFIG_FILE)"));
+                return Err(anyhow::anyhow!(e).context(
+                    "connecting to OpenStack (check OS_CLOUD and OS_CLIENT_CONFIG_FILE)",
+                ));
             }
         }
         tokio::select! {
@@ -304,6 +332,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     os_metrics.register(&mut registry);
     let ctl_metrics = controllers::metrics::Metrics::default();
     ctl_metrics.register(&mut registry);
+    let gc_metrics = controllers::gc::GcMetrics::default();
+    gc_metrics.register(&mut registry);
     let registry = Arc::new(registry);
 
     let mut kinds: Vec<Kind> = args.controllers.clone();
@@ -418,6 +448,23 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     }
 
     let mut controllers = tokio::task::JoinSet::new();
+    // The sweeper runs only here, after leadership (if any) was acquired.
+    let gc_config = controllers::gc::GcConfig {
+        mode: match args.gc_mode {
+            GcModeArg::Delete => controllers::gc::GcMode::Delete,
+            GcModeArg::Report => controllers::gc::GcMode::Report,
+            GcModeArg::Off => controllers::gc::GcMode::Off,
+        },
+        interval: Duration::from_secs(args.gc_interval_seconds.max(1)),
+        grace: Duration::from_secs(args.gc_grace_seconds),
+        max_deletions: args.gc_max_deletions,
+        registry_namespace: args.registry_namespace.clone(),
+    };
+    {
+        let (ctx, token) = (ctx.clone(), token.clone());
+        let sweeper = controllers::gc::Sweeper::new(gc_config, gc_metrics);
+        tokio::spawn(async move { sweeper.run(&ctx, token).await });
+    }
     for kind in kinds {
         let crd = match kind {
             Kind::Domain => api::OpenstackDomain::crd(),
