@@ -9,6 +9,7 @@ pub mod manifest;
 pub mod naming;
 pub mod network;
 pub mod project;
+pub mod reference;
 pub mod validation;
 
 pub use common::{CommonStatus, Condition, ConditionStatus, DeletionPolicy, Phase};
