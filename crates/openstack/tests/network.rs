@@ -51,7 +51,23 @@ impl Cleanup {
         let n = &cloud.network;
         for item in items.into_iter().rev() {
             let r = match &item {
-                Res::Project(id) => cloud.identity.delete_project(id).await,
+                Res::Project(id) => {
+                    // Neutron gives every project that gets a network (or
+                    // lists its groups) a `default` security group, and
+                    // keeps it after the Keystone project is gone.
+                    let filter = SecurityGroupFilter {
+                        project_id: Some(id.clone()),
+                        ..Default::default()
+                    };
+                    for g in n.list_security_groups(&filter).await.unwrap_or_default() {
+                        if let Err(e) = n.delete_security_group(&g.id).await
+                            && !e.is_not_found()
+                        {
+                            eprintln!("cleanup of security group {} failed: {e}", g.id);
+                        }
+                    }
+                    cloud.identity.delete_project(id).await
+                }
                 Res::Network(id) => n.delete_network(id).await,
                 Res::Subnet(id) => n.delete_subnet(id).await,
                 Res::Router(id) => n.delete_router(id).await,
@@ -161,6 +177,20 @@ async fn network_lifecycle_tags_filters_and_errors() {
         assert_eq!(net.name, name);
         assert_eq!(net.project_id, proj.id);
         assert_eq!(net.tags, vec![MARK.to_string(), uid_tag.clone()]);
+        // Creating a network for a project gives that project its `default`
+        // security group (seen in an unfiltered list, which has no side
+        // effects).
+        let all_groups = n
+            .list_security_groups(&SecurityGroupFilter::default())
+            .await
+            .unwrap();
+        assert!(
+            all_groups
+                .iter()
+                .any(|g| g.project_id == proj.id && g.name == "default"),
+            "no default group for {}",
+            proj.id
+        );
 
         // Tagged by the time create returns, as seen by a fresh read.
         let got = n.get_network(&net.id).await.unwrap();
