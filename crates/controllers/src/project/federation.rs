@@ -10,7 +10,7 @@ use openstack::OptionalExt;
 use openstack::model::{IdentityProvider, IdentityProviderCreate, IdentityProviderUpdate};
 use serde_json::{Value, json};
 
-use super::{AreaOutcome, Env, FederationSettings, Note, os};
+use super::{AreaOutcome, Env, FederationSettings, os};
 use crate::error::ReconcileError;
 
 /// A project's rule: federated users named in `users` (OIDC `sub`) become ephemeral users in
@@ -158,7 +158,6 @@ pub(crate) async fn apply(
     group: &str,
     previous_group: Option<&str>,
     users: &[String],
-    events: &mut Vec<Note>,
 ) -> AreaOutcome {
     let mut out = AreaOutcome::default();
     let identity = &env.cloud.identity;
@@ -166,16 +165,15 @@ pub(crate) async fn apply(
     let domain = settings.sso_domain.as_deref().unwrap_or(project_domain);
     let mapping = mapping_name(idp);
     let ctx = format!("spec.federationRef (ConfigMap {})", settings.config_map);
-    if domain != project_domain {
-        events.push(Note::warning(
-            "FederationDomainMismatch",
-            "Federation",
-            format!(
-                "sso-domain {domain:?} in ConfigMap {} differs from the project's domain {project_domain:?}: Keystone looks for group {group:?} in {domain:?}, where this operator did not create it",
-                settings.config_map
-            ),
-        ));
-    }
+    // Keystone looks for the rule's group in sso-domain, but the group lives in the project's
+    // domain (seed W13 note): logins fail unless they coincide. The rule keeps the seed's
+    // shape; the condition says what is wrong.
+    let mismatch = (domain != project_domain).then(|| {
+        format!(
+            "; warning: sso-domain {domain:?} in ConfigMap {} differs from the project's domain {project_domain:?}, so Keystone will not find group {group:?} at login",
+            settings.config_map
+        )
+    });
     // Users in no binding: no rule (an empty any_one_of would match nobody anyway).
     let rule = (!users.is_empty()).then(|| project_rule(group, domain, users));
 
@@ -300,13 +298,14 @@ pub(crate) async fn apply(
             )),
         }
     }
-    out.detail = Some(match &rule {
+    let summary = match &rule {
         Some(_) => format!(
             "{} user(s) map to group {group} in domain {domain} through {idp}/{FEDERATION_PROTOCOL} ({mapping})",
             users.len()
         ),
         None => format!("no users in spec.roleBindings; no rule for group {group} in {mapping}"),
-    });
+    };
+    out.detail = Some(summary + mismatch.as_deref().unwrap_or_default());
     out
 }
 

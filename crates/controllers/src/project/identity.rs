@@ -119,6 +119,11 @@ pub fn plan_project(
                 "spec.adopt: {what} exists and adopting existing projects is disabled in this operator (--allow-project-adoption)"
             )));
         }
+        Ownership::Legacy if found_by == FoundBy::RecordedId => {
+            return Err(ReconcileError::NotOwned(format!(
+                "{what} was created by the seed operator for this object; run the operator with --adopt-legacy to take such projects over"
+            )));
+        }
         Ownership::Legacy | Ownership::Foreign => {
             return Err(ReconcileError::NotOwned(format!(
                 "{what} already exists in domain {domain_id} and was not created by this operator; set spec.adopt: true to take it over (the operator must allow adoption)"

@@ -22,7 +22,7 @@ mod tests;
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Display;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, LazyLock, Mutex};
 
 use api::common::set_condition;
 use api::{Condition, FieldError, OpenstackProject, OpenstackProjectSpec, OpenstackProjectStatus};
@@ -188,6 +188,52 @@ pub fn federation_from_data(
         sso_domain: get("sso-domain"),
     })
 }
+
+/// The federation settings each object last reconciled with, by UID (process-local).
+/// Deletion falls back to them when the ConfigMap is gone: deleting a namespace removes the
+/// ConfigMap at once while our finalizer still has to remove the project's mapping rule, and
+/// refusing would leave the namespace terminating. After an operator restart the memory is
+/// empty and deletion waits for the ConfigMap (or for `spec.federationRef` to be removed).
+#[derive(Default)]
+pub struct FederationMemory(Mutex<HashMap<String, FederationSettings>>);
+
+impl FederationMemory {
+    /// Records what a reconcile read (settings are kept; no `federationRef` forgets).
+    pub fn remember(&self, uid: &str, input: &FederationInput) {
+        let mut m = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        match input {
+            FederationInput::Settings(s) => {
+                m.insert(uid.to_string(), s.clone());
+            }
+            FederationInput::NotRequested => {
+                m.remove(uid);
+            }
+            // A passing outage does not erase what was known.
+            FederationInput::Unavailable(_) => {}
+        }
+    }
+
+    /// The input for a deletion: a missing ConfigMap or key is replaced by the remembered
+    /// settings, if any; anything else is returned as is.
+    pub fn recall(&self, uid: &str, input: FederationInput) -> FederationInput {
+        match input {
+            FederationInput::Unavailable(ReconcileError::DependencyMissing(m)) => {
+                match self.0.lock().unwrap_or_else(|p| p.into_inner()).get(uid) {
+                    Some(s) => FederationInput::Settings(s.clone()),
+                    None => FederationInput::Unavailable(ReconcileError::DependencyMissing(m)),
+                }
+            }
+            other => other,
+        }
+    }
+
+    /// Forgets an object once it is gone.
+    pub fn forget(&self, uid: &str) {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).remove(uid);
+    }
+}
+
+static FEDERATION_MEMORY: LazyLock<FederationMemory> = LazyLock::new(FederationMemory::default);
 
 /// The namespace of the federation ConfigMap: `configMapNamespace` or the object's own.
 fn federation_namespace(spec: &OpenstackProjectSpec, own: &str) -> Option<String> {
@@ -375,23 +421,31 @@ impl AreaOutcome {
         if errs.len() <= 1 {
             return errs.into_iter().next();
         }
-        // Several failures inside one area: report the most urgent, with all messages.
-        let message = errs
-            .iter()
-            .map(ToString::to_string)
-            .collect::<Vec<_>>()
-            .join("; ");
+        // Several failures inside one area: the most urgent one's class, every message (the
+        // first without its class prefix, which the class adds back when displayed).
         let mut sorted = errs;
         sorted.sort_by_key(urgency);
+        let rest: Vec<String> = sorted.iter().skip(1).map(ToString::to_string).collect();
+        let join = |first: &str| {
+            std::iter::once(first.to_string())
+                .chain(rest.iter().cloned())
+                .collect::<Vec<_>>()
+                .join("; ")
+        };
         let first = sorted.swap_remove(0);
         Some(match first {
-            ReconcileError::DependencyMissing(_) => ReconcileError::DependencyMissing(message),
-            ReconcileError::NotOwned(_) => ReconcileError::NotOwned(message),
-            ReconcileError::PolicyViolation(_) => ReconcileError::PolicyViolation(message),
-            ReconcileError::OpenStack(e) => {
-                ReconcileError::OpenStack(with_message(e, |_| message.clone()))
+            ReconcileError::DependencyMissing(m) => ReconcileError::DependencyMissing(join(&m)),
+            ReconcileError::NotOwned(m) => ReconcileError::NotOwned(join(&m)),
+            ReconcileError::PolicyViolation(m) => ReconcileError::PolicyViolation(join(&m)),
+            ReconcileError::OpenStack(e) => ReconcileError::OpenStack(with_message(e, join)),
+            ReconcileError::InvalidSpec(mut v) => {
+                v.extend(rest.iter().map(|m| FieldError {
+                    path: "spec".into(),
+                    message: m.clone(),
+                }));
+                ReconcileError::InvalidSpec(v)
             }
-            other => other,
+            e @ ReconcileError::Kube(_) => e,
         })
     }
 }
@@ -618,7 +672,6 @@ async fn run(
                 &ident.group_name,
                 ident.previous_group_name.as_deref(),
                 &users,
-                events,
             )
             .await;
             changed |= out.changed;
@@ -726,6 +779,7 @@ impl Managed for OpenstackProject {
             &ctx.config,
         )?;
         let federation = read_federation(ctx, self).await;
+        FEDERATION_MEMORY.remember(&self.uid().unwrap_or_default(), &federation);
         let env = Env {
             cloud: &ctx.cloud,
             config: &ctx.config,
@@ -739,8 +793,9 @@ impl Managed for OpenstackProject {
 
     async fn cleanup(&self, ctx: &Context, status: &mut Self::Status) -> Result<()> {
         let own = self.namespace().unwrap_or_default();
+        let uid = self.uid().unwrap_or_default();
         let federation = if federation_namespace_allowed(&self.spec, &own, &ctx.config) {
-            read_federation(ctx, self).await
+            FEDERATION_MEMORY.recall(&uid, read_federation(ctx, self).await)
         } else {
             // A ConfigMap we may not read never produced a rule; nothing to remove.
             warn!("federation ConfigMap namespace not allowed; skipping the mapping rule");
@@ -754,6 +809,9 @@ impl Managed for OpenstackProject {
         };
         let out = cleanup_project(&env, self, status, federation).await;
         publish_all(ctx, self, out.events).await;
+        if out.result.is_ok() {
+            FEDERATION_MEMORY.forget(&uid);
+        }
         out.result
     }
 }

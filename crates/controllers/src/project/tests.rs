@@ -986,6 +986,28 @@ async fn lost_responses_do_not_duplicate() {
     let mut st = OpenstackProjectStatus::default();
     let res = w.converge(&obj, &mut st, 12).await;
     assert!(res.is_ok(), "{res:?}");
+    // Every create ran exactly once: the next pass found its effect by name and marks.
+    for op in [
+        "identity.create_project",
+        "identity.create_group",
+        "compute.update_compute_quota",
+        "network.create_network",
+        "network.create_subnet",
+        "network.create_router",
+        "network.add_router_interface",
+        "network.create_security_group",
+        "network.create_security_group_rule",
+        "identity.create_identity_provider",
+        "identity.create_mapping",
+        "identity.create_federation_protocol",
+    ] {
+        assert_eq!(w.fake.call_count(op), 1, "{op}");
+    }
+    assert_eq!(w.fake.call_count("identity.grant_project_role"), 3);
+    assert!(
+        w.fake.call_count("identity.find_project") >= 2,
+        "the lost create was looked up"
+    );
     assert_all_true(&st);
     let projects = w
         .cloud
@@ -1163,6 +1185,65 @@ fn federation_settings_from_config_map_data() {
 }
 
 #[test]
+fn federation_memory_bridges_a_deleted_config_map() {
+    let m = FederationMemory::default();
+    let settings = FederationSettings {
+        config_map: "demo/cm".into(),
+        idp: "satosa".into(),
+        remote_id: String::new(),
+        sso_domain: None,
+    };
+    let missing = || {
+        FederationInput::Unavailable(ReconcileError::DependencyMissing(
+            "ConfigMap demo/cm".into(),
+        ))
+    };
+    assert!(matches!(
+        m.recall("u", missing()),
+        FederationInput::Unavailable(_)
+    ));
+    m.remember("u", &FederationInput::Settings(settings.clone()));
+    // An outage does not erase it; a missing ConfigMap at deletion uses it.
+    m.remember("u", &missing());
+    assert!(matches!(m.recall("u", missing()), FederationInput::Settings(ref s) if *s == settings));
+    // Other failures are not papered over.
+    let kube_like = FederationInput::Unavailable(ReconcileError::PolicyViolation("x".into()));
+    assert!(matches!(
+        m.recall("u", kube_like),
+        FederationInput::Unavailable(_)
+    ));
+    m.forget("u");
+    assert!(matches!(
+        m.recall("u", missing()),
+        FederationInput::Unavailable(_)
+    ));
+    m.remember("v", &FederationInput::Settings(settings));
+    m.remember("v", &FederationInput::NotRequested);
+    assert!(matches!(
+        m.recall("v", missing()),
+        FederationInput::Unavailable(_)
+    ));
+}
+
+#[test]
+fn several_failures_in_one_area_keep_every_message_once() {
+    let mut out = AreaOutcome::default();
+    out.errors
+        .push(ReconcileError::OpenStack(openstack::Error::bad_request(
+            "neutron: a",
+        )));
+    out.errors.push(ReconcileError::DependencyMissing(
+        "external network \"x\"".into(),
+    ));
+    let e = out.error().unwrap();
+    assert!(matches!(e, ReconcileError::DependencyMissing(_)));
+    assert_eq!(
+        e.to_string(),
+        "waiting for external network \"x\"; OpenStack: bad request: neutron: a"
+    );
+}
+
+#[test]
 fn combined_errors_report_the_most_urgent_first() {
     let e = combine(vec![
         (
@@ -1189,4 +1270,111 @@ fn combined_errors_report_the_most_urgent_first() {
     assert!(combine(vec![]).is_none());
     let single = combine(vec![(QUOTAS_READY, ReconcileError::NotOwned("x".into()))]).unwrap();
     assert_eq!(single.to_string(), "x");
+}
+
+#[tokio::test]
+async fn cidr_change_replaces_the_subnet_behind_the_same_router() {
+    let w = World::new().await;
+    let mut obj = from_yaml(SEED_README, "uid-cidr");
+    let mut st = OpenstackProjectStatus::default();
+    w.pass(&obj, &mut st, fed(&obj)).await.unwrap();
+    let old_subnet = st.networks[0].subnet_id.clone().unwrap();
+    let router = st.networks[0].router_id.clone().unwrap();
+    obj.spec.networks.as_mut().unwrap()[0].cidr = "192.168.101.0/24".into();
+    w.pass(&obj, &mut st, fed(&obj)).await.unwrap();
+    let new_subnet = st.networks[0].subnet_id.clone().unwrap();
+    assert_ne!(new_subnet, old_subnet);
+    assert_eq!(st.networks[0].router_id.as_deref(), Some(router.as_str()));
+    let ports = w
+        .cloud
+        .network
+        .list_router_interfaces(&router)
+        .await
+        .unwrap();
+    assert_eq!(ports.len(), 1);
+    assert_eq!(
+        ports[0].fixed_ips[0].subnet_id.as_deref(),
+        Some(new_subnet.as_str())
+    );
+    assert!(
+        w.cloud
+            .network
+            .get_subnet(&old_subnet)
+            .await
+            .optional()
+            .unwrap()
+            .is_none()
+    );
+    w.fake.reset_calls();
+    w.pass(&obj, &mut st, fed(&obj)).await.unwrap();
+    assert_eq!(w.fake.writes(), 0);
+}
+
+#[tokio::test]
+async fn seed_created_project_is_taken_over_through_its_recorded_id() {
+    let mut w = World::new().await;
+    // What the seed left: project and network with only its tag, the group with its
+    // description, and the IDs in the object's status.
+    let seed_tag = vec![MANAGED_TAG.to_string()];
+    let p = w
+        .cloud
+        .identity
+        .create_project(&ProjectCreate {
+            name: "my-project.example.com".into(),
+            domain_id: w.sso.id.clone(),
+            description: "My OpenStack project".into(),
+            enabled: true,
+            tags: seed_tag.clone(),
+        })
+        .await
+        .unwrap();
+    let g = w
+        .cloud
+        .identity
+        .create_group(&GroupCreate {
+            name: "my-project-example-com-users".into(),
+            domain_id: w.sso.id.clone(),
+            description: api::naming::project_group_description("my-project.example.com"),
+        })
+        .await
+        .unwrap();
+    let n = w
+        .cloud
+        .network
+        .create_network(&NetworkCreate {
+            name: "internal".into(),
+            project_id: Some(p.id.clone()),
+            tags: seed_tag.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let obj = from_yaml(SEED_README, "uid-seed");
+    let mut st = OpenstackProjectStatus {
+        project_id: Some(p.id.clone()),
+        // Legacy objects may hold the group's name.
+        group_id: Some(g.name.clone()),
+        ..Default::default()
+    };
+    // Without --adopt-legacy nothing of the seed's is taken over.
+    w.fake.reset_calls();
+    let e = w.pass(&obj, &mut st, fed(&obj)).await.unwrap_err();
+    assert!(matches!(e, ReconcileError::NotOwned(_)), "{e}");
+    assert!(e.to_string().contains("--adopt-legacy"), "{e}");
+    assert_eq!(w.fake.writes(), 0);
+    w.config.adopt_legacy = true;
+    w.pass(&obj, &mut st, fed(&obj)).await.unwrap();
+    assert_eq!(st.project_id.as_deref(), Some(p.id.as_str()));
+    assert_eq!(st.group_id.as_deref(), Some(g.id.as_str()));
+    assert_eq!(st.adopted, Some(false));
+    assert_eq!(st.networks[0].network_id.as_deref(), Some(n.id.as_str()));
+    let owner = w.env(&obj).owner;
+    assert_eq!(
+        owner.classify_tags(&w.project(&p.id).await.unwrap().tags),
+        crate::ownership::Ownership::Ours
+    );
+    // Created by the seed for this object: deleting the object deletes it, as the seed did.
+    w.delete(&obj, &mut st, fed(&obj)).await.unwrap();
+    assert!(w.project(&p.id).await.is_none());
+    assert!(w.group("my-project-example-com-users").await.is_none());
 }
