@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{Created, DEFAULT_DOMAIN, Janitor, cloud, skipped, unique};
+use common::{Created, DEFAULT_DOMAIN, Janitor, cloud, create_user, skipped, unique};
 use openstack::Error;
 use openstack::model::*;
 use serde_json::json;
@@ -236,9 +236,9 @@ async fn groups_users_and_membership() {
     if skipped() {
         return;
     }
-    let (cloud, _core) = cloud().await;
+    let (cloud, core) = cloud().await;
     let id = cloud.identity.clone();
-    let j = Janitor::default();
+    let j = Janitor::with_core(&core);
     j.run(&cloud, async {
         let name = unique("grp");
         let g = id
@@ -305,6 +305,16 @@ async fn groups_users_and_membership() {
             .unwrap()
             .expect("admin user");
         assert_eq!(id.get_user(&admin.id).await.unwrap().name, "admin");
+        let uname = unique("usr");
+        let uid = create_user(&core, &uname).await;
+        j.track(Created::User(uid.clone()));
+        let user = id
+            .find_user(DEFAULT_DOMAIN, &uname)
+            .await
+            .unwrap()
+            .expect("new user");
+        assert_eq!(user.id, uid);
+        assert!(user.enabled);
         assert!(
             id.find_user(DEFAULT_DOMAIN, &unique("nobody"))
                 .await
@@ -318,19 +328,16 @@ async fn groups_users_and_membership() {
                 .is_not_found()
         );
 
-        id.add_user_to_group(&g.id, &admin.id).await.unwrap();
-        id.add_user_to_group(&g.id, &admin.id).await.unwrap();
+        id.add_user_to_group(&g.id, &uid).await.unwrap();
+        id.add_user_to_group(&g.id, &uid).await.unwrap();
         let members = id.list_group_users(&g.id).await.unwrap();
         assert_eq!(
             members.iter().map(|m| m.id.clone()).collect::<Vec<_>>(),
-            vec![admin.id.clone()]
+            vec![uid.clone()]
         );
-        id.remove_user_from_group(&g.id, &admin.id).await.unwrap();
+        id.remove_user_from_group(&g.id, &uid).await.unwrap();
         assert!(id.list_group_users(&g.id).await.unwrap().is_empty());
-        let e = id
-            .remove_user_from_group(&g.id, &admin.id)
-            .await
-            .unwrap_err();
+        let e = id.remove_user_from_group(&g.id, &uid).await.unwrap_err();
         assert!(e.is_not_found(), "{e}");
         assert!(
             id.add_user_to_group(&g.id, "no-such-user")
@@ -351,9 +358,9 @@ async fn roles_and_project_assignments() {
     if skipped() {
         return;
     }
-    let (cloud, _core) = cloud().await;
+    let (cloud, core) = cloud().await;
     let id = cloud.identity.clone();
-    let j = Janitor::default();
+    let j = Janitor::with_core(&core);
     j.run(&cloud, async {
         let member = id.find_role("member").await.unwrap().expect("member role");
         assert!(id.find_role(&unique("role")).await.unwrap().is_none());
@@ -384,11 +391,8 @@ async fn roles_and_project_assignments() {
             .await
             .unwrap();
         j.track(Created::Group(g.id.clone()));
-        let admin = id
-            .find_user(DEFAULT_DOMAIN, "admin")
-            .await
-            .unwrap()
-            .expect("admin user");
+        let uid = create_user(&core, &unique("usr")).await;
+        j.track(Created::User(uid.clone()));
 
         assert!(
             id.list_project_role_assignments(&p.id)
@@ -397,7 +401,7 @@ async fn roles_and_project_assignments() {
                 .is_empty()
         );
         let ga = Actor::Group(g.id.clone());
-        let ua = Actor::User(admin.id.clone());
+        let ua = Actor::User(uid.clone());
         id.grant_project_role(&p.id, &ga, &member.id).await.unwrap();
         id.grant_project_role(&p.id, &ga, &member.id).await.unwrap();
         id.grant_project_role(&p.id, &ua, &member.id).await.unwrap();

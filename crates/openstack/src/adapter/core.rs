@@ -448,6 +448,7 @@ impl Core {
             .build();
         let mut first = Some(builder);
         let mut attempt_no = 0u32;
+        let mut retried_401 = false;
         loop {
             attempt_no += 1;
             let builder = first.take().unwrap_or_else(|| {
@@ -518,7 +519,16 @@ impl Core {
                 .as_ref()
                 .map(|r| extract_message(r.body()))
                 .unwrap_or_else(|| failure.clone());
-            if should_retry(attempt, &message, req.idempotent)
+            // The SDK already re-authenticated once inside this attempt. A
+            // 401 after that usually means Keystone revoked the user's
+            // tokens (e.g. a group membership change) within the same second
+            // the new token was issued: revocation is second-granular, so
+            // try once more a second later.
+            let reauth_retry = attempt == Attempt::Status(StatusCode::UNAUTHORIZED) && !retried_401;
+            if reauth_retry {
+                retried_401 = true;
+            }
+            if (reauth_retry || should_retry(attempt, &message, req.idempotent))
                 && let Some(delay) = backoff.next()
             {
                 let retry_after = response
@@ -528,7 +538,10 @@ impl Core {
                     .and_then(|v| parse_retry_after(v, jiff::Timestamp::now()))
                     .map(|d| d.min(inner.opts.max_retry_after))
                     .unwrap_or_default();
-                let delay = delay.max(retry_after);
+                let mut delay = delay.max(retry_after);
+                if reauth_retry {
+                    delay = delay.max(std::time::Duration::from_millis(1100));
+                }
                 metrics.observe_retry(service, op);
                 debug!(
                     service,

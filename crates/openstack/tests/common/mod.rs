@@ -88,6 +88,8 @@ pub enum Created {
     Mapping(String),
     /// A flavor.
     Flavor(String),
+    /// A user (created with a raw request; the port does not manage users).
+    User(String),
 }
 
 /// Records created objects and deletes them (newest first) when the test
@@ -95,9 +97,18 @@ pub enum Created {
 #[derive(Clone, Default)]
 pub struct Janitor {
     items: std::sync::Arc<std::sync::Mutex<Vec<Created>>>,
+    core: Option<Core>,
 }
 
 impl Janitor {
+    /// A janitor that can also delete users (needs raw requests).
+    pub fn with_core(core: &Core) -> Self {
+        Self {
+            core: Some(core.clone()),
+            ..Self::default()
+        }
+    }
+
     /// Remember an object for cleanup.
     pub fn track(&self, c: Created) {
         self.items.lock().unwrap_or_else(|p| p.into_inner()).push(c);
@@ -132,6 +143,10 @@ impl Janitor {
                 Created::Idp(id) => cloud.identity.delete_identity_provider(id).await,
                 Created::Mapping(id) => cloud.identity.delete_mapping(id).await,
                 Created::Flavor(id) => cloud.compute.delete_flavor(id).await,
+                Created::User(id) => match &self.core {
+                    Some(core) => delete_user(core, id).await,
+                    None => Ok(()),
+                },
             };
             if let Err(e) = r
                 && !e.is_not_found()
@@ -143,4 +158,34 @@ impl Janitor {
             std::panic::resume_unwind(panic);
         }
     }
+}
+
+/// Create a throwaway user in the default domain. Tests use it instead of
+/// `admin` because Keystone revokes all of a user's tokens when that user
+/// leaves a group, which would disturb every other test using `admin`.
+pub async fn create_user(core: &Core, name: &str) -> String {
+    use openstack::adapter::{Request, Service};
+    let body = serde_json::json!({"user": {
+        "name": name,
+        "domain_id": DEFAULT_DOMAIN,
+        "enabled": true,
+        "password": uuid::Uuid::new_v4().to_string(),
+    }});
+    let req = Request::post(Service::Identity, "create_user", "users")
+        .json(&body)
+        .unwrap();
+    let v: serde_json::Value = core.send(&req).await.unwrap().json_at("user").unwrap();
+    v["id"].as_str().unwrap().to_string()
+}
+
+/// Delete a user created by [`create_user`].
+pub async fn delete_user(core: &Core, id: &str) -> openstack::Result<()> {
+    use openstack::adapter::{Request, Service};
+    core.send(&Request::delete(
+        Service::Identity,
+        "delete_user",
+        format!("users/{id}"),
+    ))
+    .await
+    .map(|_| ())
 }
