@@ -125,6 +125,10 @@ async fn handler(State(m): State<Arc<Mock>>, req: HttpRequest<Body>) -> Response
             axum::Json(json!({"ok": true})).into_response()
         }
         "expired" if n == 1 => neutron_error(StatusCode::UNAUTHORIZED, "Authentication required"),
+        // Still 401 right after re-authentication (Keystone's revocation is
+        // second-granular), fine a moment later.
+        "revoked" if n <= 2 => neutron_error(StatusCode::UNAUTHORIZED, "Authentication required"),
+        "never-authorized" => neutron_error(StatusCode::UNAUTHORIZED, "Authentication required"),
         "concurrent" => {
             let now = m.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
             m.max_in_flight.fetch_max(now, Ordering::SeqCst);
@@ -308,6 +312,19 @@ async fn reauthenticates_on_401() {
     f.core.send(&get("expired")).await.unwrap();
     assert_eq!(f.mock.hits("GET expired"), 2);
     assert_eq!(f.mock.tokens_issued.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn retries_a_401_that_survives_reauthentication_once() {
+    let f = fixture(|_| {}).await;
+    let t = Instant::now();
+    f.core.send(&get("revoked")).await.unwrap();
+    assert_eq!(f.mock.hits("GET revoked"), 3);
+    assert!(t.elapsed() >= Duration::from_secs(1), "{:?}", t.elapsed());
+    let e = f.core.send(&get("never-authorized")).await.unwrap_err();
+    assert!(matches!(e, Error::Unauthorized { .. }), "{e}");
+    // One SDK re-auth per attempt, two attempts: then give up.
+    assert_eq!(f.mock.hits("GET never-authorized"), 4);
 }
 
 #[tokio::test]
