@@ -816,17 +816,15 @@ pub(crate) async fn cleanup(
 ) -> Result<()> {
     let identity = &env.cloud.identity;
     let domain = domain_of(env, spec).await?;
-    // Without a recorded ID (crash right after the create) only a project carrying our
-    // marks is considered. A same-named project of someone else means the name, and with it
-    // the group and the mapping rule, is theirs: those are left alone.
-    let (project, name_taken) = match find_project(env, spec, status, domain.as_ref()).await? {
-        Some((p, FoundBy::RecordedId)) => (Some(p), false),
-        Some((p, FoundBy::Name)) if env.owner.classify_tags(&p.tags) == Ownership::Ours => {
-            (Some(p), false)
-        }
-        Some((_, FoundBy::Name)) => (None, true),
-        None => (None, false),
-    };
+    // Without a recorded ID (crash right after the create) the project is found by name. A
+    // project there that does not carry our marks (someone else's of the same name, or a
+    // recorded one that was never taken over) keeps its group and mapping rule: they serve
+    // it, and the group is found by name and description, so it may be the one we recorded.
+    let found = find_project(env, spec, status, domain.as_ref()).await?;
+    let hands_off = found
+        .as_ref()
+        .is_some_and(|(p, _)| env.owner.classify_tags(&p.tags) != Ownership::Ours);
+    let project = found.filter(|_| !hands_off).map(|(p, _)| p);
     if status.project_id.is_none()
         && let Some(p) = &project
     {
@@ -862,7 +860,7 @@ pub(crate) async fn cleanup(
     let group_name = project_group_name(&spec.name);
     match federation {
         FederationInput::NotRequested => {}
-        _ if name_taken => {}
+        _ if hands_off => {}
         FederationInput::Settings(settings) => {
             let domain_name = domain.as_ref().map(|d| d.name.clone()).unwrap_or_default();
             let mut f = super::federation::remove(env, &settings, &domain_name, &group_name).await;
@@ -887,9 +885,8 @@ pub(crate) async fn cleanup(
         return Err(e);
     }
 
-    if name_taken {
-        // The group `<name>-users` serves the project that now holds the name (it finds a
-        // group by name and description, so it may share the one we recorded).
+    if hands_off {
+        // See above: the group belongs with the project that is not ours.
     } else if let Some(did) = domain.as_ref().map(|d| d.id.clone()) {
         if let Some((g, by)) = find_group(env, spec, status, &did).await?
             && group_is_ours(&g, &spec.name, by)
@@ -916,9 +913,7 @@ pub(crate) async fn cleanup(
     }
     status.group_id = None;
 
-    if let Some(p) = project
-        && env.owner.classify_tags(&p.tags) == Ownership::Ours
-    {
+    if let Some(p) = project {
         if adopted {
             // It existed before us: only our marks go.
             let tags: Vec<String> = strip_marks(&p.tags)

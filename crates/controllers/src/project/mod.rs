@@ -537,7 +537,8 @@ async fn run(
         PROJECT_READY
     };
     let rb_err = rb.error();
-    if spec.role_bindings.is_some() {
+    // Set after the other areas, so conditions read in the order the areas are built.
+    let rb_condition = spec.role_bindings.is_some().then(|| {
         let msg = match &rb.detail {
             Some(d) => format!("role assignments match spec.roleBindings; {d}"),
             None => "role assignments match spec.roleBindings".to_string(),
@@ -549,13 +550,8 @@ async fn run(
         } else {
             "UsersPending"
         };
-        set_area(
-            status,
-            ROLE_BINDINGS_READY,
-            generation,
-            rb_err.as_ref().map_or(Ok((reason, msg)), Err),
-        );
-    }
+        (reason, msg)
+    });
     match &rb_err {
         Some(e) if rb_area == PROJECT_READY => {
             set_area(status, PROJECT_READY, generation, Err(e));
@@ -573,9 +569,7 @@ async fn run(
             )),
         ),
     }
-    if let Some(e) = rb_err {
-        failures.push((rb_area, e));
-    }
+    let rb_failure = rb_err.map(|e| (rb_area, e));
 
     // Quotas.
     match &spec.quotas {
@@ -655,6 +649,17 @@ async fn run(
     } else {
         drop_condition(status, SECURITY_GROUPS_READY);
     }
+
+    if let Some(ok) = rb_condition {
+        let err = rb_failure.as_ref().map(|(_, e)| e);
+        set_area(
+            status,
+            ROLE_BINDINGS_READY,
+            generation,
+            err.map_or(Ok(ok), Err),
+        );
+    }
+    failures.extend(rb_failure);
 
     // Federation.
     match federation {

@@ -315,11 +315,11 @@ async fn seed_readme_project_converges() {
     assert_eq!(
         types,
         vec![
-            ROLE_BINDINGS_READY,
             PROJECT_READY,
             QUOTAS_READY,
             NETWORKS_READY,
             SECURITY_GROUPS_READY,
+            ROLE_BINDINGS_READY,
             FEDERATION_READY
         ]
     );
@@ -1362,6 +1362,10 @@ async fn seed_created_project_is_taken_over_through_its_recorded_id() {
     assert!(matches!(e, ReconcileError::NotOwned(_)), "{e}");
     assert!(e.to_string().contains("--adopt-legacy"), "{e}");
     assert_eq!(w.fake.writes(), 0);
+    // Deleting the object now leaves the seed's project, group and network alone.
+    w.delete(&obj, &mut st.clone(), fed(&obj)).await.unwrap();
+    assert_eq!(w.fake.writes(), 0, "{:?}", w.fake.write_calls());
+    assert!(w.group("my-project-example-com-users").await.is_some());
     w.config.adopt_legacy = true;
     w.pass(&obj, &mut st, fed(&obj)).await.unwrap();
     assert_eq!(st.project_id.as_deref(), Some(p.id.as_str()));
