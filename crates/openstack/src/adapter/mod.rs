@@ -4,16 +4,16 @@
 //!   catalog, microversions, rate limiting, retries, timeouts, request ids,
 //!   metrics. Every HTTP call of every adapter goes through [`Core::send`].
 //! - [`identity`], [`compute`], [`block_storage`]: Keystone, Nova, Cinder.
-//! - [`image`], [`network`]: Glance and Neutron, written separately. **How
-//!   to plug in:** each file defines `pub(crate) fn adapter(core: Core) ->
-//!   Arc<dyn Image>` (resp. `Arc<dyn Network>`), which [`Cloud::connect`]
-//!   calls. Until the real adapter exists it returns [`Unavailable`], whose
-//!   every method fails with [`Error::Config`]. Implement the trait on your
-//!   own struct in that file and return it from `adapter`; nothing else in
-//!   this module needs to change. Use [`Request`] with [`Service::Image`] /
-//!   [`Service::Network`] and paths relative to the discovered endpoint
-//!   (`images`, `networks`, ...); use [`Core::list_all`] for Glance's paginated
-//!   lists.
+//! - [`image`], [`network`]: Glance and Neutron (written by a second
+//!   author on the same core). Each file defines `pub(crate) fn
+//!   adapter(core: Core) -> Arc<dyn Image>` (resp. `Arc<dyn Network>`),
+//!   which [`Cloud::from_core`] calls, so an adapter can be swapped without
+//!   touching this module; [`Unavailable`] is the stand-in for a service an
+//!   adapter does not (yet) cover — every call fails with [`crate::Error::Config`].
+//!
+//! Adapters build a [`Request`] (service, operation label, method, path
+//! relative to the discovered endpoint, query, JSON body, microversion) and
+//! hand it to [`Core::send`] or [`Core::list_all`] (paginated collections).
 
 pub mod block_storage;
 pub mod compute;
