@@ -763,6 +763,10 @@ impl Sweeper {
             match result {
                 Ok(()) => return Ok(()),
                 Err(kube::Error::Api(e)) if e.code == 409 => continue,
+                Err(kube::Error::Api(e)) if e.code == 403 || e.code == 404 => {
+                    warn!(namespace = %self.cfg.registry_namespace, error = %e.message, "cannot write the registry ConfigMap (does the namespace exist?)");
+                    return Ok(());
+                }
                 Err(e) => return Err(e.into()),
             }
         }

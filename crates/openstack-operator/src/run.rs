@@ -54,6 +54,8 @@ pub enum Kind {
     Image,
     /// OpenstackNetwork.
     Network,
+    /// OpenstackProject.
+    Project,
 }
 
 /// Flags of `openstack-operator run`. Every flag can also be set by the environment
@@ -77,7 +79,7 @@ pub struct RunArgs {
     #[arg(long, env = "LOG_FORMAT", value_enum, default_value = "text")]
     log_format: LogFormat,
     /// Log filter (tracing syntax, e.g. `info,openstack=debug`); RUST_LOG also works.
-    #[arg(long, env = "LOG_LEVEL", default_value = "info")]
+    #[arg(long, env = "LOG_LEVEL", default_value = "info,openstack_sdk=warn")]
     log_level: String,
     /// Objects of one kind reconciled at the same time.
     #[arg(long, env = "RECONCILE_CONCURRENCY", default_value_t = 4)]
@@ -123,7 +125,7 @@ pub struct RunArgs {
         env = "CONTROLLERS",
         value_enum,
         value_delimiter = ',',
-        default_value = "domain,flavor,image,network"
+        default_value = "domain,flavor,image,network,project"
     )]
     controllers: Vec<Kind>,
     /// Seconds between polls of an image import in progress.
@@ -471,6 +473,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             Kind::Flavor => api::OpenstackFlavor::crd(),
             Kind::Image => api::OpenstackImage::crd(),
             Kind::Network => api::OpenstackNetwork::crd(),
+            Kind::Project => api::OpenstackProject::crd(),
         };
         wait_for_crd(&client, &crd, &token).await?;
         let (ctx, token, health) = (ctx.clone(), token.clone(), health.clone());
@@ -509,6 +512,20 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                 shutdown,
                 ready,
             )),
+            Kind::Project => {
+                let api: Api<api::OpenstackProject> = if args.watch_namespace.is_empty() {
+                    Api::all(c)
+                } else {
+                    Api::namespaced(c, &args.watch_namespace)
+                };
+                controllers.spawn(framework::run::<api::OpenstackProject>(
+                    ctx,
+                    api,
+                    concurrency,
+                    shutdown,
+                    ready,
+                ))
+            }
         };
         info!(?kind, "controller started");
     }
