@@ -64,9 +64,11 @@ fn advance_import(st: &mut State, id: &str) {
             img.os_hash_value = Some("cf83e1357eefb8bdf1542850d66d8007".into());
         } else {
             // Glance reverts a failed web-download to queued and records
-            // the store that failed.
+            // the store that failed (`fs` on the test cloud). The real
+            // service briefly shows `importing` together with the failed
+            // store before the revert; the fake skips that window.
             img.status = ImageStatus::Queued;
-            img.failed_import_stores = vec!["file".into()];
+            img.failed_import_stores = vec!["fs".into()];
         }
     }
 }
@@ -237,7 +239,7 @@ impl Image for FakeCloud {
             if let Some(img) = st.images.get_mut(id) {
                 img.status = ImageStatus::Importing;
                 img.failed_import_stores.clear();
-                img.importing_to_stores = vec!["file".into()];
+                img.importing_to_stores = vec!["fs".into()];
             }
             Ok(())
         })
@@ -306,7 +308,7 @@ mod tests {
         let _ = fake.get_image(&img.id).await.unwrap();
         let img = fake.get_image(&img.id).await.unwrap();
         assert_eq!(img.status, ImageStatus::Queued);
-        assert_eq!(img.failed_import_stores, vec!["file".to_string()]);
+        assert_eq!(img.failed_import_stores, vec!["fs".to_string()]);
     }
 
     #[tokio::test]
