@@ -463,8 +463,11 @@ async fn web_download_of_non_image_data_fails() {
             .unwrap();
         // Glance's format inspector rejects text declared as qcow2; the
         // image stays queued exactly as for a missing URL.
+        // Glance briefly reports `importing` with the failed store before settling back to
+        // `queued`; wait for the settled state.
         let failed = wait_for(&cloud, &img.id, "marked failed", |i| {
-            !i.failed_import_stores.is_empty() || i.status == ImageStatus::Active
+            (!i.failed_import_stores.is_empty() && i.status != ImageStatus::Importing)
+                || i.status == ImageStatus::Active
         })
         .await;
         assert_eq!(failed.status, ImageStatus::Queued, "{failed:?}");
