@@ -521,17 +521,22 @@ pub async fn run<K>(
     K: Managed,
 {
     let (reader, writer) = reflector::store();
+    // Readiness is taken from the first complete list (`InitDone`) seen by the stream itself.
+    // A second `Store::wait_until_ready` waiter in another task is never woken: the store's
+    // one-shot keeps only the last poller's waker, and the Controller polls it too.
+    let mut ready = Some(ready);
     let stream = watcher(api.clone(), watcher::Config::default())
         .default_backoff()
         .reflect(writer)
+        .inspect(move |event| {
+            if matches!(event, Ok(watcher::Event::InitDone))
+                && let Some(ready) = ready.take()
+            {
+                ready();
+            }
+        })
         .applied_objects()
         .predicate_filter(trigger_hash::<K>, Default::default());
-    let ready_reader = reader.clone();
-    tokio::spawn(async move {
-        if ready_reader.wait_until_ready().await.is_ok() {
-            ready();
-        }
-    });
     let api_for_reconcile = api.clone();
     Controller::for_stream(stream, reader)
         .with_config(kube::runtime::controller::Config::default().concurrency(concurrency))
