@@ -525,6 +525,8 @@ async fn run(
     };
     let mut failures: Vec<(&'static str, ReconcileError)> = Vec::new();
     let mut changed = ident.changed;
+    // Whether this pass created or removed Neutron objects (their quota usage moved).
+    let mut neutron_changed = false;
 
     // Role assignments always run: the project group's `member` grant is the seed's, and
     // removing every binding must revoke what earlier bindings granted.
@@ -602,6 +604,7 @@ async fn run(
     if spec.networks.is_some() || !status.networks.is_empty() {
         let mut out = networks::apply(env, spec, &ident.project_id, status).await;
         changed |= out.changed;
+        neutron_changed |= out.changed;
         let err = out.error();
         if spec.networks.is_some() {
             let ok = (
@@ -628,6 +631,7 @@ async fn run(
     if spec.security_groups.is_some() || !status.security_groups.is_empty() {
         let mut out = security_groups::apply(env, spec, &ident.project_id, status).await;
         changed |= out.changed;
+        neutron_changed |= out.changed;
         let err = out.error();
         if spec.security_groups.is_some() {
             let ok = (
@@ -648,6 +652,13 @@ async fn run(
         }
     } else {
         drop_condition(status, SECURITY_GROUPS_READY);
+    }
+
+    // Quotas are set before networks and security groups are built (a raised limit must be
+    // in force first), so the network usage read then misses what this pass created or
+    // removed: read it again when that happened.
+    if neutron_changed && let Some(q) = &spec.quotas {
+        quotas::refresh_network_usage(env, q, &ident.project_id, status).await;
     }
 
     if let Some(ok) = rb_condition {

@@ -167,6 +167,39 @@ pub(crate) async fn apply(
     out
 }
 
+/// Updates `inUse` of the spec's network keys in `status.quotaUsage` from a fresh read, after
+/// the pass created or removed Neutron objects. Best effort: if the read fails, the usage read
+/// earlier in the pass stays and the next pass corrects it.
+pub(crate) async fn refresh_network_usage(
+    env: &Env<'_>,
+    quotas: &Quotas,
+    project_id: &str,
+    status: &mut OpenstackProjectStatus,
+) {
+    let keys: Vec<(QuotaService, &str)> = quotas
+        .openstack_keys()
+        .into_iter()
+        .filter(|(svc, _, _)| *svc == QuotaService::Network)
+        .map(|(svc, key, _)| (svc, key))
+        .collect();
+    if keys.is_empty() {
+        return;
+    }
+    let observed = match env.cloud.network.get_network_quota(project_id).await {
+        Ok(q) => q,
+        Err(e) => {
+            tracing::warn!(error = %e, "could not refresh the network quota usage");
+            return;
+        }
+    };
+    for (svc, key) in keys {
+        let k = format!("{}.{}", svc.as_str(), spec_key(svc, key));
+        if let (Some(u), Some(c)) = (status.quota_usage.get_mut(&k), observed.get(key)) {
+            u.in_use = c.in_use;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

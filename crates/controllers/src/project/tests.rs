@@ -1382,3 +1382,29 @@ async fn seed_created_project_is_taken_over_through_its_recorded_id() {
     assert!(w.project(&p.id).await.is_none());
     assert!(w.group("my-project-example-com-users").await.is_none());
 }
+
+#[tokio::test]
+async fn network_quota_usage_counts_what_the_pass_built() {
+    // Quotas are read before the pass builds networks and security groups; the usage in
+    // status must still include them once the pass is done.
+    let w = World::new().await;
+    let obj = from_yaml(BIG, "uid-usage");
+    let mut st = OpenstackProjectStatus::default();
+    w.pass(&obj, &mut st, fed(&obj)).await.unwrap();
+    let pid = st.project_id.clone().unwrap();
+    let q = w.cloud.network.get_network_quota(&pid).await.unwrap();
+    for (key, os) in [
+        ("network.networks", "network"),
+        ("network.subnets", "subnet"),
+        ("network.routers", "router"),
+        ("network.securityGroups", "security_group"),
+        ("network.securityGroupRules", "security_group_rule"),
+    ] {
+        assert!(q[os].in_use > 0, "{os} is used: {q:?}");
+        assert_eq!(st.quota_usage[key].in_use, q[os].in_use, "{key}");
+    }
+    // A pass that builds nothing reads the quotas once, as before.
+    w.fake.reset_calls();
+    w.pass(&obj, &mut st, fed(&obj)).await.unwrap();
+    assert_eq!(w.fake.writes(), 0, "{:?}", w.fake.write_calls());
+}
