@@ -5,6 +5,17 @@
 //! A test builds a [`TestEnv`] (target, CRDs, namespace, OpenStack connection, ready
 //! operator) and runs its body with [`TestEnv::run`], which cleans up whatever happens.
 //! Everything waits by polling with a deadline ([`wait_for`]); nothing sleeps to assert.
+//!
+//! Environment:
+//! - `OS_CLOUD`, `OS_CLIENT_CONFIG_FILE` (required), `TEST_CLOUD_IMAGE_URL_BASE` (image
+//!   tests): `eval "$(scripts/test-cloud env)"`, or what `scripts/test` sets.
+//! - `E2E_KUBECONFIG`: run against that cluster instead of a fresh emulator per test. The
+//!   operator reconciles every cluster-scoped object it sees, so on a shared cluster the
+//!   tests of one binary take turns (cargo runs test binaries one after another anyway).
+//! - Operator logs: `$CARGO_TARGET_DIR/e2e-logs/<test>.log` (else `e2e-logs` beside the
+//!   binary's profile directory); a failed test prints the last 200 lines.
+
+#![warn(missing_docs)]
 
 pub mod env;
 pub mod k8s;
