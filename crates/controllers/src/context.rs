@@ -4,7 +4,8 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use kube::runtime::events::{Recorder, Reporter};
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::runtime::events::{Event, Recorder, Reporter};
 use openstack::Cloud;
 
 use crate::metrics::Metrics;
@@ -54,8 +55,8 @@ pub struct Context {
     pub cloud: Cloud,
     /// Configuration.
     pub config: Config,
-    /// One Events recorder for all controllers.
-    pub recorder: Recorder,
+    /// Who publishes the Events (see [`Context::publish_event`]).
+    reporter: Reporter,
     /// Reconcile metrics.
     pub metrics: Metrics,
     /// Consecutive failures per object (for backoff of transient errors).
@@ -78,7 +79,7 @@ impl Context {
             instance,
         };
         Context {
-            recorder: Recorder::new(client.clone(), reporter),
+            reporter,
             client,
             cloud,
             config,
@@ -86,6 +87,22 @@ impl Context {
             failures: Mutex::new(HashMap::new()),
             locks: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Publishes an Event about `reference`, always as an Event of its own. kube's
+    /// [`Recorder`] folds every Event with the same type, reason and action about one object
+    /// into one series that keeps the FIRST note, so a later, different message (a new
+    /// failure, the next deleted orphan) would never be seen; hence a fresh recorder (an
+    /// empty cache) per Event. Callers already limit repeats (one Warning per distinct
+    /// failure, GC Events once per sweep).
+    pub async fn publish_event(
+        &self,
+        ev: &Event,
+        reference: &ObjectReference,
+    ) -> Result<(), kube::Error> {
+        Recorder::new(self.client.clone(), self.reporter.clone())
+            .publish(ev, reference)
+            .await
     }
 
     /// Records a failure of `key` and returns how many in a row there were.

@@ -166,7 +166,7 @@ pub async fn publish<K: Resource<DynamicType = ()>>(
         action: action.into(),
         secondary: None,
     };
-    if let Err(e) = ctx.recorder.publish(&ev, &obj.object_ref(&())).await {
+    if let Err(e) = ctx.publish_event(&ev, &obj.object_ref(&())).await {
         warn!(error = %e, reason, "could not publish an Event");
     }
 }

@@ -801,7 +801,7 @@ impl Sweeper {
             action: "GarbageCollect".into(),
             secondary: None,
         };
-        if let Err(e) = ctx.recorder.publish(&ev, &reference).await {
+        if let Err(e) = ctx.publish_event(&ev, &reference).await {
             warn!(error = %e, reason, "could not publish a GC Event");
         }
     }
