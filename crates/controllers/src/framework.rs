@@ -448,7 +448,9 @@ async fn reconcile<K: Managed>(
     api: Api<K>,
 ) -> Result<Action, FrameworkError> {
     let kind = K::kind(&()).to_string();
-    let span = info_span!("reconcile", kind = %kind, namespace = %obj.namespace().unwrap_or_default(), name = %obj.name_any());
+    // The object's name is `object`, not `name`: the JSON log format writes the span's own
+    // name under `name` in the same map, and a duplicate key loses one of the two.
+    let span = info_span!("reconcile", kind = %kind, namespace = %obj.namespace().unwrap_or_default(), object = %obj.name_any());
     async move {
         let started = Instant::now();
         let gauge = ctx
