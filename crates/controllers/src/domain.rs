@@ -1,18 +1,16 @@
 //! OpenstackDomain: a Keystone domain.
 
-use api::{
-    DeletionPolicy, FieldError, OpenstackDomain, OpenstackDomainSpec, OpenstackDomainStatus,
-};
+use api::{FieldError, OpenstackDomain, OpenstackDomainSpec, OpenstackDomainStatus};
 use async_trait::async_trait;
+use kube::Api;
 use kube::runtime::events::EventType;
-use kube::{Api, ResourceExt};
 use openstack::OptionalExt;
 use openstack::model::{Domain, DomainCreate, DomainUpdate};
 
 use crate::context::Context;
 use crate::error::{ReconcileError, Result};
 use crate::framework::{Managed, Progress, owner_of, publish};
-use crate::ownership::{Owner, Ownership, is_mark, may_take_over};
+use crate::ownership::{Owner, Ownership, may_take_over, merge_marks, should_delete, strip_marks};
 
 /// What to do about the domain (pure plan).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,27 +64,6 @@ pub fn plan(
         tags,
         adopt,
     })
-}
-
-/// Our marks added to existing tags, foreign tags kept.
-pub fn merge_marks(existing: &[String], owner: &Owner) -> Vec<String> {
-    let mut tags: Vec<String> = existing.iter().filter(|t| !is_mark(t)).cloned().collect();
-    tags.extend(owner.tags());
-    tags
-}
-
-/// Existing tags without our marks.
-pub fn strip_marks(existing: &[String]) -> Vec<String> {
-    existing.iter().filter(|t| !is_mark(t)).cloned().collect()
-}
-
-/// Whether deleting the resource deletes the OpenStack object.
-pub fn should_delete(policy: Option<DeletionPolicy>, adopted: bool) -> bool {
-    match policy {
-        Some(DeletionPolicy::Delete) => true,
-        Some(DeletionPolicy::Orphan) => false,
-        None => !adopted,
-    }
 }
 
 async fn observe(
@@ -258,7 +235,6 @@ impl Managed for OpenstackDomain {
             )
             .await;
         }
-        let _ = self.name_any();
         Ok(())
     }
 }
@@ -348,13 +324,5 @@ mod tests {
                 adopt: false
             }
         );
-    }
-
-    #[test]
-    fn deletion_policy() {
-        assert!(should_delete(None, false));
-        assert!(!should_delete(None, true));
-        assert!(should_delete(Some(DeletionPolicy::Delete), true));
-        assert!(!should_delete(Some(DeletionPolicy::Orphan), false));
     }
 }

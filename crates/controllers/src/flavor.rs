@@ -11,10 +11,9 @@ use openstack::OptionalExt;
 use openstack::model::{Flavor, FlavorCreate};
 
 use crate::context::Context;
-use crate::domain::should_delete;
 use crate::error::{ReconcileError, Result};
 use crate::framework::{Managed, Progress, owner_of, publish};
-use crate::ownership::{FLAVOR_OWNER_SPEC, Owner, Ownership, may_take_over};
+use crate::ownership::{FLAVOR_OWNER_SPEC, Owner, Ownership, may_take_over, should_delete};
 
 /// Extra-spec changes: keys to set and keys to delete.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

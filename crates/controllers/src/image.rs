@@ -13,10 +13,9 @@ use openstack::OptionalExt;
 use openstack::model::{Image, ImageCreate, ImagePatchOp, ImageStatus};
 
 use crate::context::Context;
-use crate::domain::should_delete;
 use crate::error::{ReconcileError, Result};
 use crate::framework::{Managed, Progress, owner_of, publish};
-use crate::ownership::{Owner, Ownership, is_mark, may_take_over};
+use crate::ownership::{Owner, Ownership, may_take_over, should_delete, strip_marks};
 
 /// Image property recording the URL the data was imported from (so a URL change is seen
 /// even when status was lost).
@@ -438,7 +437,7 @@ impl Managed for OpenstackImage {
             )
             .await;
         } else {
-            let tags: Vec<String> = img.tags.iter().filter(|t| !is_mark(t)).cloned().collect();
+            let tags = strip_marks(&img.tags);
             glance
                 .update_image(&img.id, &[ImagePatchOp::set_tags(&tags)])
                 .await?;

@@ -14,10 +14,9 @@ use openstack::model::{
 };
 
 use crate::context::Context;
-use crate::domain::{merge_marks, should_delete, strip_marks};
 use crate::error::{ReconcileError, Result};
 use crate::framework::{Managed, Progress, owner_of, publish};
-use crate::ownership::{Owner, Ownership, may_take_over};
+use crate::ownership::{Owner, Ownership, may_take_over, merge_marks, should_delete, strip_marks};
 
 /// One subnet step (pure plan).
 #[derive(Debug, Clone, PartialEq, Eq)]

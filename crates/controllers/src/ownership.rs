@@ -3,6 +3,7 @@
 //! a cloud never claim each other's objects. Services without tags (Nova flavors) carry the
 //! same information in an extra spec.
 
+use api::DeletionPolicy;
 use api::naming::MANAGED_TAG;
 
 /// Tag prefix naming the cluster that owns an object.
@@ -65,6 +66,27 @@ impl Owner {
 /// Whether tags carry any of our marks (used to strip them when orphaning).
 pub fn is_mark(tag: &str) -> bool {
     tag == MANAGED_TAG || tag.starts_with(CLUSTER_TAG_PREFIX) || tag.starts_with(OWNER_TAG_PREFIX)
+}
+
+/// Our marks added to existing tags, foreign tags kept.
+pub fn merge_marks(existing: &[String], owner: &Owner) -> Vec<String> {
+    let mut tags: Vec<String> = existing.iter().filter(|t| !is_mark(t)).cloned().collect();
+    tags.extend(owner.tags());
+    tags
+}
+
+/// Existing tags without our marks.
+pub fn strip_marks(existing: &[String]) -> Vec<String> {
+    existing.iter().filter(|t| !is_mark(t)).cloned().collect()
+}
+
+/// Whether deleting the resource deletes the OpenStack object.
+pub fn should_delete(policy: Option<DeletionPolicy>, adopted: bool) -> bool {
+    match policy {
+        Some(DeletionPolicy::Delete) => true,
+        Some(DeletionPolicy::Orphan) => false,
+        None => !adopted,
+    }
 }
 
 /// What an existing object's marks say about it.
@@ -165,5 +187,13 @@ mod tests {
             may_take_over(&Ownership::Legacy, false, true, "x"),
             Ok(true)
         );
+    }
+
+    #[test]
+    fn deletion_policy() {
+        assert!(should_delete(None, false));
+        assert!(!should_delete(None, true));
+        assert!(should_delete(Some(DeletionPolicy::Delete), true));
+        assert!(!should_delete(Some(DeletionPolicy::Orphan), false));
     }
 }

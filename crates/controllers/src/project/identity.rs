@@ -13,9 +13,9 @@ use openstack::model::{
 
 use super::{AreaOutcome, Env, FederationInput, Note, combine, os, resolve_domain};
 use crate::context::Config;
-use crate::domain::{merge_marks, strip_marks};
 use crate::error::{ReconcileError, Result};
 use crate::ownership::{Owner, Ownership};
+use crate::ownership::{merge_marks, strip_marks};
 
 /// Tag put on projects taken over with `spec.adopt`, so deletion never removes a project that
 /// existed before us, even if `status.adopted` is lost (e.g. a restore without status).

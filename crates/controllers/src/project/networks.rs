@@ -18,8 +18,8 @@ use openstack::model::{
 };
 
 use super::{AreaOutcome, Env, Problem, os};
-use crate::domain::merge_marks;
 use crate::error::ReconcileError;
+use crate::ownership::merge_marks;
 use crate::ownership::{Owner, Ownership, may_take_over};
 
 /// What exists in the project (one list per kind) plus the external networks.
