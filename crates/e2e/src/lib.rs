@@ -18,6 +18,7 @@
 #![warn(missing_docs)]
 
 pub mod env;
+pub mod inventory;
 pub mod k8s;
 pub mod metrics;
 pub mod names;
@@ -26,6 +27,7 @@ pub mod target;
 pub mod wait;
 
 pub use env::{EnvOptions, TestEnv};
+pub use inventory::{Inventory, Scope};
 pub use k8s::{ApplyError, Managed};
 pub use metrics::Metrics;
 pub use names::unique;
