@@ -23,6 +23,7 @@ pub mod k8s;
 pub mod metrics;
 pub mod names;
 pub mod operator;
+pub mod proxy;
 pub mod target;
 pub mod wait;
 

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 
 use crate::metrics::Metrics;
-use crate::target::Target;
+use crate::target::{CloudEnv, Target};
 use crate::wait::{Check, wait_for};
 
 /// How to start the operator.
@@ -29,6 +29,9 @@ pub struct OperatorOptions {
     pub image_poll_seconds: u64,
     /// Further arguments after `run ...`.
     pub extra_args: Vec<String>,
+    /// The OpenStack the operator talks to, when not the target's (e.g. the target's cloud
+    /// behind a fault-injecting proxy, see [`crate::proxy`]).
+    pub cloud: Option<CloudEnv>,
 }
 
 impl OperatorOptions {
@@ -40,6 +43,7 @@ impl OperatorOptions {
             resync_seconds: 60,
             image_poll_seconds: 1,
             extra_args: Vec::new(),
+            cloud: None,
         }
     }
 }
@@ -97,7 +101,7 @@ impl Operator {
         let log_path = dir.join(format!("{}.log", opts.log_name));
         // A fresh log per test run; restarts append to it.
         File::create(&log_path).with_context(|| format!("creating {}", log_path.display()))?;
-        let cloud = target.cloud_env();
+        let cloud = opts.cloud.as_ref().unwrap_or(target.cloud_env());
         let op = Operator {
             kubeconfig: target.kubeconfig().to_path_buf(),
             os_cloud: cloud.os_cloud.clone(),
