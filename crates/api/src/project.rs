@@ -437,7 +437,7 @@ pub struct FederationRef {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config_map_name: Option<String>,
     /// ConfigMap namespace; the project's own namespace when unset. Another namespace is
-    /// refused unless the operator allows it (`--federation-namespace`).
+    /// refused unless the operator allows it (`--federation-namespaces`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config_map_namespace: Option<String>,
 }
@@ -520,4 +520,22 @@ pub struct OpenstackProjectStatus {
     /// Whether the project existed before and was adopted rather than created (extension).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub adopted: Option<bool>,
+    /// Where this project's federation mapping rule lives (extension), so the rule is removed
+    /// when `spec.federationRef` goes away or its ConfigMap is gone at deletion.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub federation_rule: Option<FederationRuleStatus>,
+}
+
+/// The location of a project's rule in a shared federation mapping.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FederationRuleStatus {
+    /// The identity provider (`idp-name`).
+    pub identity_provider: String,
+    /// The mapping holding the rule (`<idp>_oidc_mapping`).
+    pub mapping: String,
+    /// The domain named in the rule (`sso-domain` or the project's domain).
+    pub domain: String,
+    /// The group named in the rule.
+    pub group: String,
 }

@@ -116,7 +116,9 @@ pub struct RunArgs {
     #[arg(long, env = "ADOPT_LEGACY")]
     adopt_legacy: bool,
     /// Namespaces whose ConfigMaps every OpenstackProject may name in federationRef
-    /// (comma-separated); a project's own namespace is always allowed.
+    /// (comma-separated); a project's own namespace is always allowed. Only ConfigMaps in
+    /// these namespaces may create identity providers, change their remote IDs or name
+    /// another domain in sso-domain: a project's own ConfigMap uses an existing IdP as it is.
     #[arg(long, env = "FEDERATION_NAMESPACES", value_delimiter = ',')]
     federation_namespaces: Vec<String>,
     /// Controllers to run (comma-separated); all by default.

@@ -24,8 +24,8 @@ use kube::ResourceExt as _;
 use openstack::OptionalExt as _;
 use openstack::adapter::{ClientOptions, CloudSelector, Core, Request, Service};
 use openstack::model::{
-    Actor, DomainUpdate, NetworkFilter, RouterFilter, SecurityGroup, SecurityGroupRule,
-    SubnetFilter,
+    Actor, DomainUpdate, IdentityProviderCreate, NetworkFilter, RouterFilter, SecurityGroup,
+    SecurityGroupRule, SubnetFilter,
 };
 use serde_json::{Value, json};
 
@@ -57,8 +57,9 @@ async fn env(test: &str, resync_seconds: u64) -> anyhow::Result<TestEnv> {
 
 // ----------------------------------------------------------------------------- set-up
 
-/// A domain made by an OpenstackDomain resource and a federation ConfigMap naming a unique
-/// identity provider whose `sso-domain` is that domain.
+/// A domain made by an OpenstackDomain resource, a unique identity provider created by the
+/// cloud's administrator (a ConfigMap in the project's own namespace may not create one), and
+/// a federation ConfigMap naming it whose `sso-domain` is that domain.
 struct Tenant {
     domain: String,
     domain_id: String,
@@ -74,6 +75,23 @@ impl Tenant {
 }
 
 async fn tenant(env: &TestEnv) -> anyhow::Result<Tenant> {
+    let t = tenant_without_idp(env, None).await?;
+    env.cloud
+        .identity
+        .create_identity_provider(&IdentityProviderCreate {
+            id: t.idp.clone(),
+            remote_ids: vec![t.remote_id.clone()],
+            enabled: true,
+            domain_id: None,
+            description: Some("created by the administrator (e2e)".into()),
+        })
+        .await?;
+    Ok(t)
+}
+
+/// Like [`tenant`] without the identity provider; the ConfigMap goes into `namespace` (the
+/// test's own by default).
+async fn tenant_without_idp(env: &TestEnv, namespace: Option<&str>) -> anyhow::Result<Tenant> {
     let domain = env.unique("sso");
     env.apply(&format!(
         r#"
@@ -96,6 +114,7 @@ spec:
     let idp = env.unique("idp");
     let remote_id = format!("https://{idp}.example.com");
     let config_map = env.unique("fed");
+    let namespace = namespace.unwrap_or(&env.namespace);
     // The ConfigMap is applied before any project, so cleanup deletes it after them.
     env.apply(&format!(
         r#"
@@ -103,6 +122,7 @@ apiVersion: v1
 kind: ConfigMap
 metadata:
   name: {config_map}
+  namespace: {namespace}
 data:
   idp-name: {idp}
   idp-remote-id: {remote_id}
@@ -998,7 +1018,8 @@ async fn larger_project_converges_on_edits() -> anyhow::Result<()> {
         assert_federation(
             env,
             &t,
-            &expected_rule(&group, &t.domain, &["carol@example.com", "dave@example.com", "erin@example.com"]),
+            // erin is bound as reader only: the rule's group would make her a member.
+            &expected_rule(&group, &t.domain, &["carol@example.com", "dave@example.com"]),
         )
         .await?;
 
@@ -1099,7 +1120,7 @@ async fn larger_project_converges_on_edits() -> anyhow::Result<()> {
         ]
         .into();
         assert_eq!(assignments().await?, want, "dave's member role is revoked");
-        let rule = expected_rule(&group, &t.domain, &["carol@example.com", "erin@example.com"]);
+        let rule = expected_rule(&group, &t.domain, &["carol@example.com"]);
         assert_federation(env, &t, &rule).await?;
         assert_eq!(mapping_rules(env, &t.mapping()).await?, vec![rule]);
 
@@ -1304,6 +1325,138 @@ spec:
                     .await?
                     .is_none()
             );
+            Ok(())
+        })
+        .await
+}
+
+/// The identity provider belongs to the administrator (seed W7): a federation ConfigMap in the
+/// project's own namespace can neither create it nor repoint it, while one in a namespace the
+/// operator trusts (`--federation-namespaces`) can. Removing `federationRef` removes the rule.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_a_trusted_config_map_manages_the_identity_provider() -> anyhow::Result<()> {
+    let admin_ns = e2e::names::unique("fedadmin");
+    let mut opts = EnvOptions::new(BIN, "project-idp-boundary");
+    opts.cleanup_timeout = READY;
+    opts.operator.extra_args = vec!["--federation-namespaces".into(), admin_ns.clone()];
+    TestEnv::start("idp_boundary", opts)
+        .await?
+        .run(async |env| {
+            e2e::k8s::ensure_namespace(&env.client, &admin_ns).await?;
+            let namespaces: kube::Api<k8s_openapi::api::core::v1::Namespace> =
+                kube::Api::all(env.client.clone());
+            let ns = admin_ns.clone();
+            env.defer(&format!("namespace {admin_ns}"), move |_| {
+                async move {
+                    let _ = namespaces.delete(&ns, &Default::default()).await;
+                    Ok(())
+                }
+                .boxed()
+            });
+            // The tenant's own ConfigMap names an IdP nobody created.
+            let t = tenant_without_idp(env, None).await?;
+            let cr = env.unique("idp");
+            let pname = format!("{cr}.example.com");
+            let group = project_group_name(&pname);
+            let doc = json!({
+                "apiVersion": "sunet.se/v1alpha1",
+                "kind": "OpenstackProject",
+                "metadata": {"name": cr},
+                "spec": {
+                    "name": pname,
+                    "description": "federated",
+                    "domain": t.domain,
+                    "enabled": true,
+                    "roleBindings": [{"role": "member", "users": ["alice@example.com"], "userDomain": t.domain}],
+                    "federationRef": {"configMapName": t.config_map},
+                },
+            });
+            env.apply(&serde_json::to_string(&doc)?).await?;
+            let p: OpenstackProject = env
+                .wait_condition(&cr, "FederationReady", false, "DependencyMissing", READY)
+                .await?;
+            let message = condition(&p, "FederationReady").and_then(|c| c.message).unwrap_or_default();
+            assert!(
+                message.contains(&t.idp) && message.contains(&t.config_map),
+                "the message names the IdP and the ConfigMap: {message}"
+            );
+            assert!(condition(&p, "ProjectReady").is_some_and(|c| c.is_true()), "{:?}", p.status);
+            let idp = env.cloud.identity.get_identity_provider(&t.idp).await.optional()?;
+            assert!(idp.is_none(), "the tenant's ConfigMap created identity provider {}: {idp:?}", t.idp);
+            assert!(env.cloud.identity.get_mapping(&t.mapping()).await.optional()?.is_none());
+
+            // The administrator creates it for their issuer; the tenant's remote ID differs.
+            defer_federation_cleanup(env, &t.idp);
+            let admin_issuer = format!("https://admin-{}.example.com", t.idp);
+            env.cloud
+                .identity
+                .create_identity_provider(&IdentityProviderCreate {
+                    id: t.idp.clone(),
+                    remote_ids: vec![admin_issuer.clone()],
+                    enabled: true,
+                    domain_id: None,
+                    description: None,
+                })
+                .await?;
+            env.request_reconcile::<OpenstackProject>(&cr).await?;
+            let p: OpenstackProject = env
+                .wait_condition(&cr, "FederationReady", false, "PolicyViolation", READY)
+                .await?;
+            let message = condition(&p, "FederationReady").and_then(|c| c.message).unwrap_or_default();
+            assert!(message.contains("idp-remote-id"), "the message names the key: {message}");
+            let idp = env.cloud.identity.get_identity_provider(&t.idp).await?;
+            assert_eq!(idp.remote_ids, vec![admin_issuer.clone()], "the tenant did not repoint the IdP");
+            assert!(env.cloud.identity.get_mapping(&t.mapping()).await.optional()?.is_none());
+
+            // The same settings from the administrator's namespace are trusted: the remote ID
+            // is corrected and the rule written.
+            env.apply(&format!(
+                r#"
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: {cm}
+  namespace: {admin_ns}
+data:
+  idp-name: {idp}
+  idp-remote-id: {remote}
+  sso-domain: {domain}
+"#,
+                cm = t.config_map,
+                idp = t.idp,
+                remote = t.remote_id,
+                domain = t.domain,
+            ))
+            .await?;
+            env.merge_spec::<OpenstackProject>(&cr, json!({"federationRef": {"configMapNamespace": admin_ns}}))
+                .await?;
+            let p: OpenstackProject = env.wait_ready(&cr, READY).await?;
+            let rule = expected_rule(&group, &t.domain, &["alice@example.com"]);
+            assert_federation(env, &t, &rule).await?;
+            assert_eq!(
+                status(&p)?.federation_rule.as_ref().map(|r| r.mapping.clone()),
+                Some(t.mapping())
+            );
+
+            // federationRef removed: the rule goes (the seed left it behind).
+            let patched: OpenstackProject =
+                env.merge_spec(&cr, json!({"federationRef": null})).await?;
+            let generation = patched.metadata.generation;
+            env.wait_object::<OpenstackProject>(&cr, READY, "rule removed", |p| {
+                p.status.as_ref().is_some_and(|s| {
+                    s.observed_generation == generation && s.federation_rule.is_none()
+                })
+            })
+            .await?;
+            let mapping = env.cloud.identity.get_mapping(&t.mapping()).await.optional()?;
+            assert!(
+                mapping.as_ref().is_none_or(|m| !m
+                    .rules
+                    .as_array()
+                    .is_some_and(|rules| rules.iter().any(|r| rule_is_for(r, &group, &t.domain)))),
+                "the project's rule is gone: {mapping:?}"
+            );
+            env.delete_and_wait::<OpenstackProject>(&cr, READY).await?;
             Ok(())
         })
         .await

@@ -6,6 +6,7 @@
 //! change.
 
 use api::naming::{FEDERATION_PROTOCOL, mapping_name};
+use api::project::FederationRuleStatus;
 use openstack::OptionalExt;
 use openstack::model::{IdentityProvider, IdentityProviderCreate, IdentityProviderUpdate};
 use serde_json::{Value, json};
@@ -149,6 +150,28 @@ pub fn plan_idp(observed: Option<&IdentityProvider>, idp: &str, remote_id: &str)
     }
 }
 
+/// Whether an IdP step may be taken on behalf of a ConfigMap outside the operator's
+/// federation namespaces: such a ConfigMap is written by the tenant, so it may use an existing
+/// identity provider as it is, but never create one or change its remote IDs (seed W7: a
+/// tenant could otherwise point the shared IdP at an issuer they control).
+pub fn idp_step_allowed(
+    step: &IdpStep,
+    settings: &FederationSettings,
+) -> Result<(), ReconcileError> {
+    let idp = &settings.idp;
+    let cm = &settings.config_map;
+    match step {
+        IdpStep::None => Ok(()),
+        IdpStep::Create(_) => Err(ReconcileError::DependencyMissing(format!(
+            "identity provider {idp:?} (idp-name in ConfigMap {cm}); an administrator creates it, or lists the ConfigMap's namespace in --federation-namespaces so the operator may create it"
+        ))),
+        IdpStep::Update(_) => Err(ReconcileError::PolicyViolation(format!(
+            "idp-remote-id in ConfigMap {cm}: {:?} is not a remote ID of identity provider {idp:?}; only a ConfigMap in the operator's federation namespaces (--federation-namespaces) may change it",
+            settings.remote_id
+        ))),
+    }
+}
+
 /// Ensures IdP, mapping rule and protocol for a project (see module docs). `previous_group`
 /// is the group's name before a rename in this pass; its rule is replaced.
 pub(crate) async fn apply(
@@ -174,6 +197,16 @@ pub(crate) async fn apply(
             settings.config_map
         )
     });
+    // Tenancy boundary (seed W7): whoever can write a ConfigMap in their own namespace must
+    // not be able to map users into a group of another domain, where a group of the same name
+    // may belong to someone else's project.
+    if !settings.may_manage_idp && domain != project_domain {
+        out.errors.push(ReconcileError::PolicyViolation(format!(
+            "sso-domain in ConfigMap {}: {domain:?} differs from the project's domain {project_domain:?}; a ConfigMap outside the operator's federation namespaces (--federation-namespaces) may only map users into the project's own domain",
+            settings.config_map
+        )));
+        return out;
+    }
     // Users in no binding: no rule (an empty any_one_of would match nobody anyway).
     let rule = (!users.is_empty()).then(|| project_rule(group, domain, users));
 
@@ -222,6 +255,12 @@ pub(crate) async fn apply(
             }
         };
         let step = plan_idp(current.as_ref(), idp, &settings.remote_id);
+        if !settings.may_manage_idp
+            && let Err(e) = idp_step_allowed(&step, settings)
+        {
+            out.errors.push(e);
+            return out;
+        }
         let res = match &step {
             IdpStep::None => Ok(()),
             IdpStep::Create(req) => identity.create_identity_provider(req).await.map(|_| ()),
@@ -281,6 +320,12 @@ pub(crate) async fn apply(
                     e,
                 )),
             },
+            Ok(Some(p)) if p.mapping_id != mapping && !settings.may_manage_idp => {
+                out.errors.push(ReconcileError::PolicyViolation(format!(
+                    "{ctx}: protocol {FEDERATION_PROTOCOL} of identity provider {idp} uses mapping {:?}, not {mapping}; only a ConfigMap in the operator's federation namespaces (--federation-namespaces) may repoint it",
+                    p.mapping_id
+                )))
+            }
             Ok(Some(p)) if p.mapping_id != mapping => match identity
                 .update_federation_protocol(idp, FEDERATION_PROTOCOL, &mapping)
                 .await
@@ -355,12 +400,48 @@ pub(crate) async fn remove(
     project_domain: &str,
     group: &str,
 ) -> AreaOutcome {
+    let domain = settings.sso_domain.as_deref().unwrap_or(project_domain);
+    let ctx = format!("spec.federationRef (ConfigMap {})", settings.config_map);
+    remove_rule(env, &settings.idp, domain, group, &ctx).await
+}
+
+/// Removes the rule recorded in `status.federationRule`: after `spec.federationRef` was
+/// removed, its IdP changed, or when its ConfigMap is gone at deletion.
+pub(crate) async fn remove_recorded(env: &Env<'_>, rule: &FederationRuleStatus) -> AreaOutcome {
+    let ctx = format!(
+        "status.federationRule (rule for group {} in mapping {})",
+        rule.group, rule.mapping
+    );
+    remove_rule(
+        env,
+        &rule.identity_provider,
+        &rule.domain,
+        &rule.group,
+        &ctx,
+    )
+    .await
+}
+
+/// The record of a rule written for `group` in `domain` through `idp`.
+pub fn record(idp: &str, domain: &str, group: &str) -> FederationRuleStatus {
+    FederationRuleStatus {
+        identity_provider: idp.to_string(),
+        mapping: mapping_name(idp),
+        domain: domain.to_string(),
+        group: group.to_string(),
+    }
+}
+
+async fn remove_rule(
+    env: &Env<'_>,
+    idp: &str,
+    domain: &str,
+    group: &str,
+    ctx: &str,
+) -> AreaOutcome {
     let mut out = AreaOutcome::default();
     let identity = &env.cloud.identity;
-    let idp = settings.idp.as_str();
-    let domain = settings.sso_domain.as_deref().unwrap_or(project_domain);
     let mapping = mapping_name(idp);
-    let ctx = format!("spec.federationRef (ConfigMap {})", settings.config_map);
     let lock = env.locks.lock_for(&format!("mapping/{idp}"));
     let _guard = lock.lock().await;
     let observed = match identity.get_mapping(&mapping).await.optional() {
@@ -385,7 +466,7 @@ pub(crate) async fn remove(
                 .errors
                 .push(os(format!("{ctx}: writing mapping {mapping}"), e)),
         },
-        Ok(MappingChange::Delete) => delete_mapping(env, idp, &mapping, &ctx, &mut out).await,
+        Ok(MappingChange::Delete) => delete_mapping(env, idp, &mapping, ctx, &mut out).await,
         Err(m) => out
             .errors
             .push(ReconcileError::OpenStack(openstack::Error::unexpected(

@@ -256,16 +256,39 @@ pub fn plan_assignments(
     }
 }
 
-/// Users of the federation rule: every user of every binding, first appearance first.
-pub fn federation_users(spec: &OpenstackProjectSpec) -> Vec<String> {
+/// Users of the federation rule, first appearance first, and the users left out of it. The
+/// rule maps users into the project group, which holds [`GROUP_ROLE`]; a user bound only to
+/// other roles (say `reader`) would gain `member` through it (the seed maps everyone), so only
+/// users of bindings granting [`GROUP_ROLE`] are mapped.
+pub fn federation_users(spec: &OpenstackProjectSpec) -> (Vec<String>, Vec<String>) {
     let mut seen = BTreeSet::new();
-    spec.role_bindings
+    let all: Vec<(&str, &str)> = spec
+        .role_bindings
         .iter()
         .flatten()
-        .flat_map(|b| b.users.iter().flatten())
-        .filter(|u| seen.insert(u.as_str()))
-        .cloned()
-        .collect()
+        .flat_map(|b| {
+            b.users
+                .iter()
+                .flatten()
+                .map(|u| (u.as_str(), b.role.as_str()))
+        })
+        .collect();
+    let mapped: BTreeSet<&str> = all
+        .iter()
+        .filter(|(_, r)| *r == GROUP_ROLE)
+        .map(|(u, _)| *u)
+        .collect();
+    let (mut users, mut unmapped) = (Vec::new(), Vec::new());
+    for (u, _) in all {
+        if seen.insert(u) {
+            if mapped.contains(u) {
+                users.push(u.to_string());
+            } else {
+                unmapped.push(u.to_string());
+            }
+        }
+    }
+    (users, unmapped)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -858,17 +881,28 @@ pub(crate) async fn cleanup(
     }
 
     let group_name = project_group_name(&spec.name);
-    match federation {
-        FederationInput::NotRequested => {}
+    match (status.federation_rule.clone(), federation) {
         _ if hands_off => {}
-        FederationInput::Settings(settings) => {
+        // Where the rule is, whatever the ConfigMap says now (or whether it still exists).
+        (Some(rec), _) => {
+            let mut f = super::federation::remove_recorded(env, &rec).await;
+            match f.error() {
+                Some(e) => failures.push((super::FEDERATION_READY, e)),
+                None => status.federation_rule = None,
+            }
+        }
+        (None, FederationInput::NotRequested) => {}
+        (None, FederationInput::Settings(settings)) => {
             let domain_name = domain.as_ref().map(|d| d.name.clone()).unwrap_or_default();
             let mut f = super::federation::remove(env, &settings, &domain_name, &group_name).await;
             if let Some(e) = f.error() {
                 failures.push((super::FEDERATION_READY, e));
             }
         }
-        FederationInput::Unavailable(e) => {
+        // No user was ever mapped, so no rule was written: nothing to remove.
+        (None, FederationInput::Unavailable(ReconcileError::DependencyMissing(_)))
+            if federation_users(spec).0.is_empty() => {}
+        (None, FederationInput::Unavailable(e)) => {
             // Keep the finalizer: a stale rule maps users into a group that no longer
             // exists (seed W13/W14). Removing spec.federationRef lets deletion go on.
             let e = match e {
@@ -1310,6 +1344,12 @@ mod tests {
                 group_domain: None,
             },
         ]);
-        assert_eq!(federation_users(&s), vec!["b", "a", "c"]);
+        let (mapped, unmapped) = federation_users(&s);
+        assert_eq!(mapped, vec!["b", "a"]);
+        assert_eq!(
+            unmapped,
+            vec!["c"],
+            "a reader-only user must not gain member"
+        );
     }
 }

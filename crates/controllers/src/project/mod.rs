@@ -22,7 +22,7 @@ mod tests;
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Display;
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{Arc, Mutex};
 
 use api::common::set_condition;
 use api::{Condition, FieldError, OpenstackProject, OpenstackProjectSpec, OpenstackProjectStatus};
@@ -148,6 +148,10 @@ pub struct FederationSettings {
     pub remote_id: String,
     /// `sso-domain`: the domain named in the mapping rule; `None` = the project's domain.
     pub sso_domain: Option<String>,
+    /// Whether the ConfigMap lives in a namespace the operator trusts (`--federation-namespaces`):
+    /// only then may it create the identity provider, change its remote IDs, repoint its
+    /// protocol or name another domain in the rule. A tenant's own ConfigMap may not.
+    pub may_manage_idp: bool,
 }
 
 /// What the Kubernetes side found for `spec.federationRef`.
@@ -169,6 +173,7 @@ pub fn federation_from_data(
     namespace: &str,
     name: &str,
     data: Option<&BTreeMap<String, String>>,
+    trusted: bool,
 ) -> FederationInput {
     let config_map = format!("{namespace}/{name}");
     let get = |k: &str| {
@@ -186,54 +191,9 @@ pub fn federation_from_data(
         idp,
         remote_id: get("idp-remote-id").unwrap_or_default(),
         sso_domain: get("sso-domain"),
+        may_manage_idp: trusted,
     })
 }
-
-/// The federation settings each object last reconciled with, by UID (process-local).
-/// Deletion falls back to them when the ConfigMap is gone: deleting a namespace removes the
-/// ConfigMap at once while our finalizer still has to remove the project's mapping rule, and
-/// refusing would leave the namespace terminating. After an operator restart the memory is
-/// empty and deletion waits for the ConfigMap (or for `spec.federationRef` to be removed).
-#[derive(Default)]
-pub struct FederationMemory(Mutex<HashMap<String, FederationSettings>>);
-
-impl FederationMemory {
-    /// Records what a reconcile read (settings are kept; no `federationRef` forgets).
-    pub fn remember(&self, uid: &str, input: &FederationInput) {
-        let mut m = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        match input {
-            FederationInput::Settings(s) => {
-                m.insert(uid.to_string(), s.clone());
-            }
-            FederationInput::NotRequested => {
-                m.remove(uid);
-            }
-            // A passing outage does not erase what was known.
-            FederationInput::Unavailable(_) => {}
-        }
-    }
-
-    /// The input for a deletion: a missing ConfigMap or key is replaced by the remembered
-    /// settings, if any; anything else is returned as is.
-    pub fn recall(&self, uid: &str, input: FederationInput) -> FederationInput {
-        match input {
-            FederationInput::Unavailable(ReconcileError::DependencyMissing(m)) => {
-                match self.0.lock().unwrap_or_else(|p| p.into_inner()).get(uid) {
-                    Some(s) => FederationInput::Settings(s.clone()),
-                    None => FederationInput::Unavailable(ReconcileError::DependencyMissing(m)),
-                }
-            }
-            other => other,
-        }
-    }
-
-    /// Forgets an object once it is gone.
-    pub fn forget(&self, uid: &str) {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).remove(uid);
-    }
-}
-
-static FEDERATION_MEMORY: LazyLock<FederationMemory> = LazyLock::new(FederationMemory::default);
 
 /// The namespace of the federation ConfigMap: `configMapNamespace` or the object's own.
 fn federation_namespace(spec: &OpenstackProjectSpec, own: &str) -> Option<String> {
@@ -282,7 +242,7 @@ pub fn check_policy(
     if !federation_namespace_allowed(spec, namespace, config) {
         let ns = federation_namespace(spec, namespace).unwrap_or_default();
         problems.push(format!(
-            "spec.federationRef.configMapNamespace: namespace {ns:?} is not allowed; use a ConfigMap in this object's namespace {namespace:?} or one the operator allows (--federation-namespace)"
+            "spec.federationRef.configMapNamespace: namespace {ns:?} is not allowed; use a ConfigMap in this object's namespace {namespace:?} or one the operator allows (--federation-namespaces)"
         ));
     }
     if problems.is_empty() {
@@ -674,28 +634,78 @@ async fn run(
 
     // Federation.
     match federation {
-        FederationInput::NotRequested => drop_condition(status, FEDERATION_READY),
+        FederationInput::NotRequested => match status.federation_rule.clone() {
+            // spec.federationRef was removed: the rule written for it goes (seed W13).
+            Some(rec) => {
+                let mut out = federation::remove_recorded(env, &rec).await;
+                changed |= out.changed;
+                match out.error() {
+                    Some(e) => {
+                        set_area(status, FEDERATION_READY, generation, Err(&e));
+                        failures.push((FEDERATION_READY, e));
+                    }
+                    None => {
+                        status.federation_rule = None;
+                        drop_condition(status, FEDERATION_READY);
+                    }
+                }
+            }
+            None => drop_condition(status, FEDERATION_READY),
+        },
         FederationInput::Unavailable(e) => {
             set_area(status, FEDERATION_READY, generation, Err(&e));
             failures.push((FEDERATION_READY, e));
         }
         FederationInput::Settings(settings) => {
-            let users = identity::federation_users(spec);
+            let (users, unmapped) = identity::federation_users(spec);
+            let domain = settings
+                .sso_domain
+                .clone()
+                .unwrap_or_else(|| ident.domain.name.clone());
+            let mut err = None;
+            // The rule lives elsewhere (another IdP or domain): take it out of there first.
+            let recorded = status.federation_rule.clone();
+            if let Some(rec) = &recorded
+                && (rec.identity_provider != settings.idp || rec.domain != domain)
+            {
+                let mut old = federation::remove_recorded(env, rec).await;
+                changed |= old.changed;
+                err = old.error();
+                if err.is_none() {
+                    status.federation_rule = None;
+                }
+            }
+            // A group renamed in an earlier pass that failed still has its rule recorded.
+            let previous = ident.previous_group_name.clone().or_else(|| {
+                recorded
+                    .as_ref()
+                    .filter(|r| r.domain == domain && r.group != ident.group_name)
+                    .map(|r| r.group.clone())
+            });
             let mut out = federation::apply(
                 env,
                 &settings,
                 &ident.domain.name,
                 &ident.group_name,
-                ident.previous_group_name.as_deref(),
+                previous.as_deref(),
                 &users,
             )
             .await;
             changed |= out.changed;
-            let err = out.error();
-            let ok = (
-                ready_reason(false, out.changed),
-                out.detail.clone().unwrap_or_default(),
-            );
+            let err = err.or_else(|| out.error());
+            if out.errors.is_empty() {
+                status.federation_rule = (!users.is_empty())
+                    .then(|| federation::record(&settings.idp, &domain, &ident.group_name));
+            }
+            let mut detail = out.detail.clone().unwrap_or_default();
+            if !unmapped.is_empty() {
+                detail.push_str(&format!(
+                    "; not mapped through federation because their bindings do not grant {:?} (the role of the project group the rule maps into): {}",
+                    identity::GROUP_ROLE,
+                    unmapped.join(", ")
+                ));
+            }
+            let ok = (ready_reason(false, out.changed), detail);
             set_area(
                 status,
                 FEDERATION_READY,
@@ -748,7 +758,12 @@ async fn read_federation(ctx: &Context, obj: &OpenstackProject) -> FederationInp
     };
     let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ns);
     match api.get_opt(name).await {
-        Ok(Some(cm)) => federation_from_data(&ns, name, cm.data.as_ref()),
+        Ok(Some(cm)) => federation_from_data(
+            &ns,
+            name,
+            cm.data.as_ref(),
+            ctx.config.federation_namespaces.contains(&ns),
+        ),
         Ok(None) => FederationInput::Unavailable(ReconcileError::DependencyMissing(format!(
             "ConfigMap {ns}/{name} (spec.federationRef.configMapName)"
         ))),
@@ -795,7 +810,6 @@ impl Managed for OpenstackProject {
             &ctx.config,
         )?;
         let federation = read_federation(ctx, self).await;
-        FEDERATION_MEMORY.remember(&self.uid().unwrap_or_default(), &federation);
         let env = Env {
             cloud: &ctx.cloud,
             config: &ctx.config,
@@ -809,9 +823,10 @@ impl Managed for OpenstackProject {
 
     async fn cleanup(&self, ctx: &Context, status: &mut Self::Status) -> Result<()> {
         let own = self.namespace().unwrap_or_default();
-        let uid = self.uid().unwrap_or_default();
+        // A rule we wrote is recorded in status.federationRule and removed from there; the
+        // ConfigMap matters only for rules written before that record existed.
         let federation = if federation_namespace_allowed(&self.spec, &own, &ctx.config) {
-            FEDERATION_MEMORY.recall(&uid, read_federation(ctx, self).await)
+            read_federation(ctx, self).await
         } else {
             // A ConfigMap we may not read never produced a rule; nothing to remove.
             warn!("federation ConfigMap namespace not allowed; skipping the mapping rule");
@@ -825,9 +840,6 @@ impl Managed for OpenstackProject {
         };
         let out = cleanup_project(&env, self, status, federation).await;
         publish_all(ctx, self, out.events).await;
-        if out.result.is_ok() {
-            FEDERATION_MEMORY.forget(&uid);
-        }
         out.result
     }
 }

@@ -288,6 +288,18 @@ fn fed(obj: &OpenstackProject) -> FederationInput {
         idp: "satosa".into(),
         remote_id: "https://idp.example.com".into(),
         sso_domain: Some("sso-users".into()),
+        may_manage_idp: true,
+    })
+}
+
+/// Settings from a ConfigMap the tenant controls (its own namespace, not trusted).
+fn tenant_fed(remote_id: &str, sso_domain: &str) -> FederationInput {
+    FederationInput::Settings(FederationSettings {
+        config_map: "demo/federation-config".into(),
+        idp: "satosa".into(),
+        remote_id: remote_id.into(),
+        sso_domain: Some(sso_domain.into()),
+        may_manage_idp: false,
     })
 }
 
@@ -611,7 +623,16 @@ async fn edits_converge_in_place() {
     let any_one_of = &rules[0]["remote"][1]["any_one_of"];
     assert_eq!(
         any_one_of,
-        &serde_json::json!(["alice@example.com", "dave@example.com", "carol@example.com"])
+        &serde_json::json!(["alice@example.com", "dave@example.com"]),
+        "carol is a reader only: the rule's group would make her a member"
+    );
+    let f = cond(&st, FEDERATION_READY);
+    assert!(
+        f.message
+            .as_deref()
+            .unwrap_or_default()
+            .contains("carol@example.com"),
+        "{f:?}"
     );
 
     let q = w.cloud.compute.get_compute_quota(&pid).await.unwrap();
@@ -802,12 +823,271 @@ async fn failed_deletion_keeps_the_finalizer_until_everything_is_gone() {
     let obj = from_yaml(SEED_README, "uid-keep2");
     let mut st = OpenstackProjectStatus::default();
     w.pass(&obj, &mut st, fed(&obj)).await.unwrap();
-    let missing = FederationInput::Unavailable(ReconcileError::DependencyMissing(
-        "ConfigMap demo/federation-config (spec.federationRef.configMapName)".into(),
-    ));
-    let e = w.delete(&obj, &mut st, missing).await.unwrap_err();
+    // The rule is recorded in status, so a ConfigMap gone at deletion (namespace deletion)
+    // does not block: the rule is removed from where it is.
+    assert!(st.federation_rule.is_some());
+    let before = st.clone();
+    w.delete(&obj, &mut st, missing()).await.unwrap();
+    assert!(
+        w.mapping().await.is_none(),
+        "the last rule took the mapping"
+    );
+
+    // Without the record (written by an older version), the rule must still go: the
+    // finalizer stays until the ConfigMap is back or federationRef is removed.
+    let obj = from_yaml(SEED_README, "uid-keep3");
+    let mut st = OpenstackProjectStatus::default();
+    w.pass(&obj, &mut st, fed(&obj)).await.unwrap();
+    st.federation_rule = None;
+    let e = w.delete(&obj, &mut st, missing()).await.unwrap_err();
     assert!(e.to_string().contains("remove spec.federationRef"), "{e}");
     assert!(w.mapping().await.is_some());
+    w.delete(&obj, &mut st, fed(&obj)).await.unwrap();
+    assert!(w.mapping().await.is_none());
+    assert_eq!(
+        before.federation_rule.map(|r| r.mapping).as_deref(),
+        Some("satosa_oidc_mapping")
+    );
+}
+
+fn missing() -> FederationInput {
+    FederationInput::Unavailable(ReconcileError::DependencyMissing(
+        "ConfigMap demo/federation-config (spec.federationRef.configMapName)".into(),
+    ))
+}
+
+#[tokio::test]
+async fn a_tenant_config_map_cannot_create_or_repoint_the_identity_provider() {
+    let w = World::new().await;
+    let obj = from_yaml(SEED_README, "uid-tenant-idp");
+    let mut st = OpenstackProjectStatus::default();
+
+    // No IdP: waiting for an administrator, nothing created in Keystone's federation API.
+    let e = w
+        .pass(
+            &obj,
+            &mut st,
+            tenant_fed("https://evil.example.com", "sso-users"),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(e, ReconcileError::DependencyMissing(_)), "{e}");
+    let f = cond(&st, FEDERATION_READY);
+    let msg = f.message.clone().unwrap_or_default();
+    assert!(
+        msg.contains("identity provider \"satosa\"") && msg.contains("demo/federation-config"),
+        "{msg}"
+    );
+    assert!(msg.contains("--federation-namespaces"), "{msg}");
+    assert!(
+        w.cloud
+            .identity
+            .get_identity_provider("satosa")
+            .await
+            .optional()
+            .unwrap()
+            .is_none()
+    );
+    assert!(w.mapping().await.is_none());
+    // The rest of the tenant converges regardless.
+    assert!(cond(&st, PROJECT_READY).is_true());
+    assert!(cond(&st, NETWORKS_READY).is_true());
+
+    // An administrator creates it for another issuer: the tenant cannot repoint it.
+    w.cloud
+        .identity
+        .create_identity_provider(&IdentityProviderCreate {
+            id: "satosa".into(),
+            remote_ids: vec!["https://idp.example.com".into()],
+            enabled: true,
+            domain_id: None,
+            description: None,
+        })
+        .await
+        .unwrap();
+    w.fake.reset_calls();
+    let e = w
+        .pass(
+            &obj,
+            &mut st,
+            tenant_fed("https://evil.example.com", "sso-users"),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(e, ReconcileError::PolicyViolation(_)), "{e}");
+    assert!(
+        e.to_string()
+            .contains("idp-remote-id in ConfigMap demo/federation-config"),
+        "{e}"
+    );
+    let idp = w
+        .cloud
+        .identity
+        .get_identity_provider("satosa")
+        .await
+        .unwrap();
+    assert_eq!(idp.remote_ids, vec!["https://idp.example.com".to_string()]);
+    let fed_writes: Vec<String> = w
+        .fake
+        .write_calls()
+        .into_keys()
+        .filter(|k| {
+            k.contains("identity_provider") || k.contains("mapping") || k.contains("federation")
+        })
+        .collect();
+    assert!(fed_writes.is_empty(), "{fed_writes:?}");
+
+    // Nor map users into a group of another domain.
+    let e = w
+        .pass(
+            &obj,
+            &mut st,
+            tenant_fed("https://idp.example.com", "other-domain"),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(e, ReconcileError::PolicyViolation(_)), "{e}");
+    assert!(
+        e.to_string()
+            .contains("sso-domain in ConfigMap demo/federation-config"),
+        "{e}"
+    );
+    assert!(w.mapping().await.is_none());
+
+    // Using the administrator's IdP as it is works (no remote ID, or the same one).
+    for remote in ["", "https://idp.example.com"] {
+        w.pass(&obj, &mut st, tenant_fed(remote, "sso-users"))
+            .await
+            .unwrap();
+        assert!(cond(&st, FEDERATION_READY).is_true());
+    }
+    assert_eq!(
+        w.mapping().await.unwrap().rules.as_array().map(Vec::len),
+        Some(1)
+    );
+    let proto = w
+        .cloud
+        .identity
+        .get_federation_protocol("satosa", "openid")
+        .await
+        .unwrap();
+    assert_eq!(proto.mapping_id, "satosa_oidc_mapping");
+
+    // The administrator points the protocol at a mapping of their own: the tenant leaves it.
+    w.cloud
+        .identity
+        .create_mapping(
+            "admin_mapping",
+            &serde_json::json!([{"local": [], "remote": []}]),
+        )
+        .await
+        .unwrap();
+    w.cloud
+        .identity
+        .update_federation_protocol("satosa", "openid", "admin_mapping")
+        .await
+        .unwrap();
+    let e = w
+        .pass(&obj, &mut st, tenant_fed("", "sso-users"))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, ReconcileError::PolicyViolation(_)), "{e}");
+    let proto = w
+        .cloud
+        .identity
+        .get_federation_protocol("satosa", "openid")
+        .await
+        .unwrap();
+    assert_eq!(proto.mapping_id, "admin_mapping");
+
+    // A trusted ConfigMap (an admin namespace) may correct the remote IDs.
+    let mut trusted = fed(&obj);
+    if let FederationInput::Settings(s) = &mut trusted {
+        s.remote_id = "https://new-issuer.example.com".into();
+    }
+    w.pass(&obj, &mut st, trusted).await.unwrap();
+    let idp = w
+        .cloud
+        .identity
+        .get_identity_provider("satosa")
+        .await
+        .unwrap();
+    assert_eq!(
+        idp.remote_ids,
+        vec!["https://new-issuer.example.com".to_string()]
+    );
+}
+
+#[tokio::test]
+async fn removing_federation_ref_removes_the_rule() {
+    let w = World::new().await;
+    let mut obj = from_yaml(SEED_README, "uid-unfed");
+    let mut st = OpenstackProjectStatus::default();
+    w.pass(&obj, &mut st, fed(&obj)).await.unwrap();
+    assert_eq!(
+        st.federation_rule,
+        Some(api::project::FederationRuleStatus {
+            identity_provider: "satosa".into(),
+            mapping: "satosa_oidc_mapping".into(),
+            domain: "sso-users".into(),
+            group: "my-project-example-com-users".into(),
+        })
+    );
+    // Another project's rule in the same mapping stays.
+    let other = from_yaml(
+        &SEED_README.replace("my-project.example.com", "other.example.com"),
+        "uid-other",
+    );
+    let mut other_st = OpenstackProjectStatus::default();
+    w.pass(&other, &mut other_st, fed(&other)).await.unwrap();
+    assert_eq!(
+        w.mapping().await.unwrap().rules.as_array().map(Vec::len),
+        Some(2)
+    );
+
+    obj.spec.federation_ref = None;
+    w.pass(&obj, &mut st, FederationInput::NotRequested)
+        .await
+        .unwrap();
+    assert!(st.federation_rule.is_none());
+    assert!(find_condition(&st.conditions, FEDERATION_READY).is_none());
+    let rules = w.mapping().await.unwrap().rules;
+    assert_eq!(rules.as_array().map(Vec::len), Some(1));
+    assert!(federation::is_project_rule(
+        &rules[0],
+        "other-example-com-users",
+        "sso-users"
+    ));
+
+    // The other project moves to another IdP: its rule moves with it.
+    let mut moved = fed(&other);
+    if let FederationInput::Settings(s) = &mut moved {
+        s.idp = "keycloak".into();
+        s.remote_id = "https://keycloak.example.com".into();
+    }
+    w.pass(&other, &mut other_st, moved).await.unwrap();
+    assert!(
+        w.mapping().await.is_none(),
+        "the rule left satosa's mapping, its last"
+    );
+    let k = w
+        .cloud
+        .identity
+        .get_mapping("keycloak_oidc_mapping")
+        .await
+        .unwrap();
+    assert!(federation::is_project_rule(
+        &k.rules[0],
+        "other-example-com-users",
+        "sso-users"
+    ));
+    assert_eq!(
+        other_st
+            .federation_rule
+            .as_ref()
+            .map(|r| r.identity_provider.as_str()),
+        Some("keycloak")
+    );
 }
 
 #[tokio::test]
@@ -1140,7 +1420,7 @@ async fn missing_federation_settings_are_reported_not_skipped() {
     let w = World::new().await;
     let obj = from_yaml(SEED_README, "uid-fed");
     let mut st = OpenstackProjectStatus::default();
-    let input = federation_from_data("demo", "federation-config", None);
+    let input = federation_from_data("demo", "federation-config", None, false);
     let e = w.pass(&obj, &mut st, input).await.unwrap_err();
     assert!(matches!(e, ReconcileError::DependencyMissing(_)), "{e}");
     let f = cond(&st, FEDERATION_READY);
@@ -1170,58 +1450,22 @@ fn federation_settings_from_config_map_data() {
         ("idp-remote-id".to_string(), "https://idp".to_string()),
     ]
     .into();
-    let FederationInput::Settings(s) = federation_from_data("ns", "cm", Some(&data)) else {
+    let FederationInput::Settings(s) = federation_from_data("ns", "cm", Some(&data), true) else {
         panic!()
     };
     assert_eq!(
-        (s.idp.as_str(), s.remote_id.as_str(), s.sso_domain),
-        ("satosa", "https://idp", None)
+        (
+            s.idp.as_str(),
+            s.remote_id.as_str(),
+            s.sso_domain,
+            s.may_manage_idp
+        ),
+        ("satosa", "https://idp", None, true)
     );
     let empty: BTreeMap<String, String> = [("idp-name".to_string(), " ".to_string())].into();
     assert!(matches!(
-        federation_from_data("ns", "cm", Some(&empty)),
+        federation_from_data("ns", "cm", Some(&empty), false),
         FederationInput::Unavailable(ReconcileError::DependencyMissing(m)) if m.contains("ns/cm")
-    ));
-}
-
-#[test]
-fn federation_memory_bridges_a_deleted_config_map() {
-    let m = FederationMemory::default();
-    let settings = FederationSettings {
-        config_map: "demo/cm".into(),
-        idp: "satosa".into(),
-        remote_id: String::new(),
-        sso_domain: None,
-    };
-    let missing = || {
-        FederationInput::Unavailable(ReconcileError::DependencyMissing(
-            "ConfigMap demo/cm".into(),
-        ))
-    };
-    assert!(matches!(
-        m.recall("u", missing()),
-        FederationInput::Unavailable(_)
-    ));
-    m.remember("u", &FederationInput::Settings(settings.clone()));
-    // An outage does not erase it; a missing ConfigMap at deletion uses it.
-    m.remember("u", &missing());
-    assert!(matches!(m.recall("u", missing()), FederationInput::Settings(ref s) if *s == settings));
-    // Other failures are not papered over.
-    let kube_like = FederationInput::Unavailable(ReconcileError::PolicyViolation("x".into()));
-    assert!(matches!(
-        m.recall("u", kube_like),
-        FederationInput::Unavailable(_)
-    ));
-    m.forget("u");
-    assert!(matches!(
-        m.recall("u", missing()),
-        FederationInput::Unavailable(_)
-    ));
-    m.remember("v", &FederationInput::Settings(settings));
-    m.remember("v", &FederationInput::NotRequested);
-    assert!(matches!(
-        m.recall("v", missing()),
-        FederationInput::Unavailable(_)
     ));
 }
 
