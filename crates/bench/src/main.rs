@@ -1,0 +1,410 @@
+//! `openstack-operator-bench`: measures the operator binary against the same targets as the
+//! end-to-end tests (the in-process Kubernetes API emulator unless `E2E_KUBECONFIG` names a
+//! cluster; the cloud of `OS_CLOUD` / `OS_CLIENT_CONFIG_FILE`) and prints figures: convergence
+//! time of N full projects against a floor, OpenStack calls per forced resync, reaction time,
+//! and memory. It asserts nothing. `scripts/bench` builds and runs it; see
+//! `docs/performance.md`.
+
+mod floor;
+mod machine;
+mod manifests;
+mod oplog;
+mod report;
+mod scenarios;
+mod stats;
+mod world;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use clap::{Parser, ValueEnum};
+use e2e::Operator;
+use tokio_util::sync::CancellationToken;
+
+use crate::report::Report;
+use crate::world::{Bench, OperatorLimits};
+
+/// A group of measurements.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Scenario {
+    /// Convergence, steady state and deletion of N projects, for each N of --sizes.
+    Convergence,
+    /// Spec change → first OpenStack call.
+    Reaction,
+    /// RSS with zero CRs and with --flavors flavors.
+    Memory,
+}
+
+/// Measures the openstack-operator binary: convergence, steady-state calls, reaction time,
+/// memory. Needs OS_CLOUD and OS_CLIENT_CONFIG_FILE (eval "$(scripts/test-cloud env)");
+/// uses the cluster of E2E_KUBECONFIG, else an in-process Kubernetes API emulator.
+#[derive(Debug, Parser)]
+#[command(name = "openstack-operator-bench", version)]
+struct Args {
+    /// The operator binary [default: openstack-operator beside this binary].
+    #[arg(long)]
+    operator: Option<PathBuf>,
+    /// Project counts to converge, one after another (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "10,50,100")]
+    sizes: Vec<u32>,
+    /// Flavors for the memory measurement.
+    #[arg(long, default_value_t = 1000)]
+    flavors: u32,
+    /// Spec changes for the reaction measurement.
+    #[arg(long, default_value_t = 50)]
+    reaction_samples: usize,
+    /// Short run: N = 10 only, 200 flavors, 20 reaction samples (overrides those flags).
+    #[arg(long)]
+    quick: bool,
+    /// Measurements to run (comma-separated) [default: all].
+    #[arg(long, value_enum, value_delimiter = ',')]
+    only: Vec<Scenario>,
+    /// Where to write the JSON report [default: <target dir>/bench/<timestamp>.json].
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// The operator's --max-concurrent-calls (OpenStack requests in flight).
+    #[arg(long, default_value_t = 10)]
+    max_concurrent_calls: usize,
+    /// The operator's --requests-per-second (0 = unlimited).
+    #[arg(long, default_value_t = 20)]
+    requests_per_second: u32,
+    /// The operator's --concurrency (objects of one kind reconciled at once).
+    #[arg(long, default_value_t = 4)]
+    concurrency: u16,
+    /// Time allowed per project (on top of two minutes) before a convergence or deletion wait
+    /// gives up.
+    #[arg(long, default_value_t = 20)]
+    seconds_per_project: u64,
+}
+
+impl Args {
+    fn normalize(&mut self) {
+        if self.quick {
+            self.sizes = vec![10];
+            self.flavors = 200;
+            self.reaction_samples = 20;
+        }
+        if self.only.is_empty() {
+            self.only = vec![Scenario::Convergence, Scenario::Reaction, Scenario::Memory];
+        }
+        self.sizes.retain(|n| *n > 0);
+    }
+
+    fn wants(&self, s: Scenario) -> bool {
+        self.only.contains(&s)
+    }
+}
+
+/// `openstack-operator` beside this executable.
+fn default_operator() -> anyhow::Result<PathBuf> {
+    let me = std::env::current_exe().context("locating this executable")?;
+    let dir = me.parent().context("this executable has no directory")?;
+    Ok(dir.join("openstack-operator"))
+}
+
+/// `release` / `debug` from the binary's directory name.
+fn profile_of(binary: &Path) -> String {
+    binary
+        .parent()
+        .and_then(Path::file_name)
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "unknown".into())
+}
+
+/// `$CARGO_TARGET_DIR/bench`, else `bench` beside the binary's profile directory.
+fn report_dir(binary: &Path) -> PathBuf {
+    if let Some(t) = std::env::var_os("CARGO_TARGET_DIR").filter(|t| !t.is_empty()) {
+        return PathBuf::from(t).join("bench");
+    }
+    match binary.parent().and_then(Path::parent) {
+        Some(target) => target.join("bench"),
+        None => PathBuf::from("target/bench"),
+    }
+}
+
+/// Ctrl-C / SIGTERM: the first cancels the measurements (cleanup still runs), the second
+/// exits at once.
+fn watch_signals(token: CancellationToken, run: String) {
+    tokio::spawn(async move {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => Some(s),
+                Err(e) => {
+                    eprintln!("bench: cannot listen for SIGTERM: {e}");
+                    None
+                }
+            };
+        loop {
+            let terminated = async {
+                match term.as_mut() {
+                    Some(t) => {
+                        t.recv().await;
+                    }
+                    None => std::future::pending::<()>().await,
+                }
+            };
+            tokio::select! {
+                r = tokio::signal::ctrl_c() => {
+                    if r.is_err() {
+                        std::future::pending::<()>().await;
+                    }
+                }
+                _ = terminated => {}
+            }
+            if token.is_cancelled() {
+                eprintln!(
+                    "bench: interrupted again; exiting without cleanup. Objects of run {run} \
+                     (names bench-{run}-*, Keystone domain bench-{run}) may be left in OpenStack."
+                );
+                std::process::exit(130);
+            }
+            eprintln!("bench: interrupted; cleaning up (interrupt again to exit at once)");
+            token.cancel();
+        }
+    });
+}
+
+/// Runs `body` with a fresh operator, then cleans up with that operator (the run's objects
+/// are owned by its cluster id) whatever happened, and stops it. `None` when the body failed
+/// or was interrupted; the reasons go into `problems`.
+async fn phase<T>(
+    bench: &Bench,
+    name: &str,
+    log_filter: &str,
+    cleanup_timeout: Duration,
+    token: &CancellationToken,
+    problems: &mut Vec<String>,
+    body: impl AsyncFnOnce(&Operator) -> anyhow::Result<T>,
+) -> Option<T> {
+    if token.is_cancelled() {
+        return None;
+    }
+    let op = match bench.start_operator(name, log_filter).await {
+        Ok(op) => op,
+        Err(e) => {
+            problems.push(format!("{name}: {e:#}"));
+            return None;
+        }
+    };
+    eprintln!(
+        "bench: {name}: operator pid {} (log {})",
+        op.pid().unwrap_or_default(),
+        op.log_path().display()
+    );
+    let outcome = tokio::select! {
+        r = body(&op) => Some(r),
+        _ = token.cancelled() => None,
+    };
+    let result = match outcome {
+        Some(Ok(v)) => Some(v),
+        Some(Err(e)) => {
+            op.print_log_tail();
+            problems.push(format!("{name}: {e:#}"));
+            None
+        }
+        None => {
+            problems.push(format!("{name}: interrupted"));
+            None
+        }
+    };
+    eprintln!("bench: {name}: cleaning up");
+    for p in bench.cleanup(&op, cleanup_timeout).await {
+        problems.push(format!("{name} cleanup: {p}"));
+    }
+    match op.stop(Duration::from_secs(30)).await {
+        Ok(status) if status.success() => {}
+        Ok(status) => problems.push(format!("{name}: the operator exited with {status}")),
+        Err(e) => problems.push(format!("{name}: stopping the operator: {e:#}")),
+    }
+    result
+}
+
+async fn run(args: Args) -> anyhow::Result<Report> {
+    let wall = Instant::now();
+    let date = jiff::Timestamp::now();
+    let operator = match &args.operator {
+        Some(p) => p.clone(),
+        None => default_operator()?,
+    };
+    anyhow::ensure!(
+        operator.is_file(),
+        "{} does not exist: build it (cargo build --release -p openstack-operator) or pass --operator",
+        operator.display()
+    );
+    if std::env::var_os("RUST_LOG").is_some() {
+        eprintln!(
+            "bench: warning: RUST_LOG is set and overrides the operator's log filter; the \
+             latency and reaction figures need `{}`",
+            oplog::DEBUG_ADAPTER_FILTER
+        );
+    }
+    let limits = OperatorLimits {
+        max_concurrent_calls: args.max_concurrent_calls,
+        requests_per_second: args.requests_per_second,
+        concurrency: args.concurrency,
+    };
+    let machine = machine::Machine::detect();
+    let bench = Bench::start(operator.clone(), limits.clone()).await?;
+    let token = CancellationToken::new();
+    watch_signals(token.clone(), bench.run.clone());
+    eprintln!(
+        "bench: run {} (namespace {}, Keystone domain {})",
+        bench.run,
+        bench.namespace,
+        bench.domain_name()
+    );
+    let per_project = Duration::from_secs(args.seconds_per_project);
+    let largest = args.sizes.iter().copied().max().unwrap_or(1);
+    let cleanup_timeout = scenarios::size_timeout(largest.max(args.flavors / 10), per_project);
+    let mut problems = Vec::new();
+    let mut convergence = Vec::new();
+    let mut reaction = None;
+
+    if args.wants(Scenario::Convergence) || args.wants(Scenario::Reaction) {
+        let results = phase(
+            &bench,
+            "projects",
+            oplog::DEBUG_ADAPTER_FILTER,
+            cleanup_timeout,
+            &token,
+            &mut problems,
+            async |op| {
+                bench
+                    .create_domain_and_user(Duration::from_secs(120))
+                    .await?;
+                let user = bench.user_name();
+                let mut sizes = Vec::new();
+                let mut errors = Vec::new();
+                if args.wants(Scenario::Convergence) {
+                    for n in &args.sizes {
+                        match scenarios::convergence(&bench, op, *n, &user, per_project).await {
+                            Ok(r) => {
+                                errors.extend(r.workload.iter().map(|w| format!("N={n}: {w}")));
+                                if r.keystone_projects_left > 0 {
+                                    errors.push(format!(
+                                        "N={n}: {} Keystone projects left after deletion",
+                                        r.keystone_projects_left
+                                    ));
+                                }
+                                sizes.push(r);
+                            }
+                            Err(e) => {
+                                errors.push(format!("convergence of {n} projects: {e:#}"));
+                                break;
+                            }
+                        }
+                    }
+                }
+                let mut reaction = None;
+                if args.wants(Scenario::Reaction) && errors.is_empty() {
+                    match scenarios::reaction(
+                        &bench,
+                        op,
+                        args.reaction_samples,
+                        &user,
+                        scenarios::size_timeout(1, per_project),
+                    )
+                    .await
+                    {
+                        Ok(r) => reaction = Some(r),
+                        Err(e) => errors.push(format!("reaction: {e:#}")),
+                    }
+                }
+                Ok((sizes, reaction, errors))
+            },
+        )
+        .await;
+        if let Some((sizes, r, errors)) = results {
+            convergence = sizes;
+            reaction = r;
+            problems.extend(errors);
+        }
+    }
+
+    let mut memory = None;
+    if args.wants(Scenario::Memory) && args.flavors > 0 {
+        // A fresh operator at the default log level, so VmHWM is this measurement's own peak.
+        memory = phase(
+            &bench,
+            "memory",
+            "info,openstack_sdk=warn",
+            cleanup_timeout,
+            &token,
+            &mut problems,
+            async |op| {
+                scenarios::memory(
+                    &bench,
+                    op,
+                    args.flavors,
+                    scenarios::size_timeout(args.flavors / 10, per_project),
+                )
+                .await
+            },
+        )
+        .await;
+    }
+    if let Err(e) = bench.delete_namespace().await {
+        problems.push(format!("{e:#}"));
+    }
+    let kubernetes = if bench.target.is_emulated() {
+        "in-process kube-emulator".to_string()
+    } else {
+        bench.target.kubeconfig().display().to_string()
+    };
+    Ok(Report {
+        date: date.round(jiff::Unit::Second).unwrap_or(date).to_string(),
+        git_commit: machine::git_commit(Path::new(".")),
+        operator_profile: profile_of(&operator),
+        operator_binary: operator.display().to_string(),
+        bench_profile: if cfg!(debug_assertions) {
+            "debug"
+        } else {
+            "release"
+        }
+        .into(),
+        machine,
+        load_at_end: machine::load_average(),
+        kubernetes,
+        openstack_cloud: bench.target.cloud_env().os_cloud.clone(),
+        limits,
+        quick: args.quick,
+        convergence,
+        reaction,
+        memory,
+        problems,
+        wall_time_s: wall.elapsed().as_secs_f64(),
+    })
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let mut args = Args::parse();
+    args.normalize();
+    let json_path = args.json.clone();
+    let operator = match &args.operator {
+        Some(p) => p.clone(),
+        None => default_operator()?,
+    };
+    let report = run(args).await?;
+    print!("{}", report::render(&report));
+    let path = match json_path {
+        Some(p) => p,
+        None => {
+            let stamp = report.date.replace(':', "-");
+            report_dir(&operator).join(format!("{stamp}.json"))
+        }
+    };
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let text = serde_json::to_string_pretty(&report).context("serializing the report")?;
+    std::fs::write(&path, text + "\n").with_context(|| format!("writing {}", path.display()))?;
+    println!("JSON report: {}", path.display());
+    anyhow::ensure!(
+        report.problems.is_empty(),
+        "the run had {} problem(s) (listed above)",
+        report.problems.len()
+    );
+    Ok(())
+}

@@ -1,0 +1,193 @@
+//! The operator's JSON log as a source of timings: the adapter logs one `openstack request`
+//! line (debug level, target `openstack::adapter::core`) per HTTP attempt, written when the
+//! response arrived, with `operation`, `status` and `duration_ms`, inside the reconcile span
+//! that names the object.
+
+use std::collections::BTreeMap;
+use std::io::{Read as _, Seek as _, SeekFrom};
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+use jiff::{SignedDuration, Timestamp};
+use serde_json::Value;
+
+/// The log filter that makes the adapter log every request (and keeps the rest at info).
+pub const DEBUG_ADAPTER_FILTER: &str = "info,openstack_sdk=warn,openstack::adapter::core=debug";
+
+/// One `openstack request` line.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OsRequest {
+    /// When the line was written: the response had arrived.
+    pub logged_at: Timestamp,
+    /// The port method (`create_project`, ...), as in the call counter's `operation` label.
+    pub operation: String,
+    /// HTTP method (one port method may send several requests: Neutron creates are a POST
+    /// and a PUT of the tags).
+    pub method: String,
+    /// HTTP status, or `timeout` / `transport`.
+    pub status: String,
+    /// Time from sending the request to its response, in milliseconds.
+    pub duration_ms: u64,
+    /// `metadata.name` of the object whose reconcile made the call, if any.
+    pub object: Option<String>,
+}
+
+impl OsRequest {
+    /// When the request was sent (after any wait for the client-side rate limiter).
+    pub fn sent_at(&self) -> Timestamp {
+        let back = SignedDuration::from_millis(i64::try_from(self.duration_ms).unwrap_or(i64::MAX));
+        self.logged_at.checked_sub(back).unwrap_or(self.logged_at)
+    }
+
+    /// Whether OpenStack answered 2xx.
+    pub fn succeeded(&self) -> bool {
+        self.status.len() == 3 && self.status.starts_with('2')
+    }
+}
+
+/// Parses one log line; `None` for anything but an `openstack request` line.
+pub fn parse_line(line: &str) -> Option<OsRequest> {
+    if !line.contains("openstack request") {
+        return None;
+    }
+    let v: Value = serde_json::from_str(line).ok()?;
+    if v["message"].as_str() != Some("openstack request") {
+        return None;
+    }
+    let text = |v: &Value| match v {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    };
+    Some(OsRequest {
+        logged_at: v["timestamp"].as_str()?.parse().ok()?,
+        operation: v["operation"].as_str()?.to_string(),
+        method: v["method"].as_str().unwrap_or_default().to_string(),
+        status: text(&v["status"]).unwrap_or_default(),
+        duration_ms: v["duration_ms"].as_u64()?,
+        object: v["span"]["object"]
+            .as_str()
+            .filter(|o| !o.is_empty())
+            .map(str::to_string),
+    })
+}
+
+/// Every `openstack request` line of a piece of log.
+pub fn parse(text: &str) -> Vec<OsRequest> {
+    text.lines().filter_map(parse_line).collect()
+}
+
+/// `"<operation> <METHOD>"`: the key of one kind of HTTP request.
+pub fn request_key(operation: &str, method: &str) -> String {
+    format!("{operation} {method}")
+}
+
+/// Durations (ms) of the successful requests, by [`request_key`].
+pub fn durations_by_request(reqs: &[OsRequest]) -> BTreeMap<String, Vec<f64>> {
+    let mut out: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    for r in reqs.iter().filter(|r| r.succeeded()) {
+        out.entry(request_key(&r.operation, &r.method))
+            .or_default()
+            .push(r.duration_ms as f64);
+    }
+    out
+}
+
+/// HTTP requests (every attempt, whatever its outcome), by [`request_key`].
+pub fn count_by_request(reqs: &[OsRequest]) -> BTreeMap<String, u64> {
+    let mut out: BTreeMap<String, u64> = BTreeMap::new();
+    for r in reqs {
+        *out.entry(request_key(&r.operation, &r.method)).or_default() += 1;
+    }
+    out
+}
+
+/// Reads a growing log file from a position on, complete lines only.
+#[derive(Clone, Debug)]
+pub struct LogCursor {
+    path: PathBuf,
+    offset: u64,
+}
+
+impl LogCursor {
+    /// A cursor at the current end of the file (what is written from now on).
+    pub fn at_end(path: &Path) -> anyhow::Result<Self> {
+        let len = std::fs::metadata(path)
+            .with_context(|| format!("reading the size of {}", path.display()))?
+            .len();
+        Ok(LogCursor {
+            path: path.to_path_buf(),
+            offset: len,
+        })
+    }
+
+    /// The complete lines written since the last read (a line still being written is left
+    /// for the next read).
+    pub fn read_new(&mut self) -> anyhow::Result<String> {
+        let mut f = std::fs::File::open(&self.path)
+            .with_context(|| format!("opening {}", self.path.display()))?;
+        f.seek(SeekFrom::Start(self.offset))
+            .with_context(|| format!("seeking in {}", self.path.display()))?;
+        let mut buf = Vec::new();
+        f.read_to_end(&mut buf)
+            .with_context(|| format!("reading {}", self.path.display()))?;
+        let complete = buf.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
+        buf.truncate(complete);
+        self.offset += complete as u64;
+        Ok(String::from_utf8_lossy(&buf).into_owned())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LINE: &str = r#"{"timestamp":"2026-11-30T05:19:46.017885Z","level":"DEBUG","message":"openstack request","service":"identity","operation":"create_project","method":"POST","path":"/v3/projects","status":"201","duration_ms":42,"request_id":"req-1","attempt":1,"target":"openstack::adapter::core","span":{"kind":"OpenstackProject","namespace":"ns","object":"p1","name":"reconcile"},"spans":[]}"#;
+
+    #[test]
+    fn parses_request_lines_only() {
+        let other = r#"{"timestamp":"2026-11-30T05:19:46.017885Z","level":"INFO","message":"reconciled","elapsed_ms":812}"#;
+        let text = format!("{LINE}\n{other}\nnot json openstack request\n");
+        let reqs = parse(&text);
+        assert_eq!(reqs.len(), 1);
+        let r = &reqs[0];
+        assert_eq!(r.operation, "create_project");
+        assert_eq!(r.method, "POST");
+        assert_eq!(r.status, "201");
+        assert!(r.succeeded());
+        assert_eq!(r.duration_ms, 42);
+        assert_eq!(r.object.as_deref(), Some("p1"));
+        assert_eq!(
+            r.sent_at().to_string(),
+            "2026-11-30T05:19:45.975885Z",
+            "sent = logged - duration"
+        );
+    }
+
+    #[test]
+    fn failed_attempts_do_not_count_as_latency_samples() {
+        let failed = LINE.replace(r#""status":"201""#, r#""status":"503""#);
+        let timeout = LINE.replace(r#""status":"201""#, r#""status":"timeout""#);
+        let reqs = parse(&format!("{LINE}\n{failed}\n{timeout}\n"));
+        assert_eq!(reqs.len(), 3);
+        let d = durations_by_request(&reqs);
+        assert_eq!(d["create_project POST"], vec![42.0]);
+        assert_eq!(count_by_request(&reqs)["create_project POST"], 3);
+    }
+
+    #[test]
+    fn cursor_returns_complete_lines_once() -> anyhow::Result<()> {
+        let dir = std::env::temp_dir().join(format!("bench-oplog-{}", std::process::id()));
+        std::fs::create_dir_all(&dir)?;
+        let path = dir.join("log");
+        std::fs::write(&path, "old\n")?;
+        let mut c = LogCursor::at_end(&path)?;
+        assert_eq!(c.read_new()?, "");
+        std::fs::write(&path, "old\nnew\npart")?;
+        assert_eq!(c.read_new()?, "new\n");
+        std::fs::write(&path, "old\nnew\npartial\n")?;
+        assert_eq!(c.read_new()?, "partial\n");
+        std::fs::remove_dir_all(&dir)?;
+        Ok(())
+    }
+}

@@ -1,0 +1,362 @@
+//! The results of a run: JSON (everything) and a readable table (the headline figures).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use crate::floor::Floor;
+use crate::machine::{Machine, Memory, mib};
+use crate::world::OperatorLimits;
+
+/// A whole run.
+#[derive(Debug, Serialize)]
+pub struct Report {
+    /// When the run started (UTC).
+    pub date: String,
+    /// `git describe --always --dirty` of the working tree.
+    pub git_commit: String,
+    /// The operator binary measured.
+    pub operator_binary: String,
+    /// Build profile of the operator binary (`release`/`debug`, from its directory).
+    pub operator_profile: String,
+    /// Build profile of this bench binary, which hosts the in-process Kubernetes emulator.
+    pub bench_profile: String,
+    /// The machine.
+    pub machine: Machine,
+    /// Load averages when the run ended.
+    pub load_at_end: [f64; 3],
+    /// The Kubernetes API used.
+    pub kubernetes: String,
+    /// `OS_CLOUD` of the cloud used.
+    pub openstack_cloud: String,
+    /// The operator's flags that bound its speed.
+    pub limits: OperatorLimits,
+    /// `--quick`.
+    pub quick: bool,
+    /// One entry per project count.
+    pub convergence: Vec<SizeRun>,
+    /// Change → first OpenStack call.
+    pub reaction: Option<Reaction>,
+    /// Memory with many flavors.
+    pub memory: Option<MemoryRun>,
+    /// Everything that went wrong (failed scenarios, cleanup problems); empty for a clean run.
+    pub problems: Vec<String>,
+    /// Wall time of the whole run, in seconds.
+    pub wall_time_s: f64,
+}
+
+/// Convergence, steady state and deletion of N projects.
+#[derive(Debug, Serialize)]
+pub struct SizeRun {
+    /// N.
+    pub projects: u32,
+    /// From the first apply until all N were seen Ready, in seconds.
+    pub converge_s: f64,
+    /// When the first project was seen Ready, in seconds from the first apply.
+    pub first_ready_s: f64,
+    /// When half of them were, in seconds.
+    pub median_ready_s: f64,
+    /// OpenStack calls by operation during convergence (call counter deltas).
+    pub calls: BTreeMap<String, f64>,
+    /// HTTP requests during convergence by `"<operation> <METHOD>"` (every attempt), from
+    /// the operator's log.
+    pub http_requests: BTreeMap<String, u64>,
+    /// Median latency of the successful requests of each kind, in ms.
+    pub latency_median_ms: BTreeMap<String, f64>,
+    /// Read calls (`get_*`, `list_*`, `find_*`).
+    pub reads: f64,
+    /// Every other call.
+    pub writes: f64,
+    /// The floor and the latencies behind it.
+    pub floor: Floor,
+    /// `converge_s / floor.floor_s`.
+    pub ratio: f64,
+    /// A forced reconcile of the N unchanged projects.
+    pub steady: Steady,
+    /// From the delete requests until the last project was gone, in seconds.
+    pub delete_s: f64,
+    /// OpenStack calls by operation during deletion.
+    pub delete_calls: BTreeMap<String, f64>,
+    /// Keystone projects left in the bench domain after deletion (should be 0).
+    pub keystone_projects_left: usize,
+    /// Where the converged projects differed from the intended workload (should be empty).
+    pub workload: Vec<String>,
+}
+
+/// One forced reconcile of every converged project.
+#[derive(Debug, Serialize)]
+pub struct Steady {
+    /// Reconciles counted (≥ N).
+    pub reconciles: f64,
+    /// From the first annotation until N more reconciles were counted, in seconds.
+    pub seconds: f64,
+    /// Read calls.
+    pub reads: f64,
+    /// Write calls (0 expected).
+    pub writes: f64,
+    /// Calls by operation.
+    pub calls: BTreeMap<String, f64>,
+}
+
+/// Reaction time: a spec change until the operator's first OpenStack call for the object.
+#[derive(Debug, Serialize)]
+pub struct Reaction {
+    /// Changes measured.
+    pub samples: usize,
+    /// Per change, ms from sending the patch to sending the first OpenStack request logged
+    /// under the object's reconcile span.
+    pub first_call_ms: Vec<f64>,
+    /// Median of `first_call_ms`.
+    pub first_call_median_ms: f64,
+    /// 99th percentile (nearest rank) of `first_call_ms`.
+    pub first_call_p99_ms: f64,
+    /// Per change, ms from sending the patch until the object was seen Ready at its new
+    /// generation (polled every 50 ms).
+    pub ready_ms: Vec<f64>,
+    /// Median of `ready_ms`.
+    pub ready_median_ms: f64,
+    /// 99th percentile of `ready_ms`.
+    pub ready_p99_ms: f64,
+    /// Which operation came first, and how often.
+    pub first_operations: BTreeMap<String, usize>,
+}
+
+/// Memory of a fresh operator with zero, then many flavors.
+#[derive(Debug, Serialize)]
+pub struct MemoryRun {
+    /// Flavors created.
+    pub flavors: u32,
+    /// Ready, zero CRs, 5 s after readiness.
+    pub baseline: Memory,
+    /// Highest VmRSS sampled (every 200 ms) while the flavors were created and deleted.
+    pub sampled_peak_rss_kib: u64,
+    /// VmHWM (lifetime peak) after the flavors converged.
+    pub peak_hwm_kib: u64,
+    /// Once converged and the counters settled, 5 s later.
+    pub idle: Memory,
+    /// After deleting all flavors.
+    pub after_delete: Memory,
+    /// From the first apply until all were Ready, in seconds.
+    pub converge_s: f64,
+    /// Until all were gone, in seconds.
+    pub delete_s: f64,
+    /// OpenStack calls by operation while converging.
+    pub calls: BTreeMap<String, f64>,
+}
+
+fn secs(s: f64) -> String {
+    if s >= 100.0 {
+        format!("{s:.0} s")
+    } else {
+        format!("{s:.1} s")
+    }
+}
+
+/// The readable summary.
+pub fn render(r: &Report) -> String {
+    let mut o = String::new();
+    let m = &r.machine;
+    let _ = writeln!(
+        o,
+        "openstack-operator bench, {} (commit {})",
+        r.date, r.git_commit
+    );
+    let _ = writeln!(
+        o,
+        "machine: {} cores ({}), {} MiB RAM, load {:.2}/{:.2}/{:.2} at start, {:.2}/{:.2}/{:.2} at end",
+        m.cores,
+        if m.cpu_model.is_empty() {
+            "?"
+        } else {
+            &m.cpu_model
+        },
+        m.ram_mib,
+        m.load_at_start[0],
+        m.load_at_start[1],
+        m.load_at_start[2],
+        r.load_at_end[0],
+        r.load_at_end[1],
+        r.load_at_end[2]
+    );
+    let _ = writeln!(
+        o,
+        "operator: {} build ({}); bench/emulator: {} build; Kubernetes: {}; cloud: {}",
+        r.operator_profile, r.operator_binary, r.bench_profile, r.kubernetes, r.openstack_cloud
+    );
+    let _ = writeln!(
+        o,
+        "limits: --max-concurrent-calls {} --requests-per-second {} --concurrency {}",
+        r.limits.max_concurrent_calls, r.limits.requests_per_second, r.limits.concurrency
+    );
+    if !r.convergence.is_empty() {
+        let _ = writeln!(o, "\nConvergence of N full projects (create → all Ready)");
+        let _ = writeln!(
+            o,
+            "{:>5} {:>9} {:>9} {:>7} {:>7} {:>8} {:>10} {:>10} {:>7} {:>9}",
+            "N",
+            "converge",
+            "median",
+            "reads",
+            "writes",
+            "w/proj",
+            "floor(lat)",
+            "floor(rate)",
+            "ratio",
+            "delete"
+        );
+        for s in &r.convergence {
+            let _ = writeln!(
+                o,
+                "{:>5} {:>9} {:>9} {:>7} {:>7} {:>8.1} {:>10} {:>10} {:>7.1} {:>9}",
+                s.projects,
+                secs(s.converge_s),
+                secs(s.median_ready_s),
+                s.reads,
+                s.writes,
+                s.writes / f64::from(s.projects.max(1)),
+                secs(s.floor.latency_floor_s),
+                secs(s.floor.rate_floor_s),
+                s.ratio,
+                secs(s.delete_s)
+            );
+        }
+        let _ = writeln!(
+            o,
+            "floor(lat) = Σ mandatory writes × their median latency ÷ --max-concurrent-calls; \
+             floor(rate) = mandatory writes ÷ --requests-per-second; ratio = converge ÷ the larger"
+        );
+        if let Some(s) = r.convergence.last() {
+            let _ = writeln!(
+                o,
+                "\nOpenStack calls per project (N = {}): the call counter by operation, the HTTP \
+                 requests behind each call (from the log), the mandatory ones, median latency",
+                s.projects
+            );
+            let _ = writeln!(
+                o,
+                "  {:<30} {:>7} {:>7} {:>8} {:>9} {:>9}",
+                "operation", "calls", "method", "requests", "mandatory", "median"
+            );
+            let n = f64::from(s.projects.max(1));
+            let mut ops: Vec<&String> = s.calls.keys().collect();
+            for k in s.http_requests.keys() {
+                if let Some((op, _)) = k.split_once(' ')
+                    && !ops.iter().any(|o| o.as_str() == op)
+                {
+                    ops.push(s.calls.get_key_value(op).map_or(k, |(k, _)| k));
+                }
+            }
+            for op in ops {
+                let calls = s.calls.get(op).copied().unwrap_or(0.0);
+                let prefix = format!("{op} ");
+                let mut first = true;
+                for (key, count) in s
+                    .http_requests
+                    .iter()
+                    .filter(|(k, _)| k.starts_with(&prefix))
+                {
+                    let method = &key[prefix.len()..];
+                    let mandatory = s
+                        .floor
+                        .operations
+                        .iter()
+                        .find(|m| &m.operation == op && m.method == method)
+                        .map(|m| m.per_project.to_string())
+                        .unwrap_or_else(|| "-".into());
+                    let median = s
+                        .latency_median_ms
+                        .get(key)
+                        .map(|ms| format!("{ms:.0} ms"))
+                        .unwrap_or_default();
+                    let head = if first {
+                        format!("  {op:<30} {:>7.2}", calls / n)
+                    } else {
+                        format!("  {:<30} {:>7}", "", "")
+                    };
+                    first = false;
+                    let _ = writeln!(
+                        o,
+                        "{head} {method:>7} {:>8.2} {mandatory:>9} {median:>9}",
+                        *count as f64 / n
+                    );
+                }
+                if first {
+                    let _ = writeln!(o, "  {op:<30} {:>7.2}", calls / n);
+                }
+            }
+            if !s.floor.missing.is_empty() {
+                let _ = writeln!(
+                    o,
+                    "  (no latency sample for: {}; the floor is too low)",
+                    s.floor.missing.join(", ")
+                );
+            }
+        }
+        let _ = writeln!(
+            o,
+            "\nSteady state: one forced reconcile of N unchanged projects"
+        );
+        let _ = writeln!(
+            o,
+            "{:>5} {:>9} {:>7} {:>7} {:>11}",
+            "N", "time", "reads", "writes", "reads/proj"
+        );
+        for s in &r.convergence {
+            let _ = writeln!(
+                o,
+                "{:>5} {:>9} {:>7} {:>7} {:>11.1}",
+                s.projects,
+                secs(s.steady.seconds),
+                s.steady.reads,
+                s.steady.writes,
+                s.steady.reads / f64::from(s.projects.max(1))
+            );
+        }
+    }
+    if let Some(x) = &r.reaction {
+        let _ = writeln!(
+            o,
+            "\nReaction: spec patch → first OpenStack request ({} changes)",
+            x.samples
+        );
+        let _ = writeln!(
+            o,
+            "  first call: median {:.0} ms, p99 {:.0} ms;  until Ready: median {:.0} ms, p99 {:.0} ms",
+            x.first_call_median_ms, x.first_call_p99_ms, x.ready_median_ms, x.ready_p99_ms
+        );
+    }
+    if let Some(x) = &r.memory {
+        let _ = writeln!(o, "\nMemory (a fresh operator, RSS)");
+        let _ = writeln!(
+            o,
+            "  zero CRs: {:.1} MiB (VmHWM {:.1} MiB)",
+            mib(x.baseline.rss_kib),
+            mib(x.baseline.hwm_kib)
+        );
+        let _ = writeln!(
+            o,
+            "  {} flavors: peak {:.1} MiB (VmHWM; sampled {:.1} MiB), idle after convergence {:.1} MiB, after deleting them {:.1} MiB",
+            x.flavors,
+            mib(x.peak_hwm_kib),
+            mib(x.sampled_peak_rss_kib),
+            mib(x.idle.rss_kib),
+            mib(x.after_delete.rss_kib)
+        );
+        let _ = writeln!(
+            o,
+            "  {} flavors Ready in {}, deleted in {}",
+            x.flavors,
+            secs(x.converge_s),
+            secs(x.delete_s)
+        );
+    }
+    if !r.problems.is_empty() {
+        let _ = writeln!(o, "\nPROBLEMS:");
+        for p in &r.problems {
+            let _ = writeln!(o, "  - {p}");
+        }
+    }
+    let _ = writeln!(o, "\nwall time {}", secs(r.wall_time_s));
+    o
+}

@@ -1,0 +1,416 @@
+//! The measurements. Each takes a running operator and leaves the cluster as it found it on
+//! success (cleanup after failures is the caller's).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use api::{OpenstackFlavor, OpenstackProject};
+use e2e::Operator;
+use e2e::k8s;
+use e2e::metrics::{delta, is_read_operation};
+use e2e::wait::{Check, wait_for};
+use kube::ResourceExt as _;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use crate::floor;
+use crate::machine::Memory;
+use crate::manifests;
+use crate::oplog::{self, LogCursor};
+use crate::report::{MemoryRun, Reaction, SizeRun, Steady};
+use crate::stats;
+use crate::world::{Bench, settled};
+
+/// How long counters may take to settle.
+const SETTLE: Duration = Duration::from_secs(300);
+
+/// Reads and writes among the calls.
+fn split(calls: &BTreeMap<String, f64>) -> (f64, f64) {
+    let (mut reads, mut writes) = (0.0, 0.0);
+    for (op, n) in calls {
+        if is_read_operation(op) {
+            reads += n;
+        } else {
+            writes += n;
+        }
+    }
+    (reads, writes)
+}
+
+/// Per-size timeout: generous, since a busy machine is slow, but bounded so a stuck run ends.
+pub fn size_timeout(n: u32, per_project: Duration) -> Duration {
+    Duration::from_secs(120) + per_project * n
+}
+
+/// Creates `n` projects, waits for all to be Ready; forces one reconcile of all; deletes
+/// them and waits until they are gone.
+pub async fn convergence(
+    bench: &Bench,
+    op: &Operator,
+    n: u32,
+    user: &str,
+    per_project: Duration,
+) -> anyhow::Result<SizeRun> {
+    let timeout = size_timeout(n, per_project);
+    let before = settled(op, SETTLE).await?;
+    let mut cursor = LogCursor::at_end(op.log_path())?;
+    let names: Vec<String> = (0..n)
+        .map(|i| format!("{}n{n}-{i:03}", bench.prefix()))
+        .collect();
+    eprintln!("bench: creating {n} projects");
+    let started = Instant::now();
+    for name in &names {
+        let m = manifests::project(
+            name,
+            &bench.namespace,
+            &bench.run,
+            &bench.domain_name(),
+            user,
+            "openstack-operator bench project",
+        );
+        bench.apply::<OpenstackProject>(&m).await?;
+    }
+    let ready = bench
+        .wait_all_ready::<OpenstackProject>(
+            names.len(),
+            started,
+            Duration::from_millis(250),
+            timeout,
+        )
+        .await?;
+    let converge_s = started.elapsed().as_secs_f64();
+    let times: Vec<f64> = ready.values().map(Duration::as_secs_f64).collect();
+    eprintln!("bench: {n} projects Ready in {converge_s:.1} s");
+    let after = settled(op, SETTLE).await?;
+    let calls = delta(&before.api_calls(), &after.api_calls());
+    let (reads, writes) = split(&calls);
+    let requests = oplog::parse(&cursor.read_new()?);
+    let workload = check_workload(bench).await?;
+    let durations = oplog::durations_by_request(&requests);
+    let latency_median_ms = durations
+        .iter()
+        .filter_map(|(k, v)| stats::median(v).map(|m| (k.clone(), m)))
+        .collect();
+    let floor = floor::floor(
+        n,
+        &durations,
+        &oplog::count_by_request(&requests),
+        bench.limits.max_concurrent_calls,
+        bench.limits.requests_per_second,
+    );
+
+    eprintln!("bench: forcing a reconcile of the {n} unchanged projects");
+    let steady = steady_state(bench, op, &names, timeout).await?;
+
+    eprintln!("bench: deleting {n} projects");
+    let before_delete = settled(op, SETTLE).await?;
+    let started = Instant::now();
+    bench.delete_all::<OpenstackProject>(timeout).await?;
+    let delete_s = started.elapsed().as_secs_f64();
+    eprintln!("bench: {n} projects gone in {delete_s:.1} s");
+    let after_delete = settled(op, SETTLE).await?;
+    let keystone_projects_left = bench.projects_in_domain().await?;
+    Ok(SizeRun {
+        projects: n,
+        http_requests: oplog::count_by_request(&requests),
+        latency_median_ms,
+        converge_s,
+        first_ready_s: stats::min(&times).unwrap_or(converge_s),
+        median_ready_s: stats::median(&times).unwrap_or(converge_s),
+        calls,
+        reads,
+        writes,
+        ratio: if floor.floor_s > 0.0 {
+            converge_s / floor.floor_s
+        } else {
+            0.0
+        },
+        floor,
+        steady,
+        delete_s,
+        delete_calls: delta(&before_delete.api_calls(), &after_delete.api_calls()),
+        keystone_projects_left,
+        workload,
+    })
+}
+
+/// Whether the converged projects are the intended workload (every user bound, OpenStack
+/// holding what the spec asks for on a sample project); each finding is a problem of the run,
+/// since the figures would then describe less work than the bench claims.
+async fn check_workload(bench: &Bench) -> anyhow::Result<Vec<String>> {
+    let mut found = Vec::new();
+    let projects = bench.list::<OpenstackProject>().await?;
+    for p in &projects {
+        let pending = p
+            .status
+            .as_ref()
+            .map(|s| s.pending_users.clone())
+            .unwrap_or_default();
+        if !pending.is_empty() {
+            found.push(format!(
+                "project {}: users not bound (status.pendingUsers {pending:?})",
+                p.name_any()
+            ));
+        }
+    }
+    let Some(sample) = projects.first() else {
+        return Ok(found);
+    };
+    let status = sample.status.clone().unwrap_or_default();
+    let pid = status.project_id.clone().unwrap_or_default();
+    let cloud = &bench.cloud;
+    let grants = cloud.identity.list_project_role_assignments(&pid).await?;
+    let users = grants
+        .iter()
+        .filter(|a| matches!(a.actor, openstack::model::Actor::User(_)))
+        .count();
+    if users != 1 {
+        found.push(format!(
+            "project {}: {users} user role assignments in Keystone, 1 expected: {grants:?}",
+            sample.name_any()
+        ));
+    }
+    let sg = status
+        .security_groups
+        .first()
+        .and_then(|g| g.id.clone())
+        .unwrap_or_default();
+    let rules = cloud
+        .network
+        .get_security_group(&sg)
+        .await?
+        .rules
+        .iter()
+        .filter(|r| r.direction == "ingress")
+        .count();
+    if rules != manifests::RULES.len() {
+        found.push(format!(
+            "project {}: security group has {rules} ingress rules, {} expected",
+            sample.name_any(),
+            manifests::RULES.len()
+        ));
+    }
+    if status
+        .networks
+        .first()
+        .and_then(|n| n.router_id.as_ref())
+        .is_none()
+    {
+        found.push(format!(
+            "project {}: no router in status",
+            sample.name_any()
+        ));
+    }
+    Ok(found)
+}
+
+/// Sets the reconcile annotation on every project and counts the calls of the reconciles it
+/// causes.
+async fn steady_state(
+    bench: &Bench,
+    op: &Operator,
+    names: &[String],
+    timeout: Duration,
+) -> anyhow::Result<Steady> {
+    let api = bench.api::<OpenstackProject>();
+    let before = settled(op, SETTLE).await?;
+    let base = before.reconciles("OpenstackProject");
+    let want = base + names.len() as f64;
+    let started = Instant::now();
+    for name in names {
+        k8s::request_reconcile(&api, name).await?;
+    }
+    wait_for(
+        timeout,
+        Duration::from_millis(100),
+        "the forced reconciles",
+        async || {
+            let now = op.metrics().await?.reconciles("OpenstackProject");
+            Ok(if now >= want {
+                Check::Done(())
+            } else {
+                Check::Pending(format!("{} of {} reconciles", now - base, names.len()))
+            })
+        },
+    )
+    .await?;
+    let seconds = started.elapsed().as_secs_f64();
+    let after = settled(op, SETTLE).await?;
+    let calls = delta(&before.api_calls(), &after.api_calls());
+    let (reads, writes) = split(&calls);
+    Ok(Steady {
+        reconciles: after.reconciles("OpenstackProject") - base,
+        seconds,
+        reads,
+        writes,
+        calls,
+    })
+}
+
+/// Changes one converged project's spec `samples` times, one change at a time, and measures
+/// the time from sending each patch to the first OpenStack request of its reconcile (from the
+/// adapter's debug log) and until the object is Ready again.
+pub async fn reaction(
+    bench: &Bench,
+    op: &Operator,
+    samples: usize,
+    user: &str,
+    timeout: Duration,
+) -> anyhow::Result<Reaction> {
+    let api = bench.api::<OpenstackProject>();
+    let name = format!("{}reaction", bench.prefix());
+    let m = manifests::project(
+        &name,
+        &bench.namespace,
+        &bench.run,
+        &bench.domain_name(),
+        user,
+        "reaction sample 0",
+    );
+    bench.apply::<OpenstackProject>(&m).await?;
+    k8s::wait_ready(&api, &name, timeout).await?;
+    settled(op, SETTLE).await?;
+    let mut first_call_ms = Vec::new();
+    let mut ready_ms = Vec::new();
+    let mut first_operations: BTreeMap<String, usize> = BTreeMap::new();
+    eprintln!("bench: measuring the reaction to {samples} spec changes");
+    for i in 1..=samples {
+        let mut cursor = LogCursor::at_end(op.log_path())?;
+        let sent = jiff::Timestamp::now();
+        let started = Instant::now();
+        k8s::merge_spec(
+            &api,
+            &name,
+            json!({"description": format!("reaction sample {i}")}),
+        )
+        .await?;
+        let first = wait_for(
+            timeout,
+            Duration::from_millis(10),
+            "the first OpenStack request for the change",
+            async || {
+                let reqs = oplog::parse(&cursor.read_new()?);
+                Ok(
+                    match reqs
+                        .into_iter()
+                        .find(|r| r.object.as_deref() == Some(&name))
+                    {
+                        Some(r) => Check::Done(r),
+                        None => Check::Pending("no request logged for the object yet".into()),
+                    },
+                )
+            },
+        )
+        .await?;
+        let gap = first.sent_at().duration_since(sent);
+        first_call_ms.push(gap.as_secs_f64() * 1000.0);
+        *first_operations.entry(first.operation.clone()).or_default() += 1;
+        wait_for(
+            timeout,
+            Duration::from_millis(50),
+            "the changed project to be Ready",
+            async || {
+                let p = api.get(&name).await?;
+                Ok(if k8s::is_ready(&p) {
+                    Check::Done(())
+                } else {
+                    Check::Pending(k8s::summary(&p))
+                })
+            },
+        )
+        .await?;
+        ready_ms.push(started.elapsed().as_secs_f64() * 1000.0);
+    }
+    // Let the last pass finish writing before the caller deletes the project.
+    settled(op, SETTLE).await?;
+    Ok(Reaction {
+        samples,
+        first_call_median_ms: stats::median(&first_call_ms).unwrap_or_default(),
+        first_call_p99_ms: stats::percentile(&first_call_ms, 99.0).unwrap_or_default(),
+        ready_median_ms: stats::median(&ready_ms).unwrap_or_default(),
+        ready_p99_ms: stats::percentile(&ready_ms, 99.0).unwrap_or_default(),
+        first_call_ms,
+        ready_ms,
+        first_operations,
+    })
+}
+
+/// Samples a process's VmRSS every 200 ms until cancelled; returns the highest value seen.
+fn sample_rss(pid: u32, stop: CancellationToken) -> (Arc<AtomicU64>, tokio::task::JoinHandle<()>) {
+    let peak = Arc::new(AtomicU64::new(0));
+    let p = peak.clone();
+    let task = tokio::spawn(async move {
+        loop {
+            if let Ok(m) = Memory::of(pid) {
+                p.fetch_max(m.rss_kib, Ordering::Relaxed);
+            }
+            tokio::select! {
+                _ = stop.cancelled() => break,
+                _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+            }
+        }
+    });
+    (peak, task)
+}
+
+/// Memory of a fresh operator: with zero CRs, while `flavors` flavors converge, idle after,
+/// and after deleting them.
+pub async fn memory(
+    bench: &Bench,
+    op: &Operator,
+    flavors: u32,
+    timeout: Duration,
+) -> anyhow::Result<MemoryRun> {
+    let pid = op.pid().context("the operator is not running")?;
+    // Caches sync and the first allocations happen right after readiness.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let baseline = Memory::of(pid)?;
+    let stop = CancellationToken::new();
+    let (peak, sampler) = sample_rss(pid, stop.clone());
+    let before = settled(op, SETTLE).await?;
+    eprintln!("bench: creating {flavors} flavors");
+    let started = Instant::now();
+    for i in 0..flavors {
+        let name = format!("{}f{i:04}", bench.prefix());
+        bench
+            .apply::<OpenstackFlavor>(&manifests::flavor(&name, &bench.run))
+            .await?;
+    }
+    bench
+        .wait_all_ready::<OpenstackFlavor>(
+            flavors as usize,
+            started,
+            Duration::from_secs(1),
+            timeout,
+        )
+        .await?;
+    let converge_s = started.elapsed().as_secs_f64();
+    eprintln!("bench: {flavors} flavors Ready in {converge_s:.1} s");
+    let after = settled(op, SETTLE).await?;
+    let calls = delta(&before.api_calls(), &after.api_calls());
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let idle = Memory::of(pid)?;
+    eprintln!("bench: deleting {flavors} flavors");
+    let started = Instant::now();
+    bench.delete_all::<OpenstackFlavor>(timeout).await?;
+    let delete_s = started.elapsed().as_secs_f64();
+    settled(op, SETTLE).await?;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let after_delete = Memory::of(pid)?;
+    stop.cancel();
+    let _ = sampler.await;
+    Ok(MemoryRun {
+        flavors,
+        baseline,
+        sampled_peak_rss_kib: peak.load(Ordering::Relaxed),
+        peak_hwm_kib: idle.hwm_kib,
+        idle,
+        after_delete,
+        converge_s,
+        delete_s,
+        calls,
+    })
+}

@@ -1,0 +1,572 @@
+//! The bench's world: the e2e target (Kubernetes API and OpenStack cloud), a namespace and a
+//! run id, operator processes, and the cleanup that removes everything the run created.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use e2e::k8s::{self, Managed};
+use e2e::metrics::{Metrics, RECONCILES};
+use e2e::wait::{Check, wait_for};
+use e2e::{Operator, OperatorOptions, Target};
+use futures::StreamExt as _;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+use kube::{Api, Client, ResourceExt as _};
+use openstack::adapter::{ClientOptions, CloudSelector, Core, Request, Service};
+use openstack::model::{
+    DomainUpdate, NetworkFilter, ProjectFilter, RouterFilter, SecurityGroupFilter, SubnetFilter,
+};
+use openstack::{Cloud, OptionalExt as _};
+use serde_json::{Value, json};
+
+use crate::manifests::{self, RUN_LABEL};
+
+/// Field manager of the bench's writes.
+pub const FIELD_MANAGER: &str = "openstack-operator-bench";
+
+/// The operator's limits, passed as flags (they enter the floor).
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct OperatorLimits {
+    /// `--max-concurrent-calls`: OpenStack requests in flight.
+    pub max_concurrent_calls: usize,
+    /// `--requests-per-second` (0 = unlimited).
+    pub requests_per_second: u32,
+    /// `--concurrency`: objects of one kind reconciled at once.
+    pub concurrency: u16,
+}
+
+/// One bench run's world.
+pub struct Bench {
+    /// Cluster and cloud.
+    pub target: Target,
+    /// Kubernetes client.
+    pub client: Client,
+    /// OpenStack ports (admin), unlimited rate.
+    pub cloud: Cloud,
+    core: Core,
+    /// Eight hex digits naming everything of this run.
+    pub run: String,
+    /// Namespace of the projects.
+    pub namespace: String,
+    /// The operator binary.
+    pub binary: PathBuf,
+    /// Flags for the operator.
+    pub limits: OperatorLimits,
+}
+
+impl Bench {
+    /// Connects to the target (CRDs installed), makes the namespace.
+    pub async fn start(binary: PathBuf, limits: OperatorLimits) -> anyhow::Result<Self> {
+        let target = Target::from_env().await?;
+        target
+            .install_crds(Duration::from_secs(60))
+            .await
+            .context("installing the CRDs")?;
+        let client = target.client().await?;
+        let c = target.cloud_env();
+        let selector = CloudSelector::File {
+            path: c.config_file.clone(),
+            cloud: c.os_cloud.clone(),
+        };
+        let opts = ClientOptions {
+            requests_per_second: 0,
+            timeout: Duration::from_secs(60),
+            ..ClientOptions::default()
+        };
+        let core = Core::connect(&selector, opts)
+            .await
+            .with_context(|| format!("connecting to OpenStack cloud {}", c.os_cloud))?;
+        let cloud = Cloud::from_core(core.clone());
+        let run = e2e::names::random_suffix();
+        let namespace = format!("bench-{run}");
+        k8s::ensure_namespace(&client, &namespace).await?;
+        Ok(Bench {
+            target,
+            client,
+            cloud,
+            core,
+            run,
+            namespace,
+            binary,
+            limits,
+        })
+    }
+
+    /// Name of the run's OpenstackDomain (and its Keystone domain).
+    pub fn domain_name(&self) -> String {
+        format!("bench-{}", self.run)
+    }
+
+    /// Name of the Keystone user the projects bind a role to.
+    pub fn user_name(&self) -> String {
+        format!("bench-{}-user", self.run)
+    }
+
+    /// Prefix of every object name of this run.
+    pub fn prefix(&self) -> String {
+        format!("bench-{}-", self.run)
+    }
+
+    /// Starts an operator with the bench's limits, no periodic resync during the run (forced
+    /// reconciles only), no garbage collection (its sweeps would add calls to the counters),
+    /// and with `log_filter` (e.g. the adapter at debug level).
+    pub async fn start_operator(&self, phase: &str, log_filter: &str) -> anyhow::Result<Operator> {
+        let mut opts = OperatorOptions::new(&self.binary, &format!("bench-{}-{phase}", self.run));
+        opts.resync_seconds = 3600;
+        opts.image_poll_seconds = 3;
+        opts.extra_args = [
+            "--max-concurrent-calls",
+            &self.limits.max_concurrent_calls.to_string(),
+            "--requests-per-second",
+            &self.limits.requests_per_second.to_string(),
+            "--concurrency",
+            &self.limits.concurrency.to_string(),
+            "--gc-mode",
+            "off",
+            "--log-level",
+            log_filter,
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let op = Operator::start(&self.target, opts)?;
+        if let Err(e) = op.wait_ready(Duration::from_secs(120)).await {
+            op.print_log_tail();
+            return Err(e.context("starting the operator"));
+        }
+        Ok(op)
+    }
+
+    /// The API of a kind (the run's namespace for namespaced kinds).
+    pub fn api<K: Managed>(&self) -> Api<K> {
+        K::api(self.client.clone(), &self.namespace)
+    }
+
+    /// Server-side applies one manifest of kind `K`.
+    pub async fn apply<K: Managed>(&self, manifest: &Value) -> anyhow::Result<K> {
+        let name = manifest["metadata"]["name"]
+            .as_str()
+            .context("a manifest without metadata.name")?;
+        self.api::<K>()
+            .patch(
+                name,
+                &PatchParams::apply(FIELD_MANAGER),
+                &Patch::Apply(manifest),
+            )
+            .await
+            .with_context(|| format!("applying {} {name}", K::kind(&())))
+    }
+
+    /// The run's objects of kind `K`.
+    pub async fn list<K: Managed>(&self) -> anyhow::Result<Vec<K>> {
+        let lp = ListParams::default().labels(&format!("{RUN_LABEL}={}", self.run));
+        Ok(self
+            .api::<K>()
+            .list(&lp)
+            .await
+            .with_context(|| format!("listing {}s", K::kind(&())))?
+            .items)
+    }
+
+    /// Waits until `n` of the run's objects of kind `K` are Ready (fully reconciled at their
+    /// generation); returns, per object, the time from `since` until it was first seen
+    /// Ready (polled every `poll`).
+    pub async fn wait_all_ready<K: Managed>(
+        &self,
+        n: usize,
+        since: Instant,
+        poll: Duration,
+        timeout: Duration,
+    ) -> anyhow::Result<BTreeMap<String, Duration>> {
+        let mut ready: BTreeMap<String, Duration> = BTreeMap::new();
+        let what = format!("{n} {}s to be Ready", K::kind(&()));
+        wait_for(timeout, poll, &what, async || {
+            let items = self.list::<K>().await?;
+            let now = since.elapsed();
+            for o in items.iter().filter(|o| k8s::is_ready(*o)) {
+                ready.entry(o.name_any()).or_insert(now);
+            }
+            let not_ready: Vec<&K> = items.iter().filter(|o| !k8s::is_ready(*o)).collect();
+            if ready.len() >= n && not_ready.is_empty() {
+                return Ok(Check::Done(()));
+            }
+            let sample = not_ready
+                .first()
+                .map(|o| format!("; e.g. {}: {}", o.name_any(), k8s::summary(*o)))
+                .unwrap_or_default();
+            Ok(Check::Pending(format!(
+                "{} of {} listed are Ready{sample}",
+                items.len() - not_ready.len(),
+                items.len()
+            )))
+        })
+        .await?;
+        Ok(ready)
+    }
+
+    /// Deletes the run's objects of kind `K`, then waits until none is left.
+    pub async fn delete_all<K: Managed>(&self, timeout: Duration) -> anyhow::Result<()> {
+        let api = self.api::<K>();
+        let names: Vec<String> = self
+            .list::<K>()
+            .await?
+            .iter()
+            .map(|o| o.name_any())
+            .collect();
+        // A handful of deletes in flight keeps a large run from taking minutes just to ask.
+        let results: Vec<anyhow::Result<()>> = futures::stream::iter(names)
+            .map(|name| {
+                let api = api.clone();
+                async move {
+                    match api.delete(&name, &DeleteParams::default()).await {
+                        Ok(_) => Ok(()),
+                        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+                        Err(e) => Err(anyhow::Error::new(e)
+                            .context(format!("deleting {} {name}", K::kind(&())))),
+                    }
+                }
+            })
+            .buffer_unordered(8)
+            .collect()
+            .await;
+        results.into_iter().collect::<anyhow::Result<Vec<()>>>()?;
+        self.wait_none::<K>(timeout).await
+    }
+
+    /// Waits until the run has no object of kind `K`.
+    pub async fn wait_none<K: Managed>(&self, timeout: Duration) -> anyhow::Result<()> {
+        let what = format!("every {} of the run to be gone", K::kind(&()));
+        wait_for(timeout, Duration::from_millis(250), &what, async || {
+            let items = self.list::<K>().await?;
+            Ok(match items.first() {
+                None => Check::Done(()),
+                Some(o) => Check::Pending(format!(
+                    "{} left; e.g. {}: {}",
+                    items.len(),
+                    o.name_any(),
+                    k8s::summary(o)
+                )),
+            })
+        })
+        .await
+    }
+
+    /// Creates the run's OpenstackDomain (through the operator) and a Keystone user in it for
+    /// the role bindings ([`Bench::user_name`]).
+    pub async fn create_domain_and_user(&self, timeout: Duration) -> anyhow::Result<()> {
+        let domain = self.domain_name();
+        self.apply::<api::OpenstackDomain>(&manifests::domain(&domain, &self.run))
+            .await?;
+        let d: api::OpenstackDomain =
+            k8s::wait_ready(&self.api::<api::OpenstackDomain>(), &domain, timeout).await?;
+        let domain_id = d
+            .status
+            .and_then(|s| s.domain_id)
+            .context("status.domainId of the Ready bench domain")?;
+        let body = json!({"user": {
+            "name": self.user_name(),
+            "domain_id": domain_id,
+            "enabled": true,
+            "password": format!("{}{}", e2e::names::random_suffix(), e2e::names::random_suffix()),
+        }});
+        let req = Request::post(Service::Identity, "create_user", "users").json(&body)?;
+        self.core
+            .send(&req)
+            .await
+            .with_context(|| format!("creating Keystone user {}", self.user_name()))?;
+        Ok(())
+    }
+
+    /// Deletes the run's Keystone user, if it exists.
+    async fn delete_user(&self) -> anyhow::Result<()> {
+        let Some(d) = self.cloud.identity.find_domain(&self.domain_name()).await? else {
+            return Ok(());
+        };
+        if let Some(u) = self
+            .cloud
+            .identity
+            .find_user(&d.id, &self.user_name())
+            .await?
+        {
+            let req = Request::delete(Service::Identity, "delete_user", format!("users/{}", u.id));
+            self.core
+                .send(&req)
+                .await
+                .optional()
+                .with_context(|| format!("deleting Keystone user {}", u.name))?;
+        }
+        Ok(())
+    }
+
+    /// Removes everything of the run through `operator` (restarted if it is not running,
+    /// e.g. after Ctrl-C reached it too): projects, flavors, the user, the domain. What the
+    /// operator cannot delete in time is unblocked (finalizers stripped) and removed from
+    /// OpenStack directly. Returns the problems met (empty = clean).
+    pub async fn cleanup(&self, operator: &Operator, timeout: Duration) -> Vec<String> {
+        let mut problems = Vec::new();
+        if !operator.is_running() {
+            eprintln!("bench: restarting the operator to clean up");
+            let started = match operator.restart(Duration::from_secs(20)).await {
+                Ok(()) => operator.wait_ready(Duration::from_secs(120)).await,
+                Err(e) => Err(e),
+            };
+            if let Err(e) = started {
+                problems.push(format!("restarting the operator for cleanup: {e:#}"));
+            }
+        }
+        let mut stuck = false;
+        if let Err(e) = self.delete_all::<api::OpenstackProject>(timeout).await {
+            problems.push(format!("{e:#}"));
+            stuck = true;
+        }
+        if let Err(e) = self.delete_all::<api::OpenstackFlavor>(timeout).await {
+            problems.push(format!("{e:#}"));
+            stuck = true;
+        }
+        if let Err(e) = self.delete_user().await {
+            problems.push(format!("{e:#}"));
+        }
+        if let Err(e) = self.delete_all::<api::OpenstackDomain>(timeout).await {
+            problems.push(format!("{e:#}"));
+            stuck = true;
+        }
+        if stuck {
+            problems.extend(self.force_cleanup().await);
+        }
+        match self.leftovers().await {
+            Ok(left) => problems.extend(left),
+            Err(e) => problems.push(format!("checking OpenStack for leftovers: {e:#}")),
+        }
+        problems
+    }
+
+    /// Strips the finalizers of what is left in Kubernetes and deletes the run's objects from
+    /// OpenStack directly. Returns a description of everything it had to do.
+    async fn force_cleanup(&self) -> Vec<String> {
+        let mut notes = Vec::new();
+        for (kind, res) in [
+            (
+                "OpenstackProject",
+                self.strip::<api::OpenstackProject>().await,
+            ),
+            (
+                "OpenstackFlavor",
+                self.strip::<api::OpenstackFlavor>().await,
+            ),
+            (
+                "OpenstackDomain",
+                self.strip::<api::OpenstackDomain>().await,
+            ),
+        ] {
+            match res {
+                Ok(0) => {}
+                Ok(n) => notes.push(format!("removed the finalizers of {n} {kind}s")),
+                Err(e) => notes.push(format!("{kind}s: {e:#}")),
+            }
+        }
+        match self.sweep().await {
+            Ok(found) => notes.extend(found),
+            Err(e) => notes.push(format!("sweeping OpenStack: {e:#}")),
+        }
+        notes
+    }
+
+    async fn strip<K: Managed>(&self) -> anyhow::Result<usize> {
+        let api = self.api::<K>();
+        let items = self.list::<K>().await?;
+        let patch = json!({"metadata": {"finalizers": null}});
+        for o in &items {
+            match api
+                .patch(
+                    &o.name_any(),
+                    &PatchParams::default(),
+                    &Patch::Merge(&patch),
+                )
+                .await
+            {
+                Ok(_) => {}
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => {
+                    return Err(e).context(format!("removing finalizers of {}", o.name_any()));
+                }
+            }
+            let _ = api.delete(&o.name_any(), &DeleteParams::default()).await;
+        }
+        Ok(items.len())
+    }
+
+    /// Deletes the run's OpenStack objects directly: projects of the run's domain with their
+    /// Neutron objects, its groups, the user, the domain, and flavors named after the run.
+    async fn sweep(&self) -> anyhow::Result<Vec<String>> {
+        let mut found = Vec::new();
+        let id = &self.cloud.identity;
+        if let Some(d) = id.find_domain(&self.domain_name()).await? {
+            let filter = ProjectFilter {
+                domain_id: Some(d.id.clone()),
+                ..Default::default()
+            };
+            for p in id.list_projects(&filter).await? {
+                self.sweep_neutron(&p.id).await?;
+                id.delete_project(&p.id).await.optional()?;
+                found.push(format!("swept Keystone project {} ({})", p.name, p.id));
+            }
+            for g in id.list_groups(Some(&d.id)).await? {
+                id.delete_group(&g.id).await.optional()?;
+                found.push(format!("swept Keystone group {} ({})", g.name, g.id));
+            }
+            self.delete_user().await?;
+            let off = DomainUpdate {
+                enabled: Some(false),
+                ..Default::default()
+            };
+            id.update_domain(&d.id, &off).await.optional()?;
+            id.delete_domain(&d.id).await.optional()?;
+            found.push(format!("swept Keystone domain {} ({})", d.name, d.id));
+        }
+        let prefix = self.prefix();
+        for f in self.cloud.compute.list_flavors().await? {
+            if f.name.starts_with(&prefix) {
+                self.cloud.compute.delete_flavor(&f.id).await.optional()?;
+                found.push(format!("swept Nova flavor {} ({})", f.name, f.id));
+            }
+        }
+        Ok(found)
+    }
+
+    async fn sweep_neutron(&self, project_id: &str) -> anyhow::Result<()> {
+        let net = &self.cloud.network;
+        let pid = Some(project_id.to_string());
+        for r in net
+            .list_routers(&RouterFilter {
+                project_id: pid.clone(),
+                ..Default::default()
+            })
+            .await?
+        {
+            for port in net.list_router_interfaces(&r.id).await? {
+                for ip in &port.fixed_ips {
+                    if let Some(s) = &ip.subnet_id {
+                        net.remove_router_interface(&r.id, s).await.optional()?;
+                    }
+                }
+            }
+            net.delete_router(&r.id).await.optional()?;
+        }
+        for s in net
+            .list_subnets(&SubnetFilter {
+                project_id: pid.clone(),
+                ..Default::default()
+            })
+            .await?
+        {
+            net.delete_subnet(&s.id).await.optional()?;
+        }
+        for n in net
+            .list_networks(&NetworkFilter {
+                project_id: pid.clone(),
+                ..Default::default()
+            })
+            .await?
+        {
+            net.delete_network(&n.id).await.optional()?;
+        }
+        for g in net
+            .list_security_groups(&SecurityGroupFilter {
+                project_id: pid,
+                ..Default::default()
+            })
+            .await?
+        {
+            net.delete_security_group(&g.id).await.optional()?;
+        }
+        Ok(())
+    }
+
+    /// What of the run is still in OpenStack: the domain (with its projects) and flavors
+    /// named after the run.
+    pub async fn leftovers(&self) -> anyhow::Result<Vec<String>> {
+        let mut left = Vec::new();
+        if let Some(d) = self.cloud.identity.find_domain(&self.domain_name()).await? {
+            let projects = self
+                .cloud
+                .identity
+                .list_projects(&ProjectFilter {
+                    domain_id: Some(d.id.clone()),
+                    ..Default::default()
+                })
+                .await?;
+            left.push(format!(
+                "Keystone domain {} ({}) is still there with {} project(s)",
+                d.name,
+                d.id,
+                projects.len()
+            ));
+        }
+        let prefix = self.prefix();
+        let flavors = self
+            .cloud
+            .compute
+            .list_flavors()
+            .await?
+            .into_iter()
+            .filter(|f| f.name.starts_with(&prefix))
+            .count();
+        if flavors > 0 {
+            left.push(format!(
+                "{flavors} Nova flavor(s) named {prefix}* are still there"
+            ));
+        }
+        Ok(left)
+    }
+
+    /// Keystone projects of the run's domain (to check deletion left none).
+    pub async fn projects_in_domain(&self) -> anyhow::Result<usize> {
+        let Some(d) = self.cloud.identity.find_domain(&self.domain_name()).await? else {
+            return Ok(0);
+        };
+        Ok(self
+            .cloud
+            .identity
+            .list_projects(&ProjectFilter {
+                domain_id: Some(d.id),
+                ..Default::default()
+            })
+            .await?
+            .len())
+    }
+
+    /// Removes the namespace.
+    pub async fn delete_namespace(&self) -> anyhow::Result<()> {
+        let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(self.client.clone());
+        match api.delete(&self.namespace, &DeleteParams::default()).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+            Err(e) => Err(e).with_context(|| format!("deleting namespace {}", self.namespace)),
+        }
+    }
+}
+
+/// Scrapes until two scrapes a second apart agree on the API call and reconcile counters
+/// (nothing in flight), and returns that scrape.
+pub async fn settled(operator: &Operator, timeout: Duration) -> anyhow::Result<Metrics> {
+    let mut previous: Option<Metrics> = None;
+    wait_for(
+        timeout,
+        Duration::from_secs(1),
+        "the operator's counters to settle",
+        async || {
+            let m = operator.metrics().await?;
+            let same = previous.as_ref().is_some_and(|p| {
+                p.api_calls() == m.api_calls()
+                    && p.by_label(RECONCILES, "resource") == m.by_label(RECONCILES, "resource")
+            });
+            if same {
+                return Ok(Check::Done(m));
+            }
+            previous = Some(m);
+            Ok(Check::Pending("counters still moving".into()))
+        },
+    )
+    .await
+}
