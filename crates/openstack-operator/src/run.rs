@@ -19,6 +19,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::{Api, Client, CustomResourceExt};
 use openstack::Cloud;
 use openstack::adapter::{ClientOptions, CloudSelector};
+use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
@@ -338,6 +339,18 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     ctl_metrics.register(&mut registry);
     let gc_metrics = controllers::gc::GcMetrics::default();
     gc_metrics.register(&mut registry);
+    // The seed's `openstack_operator_info{version, cloud}`, so dashboards keep working.
+    registry.register(
+        "openstack_operator",
+        "Operator version and the clouds.yaml entry it uses",
+        Info::new(vec![
+            ("version".to_string(), env!("CARGO_PKG_VERSION").to_string()),
+            (
+                "cloud".to_string(),
+                std::env::var("OS_CLOUD").unwrap_or_default(),
+            ),
+        ]),
+    );
     let registry = Arc::new(registry);
 
     let mut kinds: Vec<Kind> = args.controllers.clone();

@@ -678,6 +678,16 @@ async fn metrics_after_a_reconcile() -> anyhow::Result<()> {
                         &[("resource", "OpenstackFlavor"), ("phase", "Ready")],
                     ),
                 ),
+                (
+                    "openstack_operator_info",
+                    m.sum(
+                        "openstack_operator_info",
+                        &[
+                            ("version", env!("CARGO_PKG_VERSION")),
+                            ("cloud", env.target.cloud_env().os_cloud.as_str()),
+                        ],
+                    ),
+                ),
             ];
             let zero: Vec<&str> = checks
                 .iter()
