@@ -21,13 +21,18 @@ use std::fmt;
 
 use anyhow::Context as _;
 use api::naming::{GROUP_DESCRIPTION_PREFIX, project_group_description};
+use futures::{StreamExt as _, stream};
 use openstack::model::{
-    Actor, NetworkFilter, ProjectFilter, RouterFilter, SecurityGroupFilter, SecurityGroupRule,
-    SubnetFilter,
+    Actor, NetworkFilter, Project, ProjectFilter, RoleAssignment, Router, RouterFilter, RouterPort,
+    SecurityGroupFilter, SecurityGroupRule, SubnetFilter,
 };
 use openstack::{Cloud, OptionalExt as _};
 
 use crate::env::{CLUSTER_TAG_PREFIX, FLAVOR_OWNER_SPEC};
+
+/// Calls per kind in flight at once while collecting (one per project or router otherwise
+/// makes a large inventory slow on a busy cloud).
+const PARALLEL: usize = 8;
 
 /// Kind names, in the order the table prints them (parents before children).
 pub const KINDS: [&str; 12] = [
@@ -301,18 +306,25 @@ impl Inventory {
                 ours.insert(p.id.clone(), (p.name.clone(), p.domain_id.clone()));
             }
         }
-        for pid in &scope.project_ids {
-            if ours.contains_key(pid) {
-                continue;
-            }
-            // Listed without a domain filter, a project may still be missed (domain-scoped
-            // listings); ask for it directly.
-            if let Some(p) = id
-                .get_project(pid)
-                .await
-                .optional()
-                .with_context(|| format!("reading Keystone project {pid}"))?
-            {
+        // Listed without a domain filter, a project may still be missed (domain-scoped
+        // listings); ask for the scope's directly.
+        let missing: Vec<&String> = scope
+            .project_ids
+            .iter()
+            .filter(|pid| !ours.contains_key(*pid))
+            .collect();
+        let fetched: Vec<anyhow::Result<Option<Project>>> = stream::iter(missing)
+            .map(|pid| async move {
+                id.get_project(pid)
+                    .await
+                    .optional()
+                    .with_context(|| format!("reading Keystone project {pid}"))
+            })
+            .buffered(PARALLEL)
+            .collect()
+            .await;
+        for p in fetched {
+            if let Some(p) = p? {
                 items.push(Item::new(
                     PROJECT,
                     &p.name,
@@ -368,13 +380,23 @@ impl Inventory {
                 .map(|r| (r.id, r.name))
                 .collect();
             let mut users: BTreeMap<String, String> = BTreeMap::new();
-            for pid in ours.keys() {
-                let Some(assignments) = id
-                    .list_project_role_assignments(pid)
-                    .await
-                    .optional()
-                    .with_context(|| format!("listing role assignments on project {pid}"))?
-                else {
+            let per_project: Vec<anyhow::Result<(String, Option<Vec<RoleAssignment>>)>> =
+                stream::iter(ours.keys().cloned())
+                    .map(|pid| async move {
+                        let a = id
+                            .list_project_role_assignments(&pid)
+                            .await
+                            .optional()
+                            .with_context(|| {
+                                format!("listing role assignments on project {pid}")
+                            })?;
+                        Ok((pid, a))
+                    })
+                    .buffered(PARALLEL)
+                    .collect()
+                    .await;
+            for r in per_project {
+                let (pid, Some(assignments)) = r? else {
                     continue;
                 };
                 for a in assignments {
@@ -408,7 +430,7 @@ impl Inventory {
                         ROLE_ASSIGNMENT,
                         format!("{who} {role}"),
                         format!("{actor_id}/{}", a.role_id),
-                        pid,
+                        &pid,
                         true,
                     ));
                 }
@@ -456,10 +478,21 @@ impl Inventory {
             .list_routers(&RouterFilter::default())
             .await
             .context("listing Neutron routers")?;
-        for r in routers
+        let routers: Vec<&Router> = routers
             .iter()
             .filter(|r| marked(&r.tags) || in_scope(&r.project_id))
-        {
+            .collect();
+        let interfaces: Vec<anyhow::Result<Option<Vec<RouterPort>>>> = stream::iter(&routers)
+            .map(|r| async move {
+                net.list_router_interfaces(&r.id)
+                    .await
+                    .optional()
+                    .with_context(|| format!("listing the interfaces of router {}", r.id))
+            })
+            .buffered(PARALLEL)
+            .collect()
+            .await;
+        for (r, ports) in routers.iter().zip(interfaces) {
             items.push(Item::new(
                 ROUTER,
                 &r.name,
@@ -467,12 +500,7 @@ impl Inventory {
                 &r.project_id,
                 marked(&r.tags),
             ));
-            let Some(ports) = net
-                .list_router_interfaces(&r.id)
-                .await
-                .optional()
-                .with_context(|| format!("listing the interfaces of router {}", r.id))?
-            else {
+            let Some(ports) = ports? else {
                 continue;
             };
             for p in ports {
