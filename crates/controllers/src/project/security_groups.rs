@@ -20,6 +20,7 @@ use super::networks::Marks;
 use super::{AreaOutcome, Env, Problem, os};
 use crate::error::ReconcileError;
 use crate::ownership::{Owner, Ownership};
+use tracing::warn;
 
 /// A rule as compared: normalized the way Neutron stores it, so a converged group compares
 /// equal (protocol names, remote prefix network address, `/0` = any remote).
@@ -487,13 +488,48 @@ pub(crate) async fn apply(
     out
 }
 
-/// Deletes every security group of the project that carries our marks.
-pub(crate) async fn remove_all(env: &Env<'_>, project_id: &str) -> AreaOutcome {
+/// The project's `default` group that Neutron creates by itself (unmarked, named `default`):
+/// the first listing of or creation in a project makes it, and nothing deletes it with the
+/// Keystone project.
+pub fn neutron_default_groups(observed: &[SecurityGroup], owner: &Owner) -> Vec<String> {
+    observed
+        .iter()
+        .filter(|g| g.name == "default" && owner.classify_tags(&g.tags) == Ownership::Foreign)
+        .map(|g| g.id.clone())
+        .collect()
+}
+
+/// Deletes every security group of the project that carries our marks; with
+/// `neutron_default` (the project is ours and goes too) also Neutron's own `default` group,
+/// once ours are gone. A `default` group still in use (a port outside our networks) is left
+/// rather than holding the deletion up.
+pub(crate) async fn remove_all(
+    env: &Env<'_>,
+    project_id: &str,
+    neutron_default: bool,
+) -> AreaOutcome {
     let mut out = AreaOutcome::default();
     match observe(env, project_id).await {
         Ok(observed) => {
             let (rules, groups) = plan_group_sweep(&observed, &BTreeSet::new(), &env.owner);
             run_group_sweep(env, rules, groups, &mut out).await;
+            if neutron_default && out.errors.is_empty() {
+                for g in neutron_default_groups(&observed, &env.owner) {
+                    match env.cloud.network.delete_security_group(&g).await.optional() {
+                        Ok(_) => out.changed = true,
+                        Err(e) if e.is_conflict() => warn!(
+                            project = project_id,
+                            group = %g,
+                            error = %e,
+                            "Neutron's default security group of the deleted project is in use; left in place"
+                        ),
+                        Err(e) => out.errors.push(os(
+                            format!("deleting Neutron's default security group {g} of the project"),
+                            e,
+                        )),
+                    }
+                }
+            }
         }
         Err(e) => out.errors.push(e),
     }
@@ -756,5 +792,98 @@ mod tests {
         let (rules, groups) = plan_group_sweep(&obs, &keep, &o);
         assert_eq!(rules, vec!["x".to_string()]);
         assert_eq!(groups, vec!["gone".to_string()]);
+    }
+
+    /// Deleting a project the operator created leaves nothing in Neutron: not even the
+    /// `default` group Neutron made on its own when the operator first listed or created
+    /// groups in the project (nothing else would ever delete it once the project is gone).
+    #[tokio::test]
+    async fn deleting_a_created_project_removes_neutrons_default_group() {
+        use crate::context::Config;
+        use crate::project::{
+            Env, FederationInput, LocalLocks, cleanup_project, reconcile_project,
+        };
+        use openstack::fake::FakeCloud;
+
+        let fake = FakeCloud::new();
+        let cloud = fake.cloud();
+        let config = Config::default();
+        let locks = LocalLocks::default();
+        let doc = api::manifest::documents(
+            r#"
+apiVersion: sunet.se/v1alpha1
+kind: OpenstackProject
+metadata: {name: p, namespace: demo, uid: uid-sg}
+spec:
+  name: p.example.com
+  domain: default
+  enabled: true
+  securityGroups:
+    - name: web
+      rules:
+        - {direction: ingress, protocol: tcp, portRangeMin: 22, portRangeMax: 22}
+"#,
+        )
+        .expect("a manifest")
+        .remove(0);
+        let mut obj: api::OpenstackProject = serde_json::from_value(doc).expect("a project");
+        obj.metadata.generation = Some(1);
+        let env = Env {
+            cloud: &cloud,
+            config: &config,
+            owner: Owner {
+                cluster: config.cluster_id.clone(),
+                uid: "uid-sg".into(),
+            },
+            locks: &locks,
+        };
+        let mut status = OpenstackProjectStatus::default();
+        reconcile_project(&env, &obj, &mut status, FederationInput::NotRequested)
+            .await
+            .result
+            .expect("the project converges");
+        let pid = status.project_id.clone().expect("a project id");
+        let in_project = async || -> Vec<String> {
+            cloud
+                .network
+                .list_security_groups(&SecurityGroupFilter::default())
+                .await
+                .expect("listing")
+                .into_iter()
+                .filter(|g| g.project_id == pid)
+                .map(|g| g.name)
+                .collect()
+        };
+        let mut before = in_project().await;
+        before.sort();
+        assert_eq!(before, vec!["default".to_string(), "web".to_string()]);
+
+        cleanup_project(&env, &obj, &mut status, FederationInput::NotRequested)
+            .await
+            .result
+            .expect("deletion succeeds");
+        assert_eq!(
+            in_project().await,
+            Vec::<String>::new(),
+            "no security group of the deleted project is left"
+        );
+    }
+
+    #[test]
+    fn only_neutrons_unmarked_default_group_counts_as_neutrons() {
+        let o = owner();
+        let group = |id: &str, name: &str, tags: Vec<String>| SecurityGroup {
+            id: id.into(),
+            name: name.into(),
+            tags,
+            ..Default::default()
+        };
+        let obs = vec![
+            group("d", "default", vec![]),
+            // A spec group named `default` is ours, swept (or kept) as ours.
+            group("mine", "default", o.tags()),
+            group("other", "web", vec![]),
+        ];
+        assert_eq!(neutron_default_groups(&obs, &o), vec!["d".to_string()]);
     }
 }
