@@ -183,23 +183,26 @@ pub trait CommonStatus:
     fn observed_generation_mut(&mut self) -> &mut Option<i64>;
     /// `status.lastSyncTime`.
     fn last_sync_time_mut(&mut self) -> &mut Option<String>;
+    /// The recorded ID of the resource's main OpenStack object, if any.
+    fn openstack_id(&self) -> Option<&str>;
 }
 
 macro_rules! common_status {
-    ($($t:ty),*) => {$(
+    ($($t:ty => $id:ident),*) => {$(
         impl CommonStatus for $t {
             fn phase_mut(&mut self) -> &mut Option<Phase> { &mut self.phase }
             fn conditions_mut(&mut self) -> &mut Vec<Condition> { &mut self.conditions }
             fn observed_generation_mut(&mut self) -> &mut Option<i64> { &mut self.observed_generation }
             fn last_sync_time_mut(&mut self) -> &mut Option<String> { &mut self.last_sync_time }
+            fn openstack_id(&self) -> Option<&str> { self.$id.as_deref() }
         }
     )*};
 }
 
 common_status!(
-    crate::domain::OpenstackDomainStatus,
-    crate::flavor::OpenstackFlavorStatus,
-    crate::image::OpenstackImageStatus,
-    crate::network::OpenstackNetworkStatus,
-    crate::project::OpenstackProjectStatus
+    crate::domain::OpenstackDomainStatus => domain_id,
+    crate::flavor::OpenstackFlavorStatus => flavor_id,
+    crate::image::OpenstackImageStatus => image_id,
+    crate::network::OpenstackNetworkStatus => network_id,
+    crate::project::OpenstackProjectStatus => project_id
 );

@@ -376,6 +376,22 @@ async fn cleanup_one<K: Managed>(
     let mut status = before.clone();
     *status.phase_mut() = Some(Phase::Deleting);
     let key = key_of(&*obj);
+    // A spec that never passed validation was never applied, so nothing in OpenStack is ours
+    // to remove, and looking it up by an invalid name can fail forever (Keystone answers 400
+    // to a blank name), which would pin the finalizer. An object created before the spec
+    // became invalid has its ID recorded and is cleaned up as usual; one whose create response
+    // was lost carries our owner mark and is collected by the GC sweep once the resource is gone.
+    if before.openstack_id().is_none() {
+        let problems = obj.validate();
+        if let Some(first) = problems.first() {
+            info!(
+                field = %first.path,
+                "deleting a resource whose spec never passed validation: nothing to clean up in OpenStack"
+            );
+            ctx.metrics.set_phase(K::kind(&()).as_ref(), &key, None);
+            return Ok(Action::await_change());
+        }
+    }
     let result = obj.cleanup(ctx, &mut status).await;
     let outcome = match &result {
         Ok(()) => {
