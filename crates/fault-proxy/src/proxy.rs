@@ -417,7 +417,12 @@ impl Shared {
             st.seq
         };
         let path = parts.uri.path().to_string();
-        let query = parts.uri.query().map(str::to_string);
+        // Clients send `/networks?` for an empty query; rules see `/networks`.
+        let query = parts
+            .uri
+            .query()
+            .filter(|q| !q.is_empty())
+            .map(str::to_string);
         let path_and_query = match &query {
             Some(q) => format!("{path}?{q}"),
             None => path.clone(),

@@ -225,7 +225,8 @@ async fn lost_responses_reach_the_upstream() {
                 .first(1),
         )
         .unwrap();
-    let post = || client.post(url(&proxy, "network", "/v2/things")).send();
+    // An empty query (as the OpenStack SDK sends) does not hide the path from a regex.
+    let post = || client.post(url(&proxy, "network", "/v2/things?")).send();
     assert_eq!(post().await.unwrap().status(), 502);
     assert!(post().await.is_err(), "the second answer is dropped");
     assert_eq!(post().await.unwrap().status(), 201);
