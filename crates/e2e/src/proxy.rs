@@ -4,8 +4,7 @@
 //!
 //! ```no_run
 //! # async fn t() -> anyhow::Result<()> {
-//! use e2e::proxy::{CloudProxy, run_proxied};
-//! use fault_proxy::{Action, Rule};
+//! use e2e::proxy::{Action, CloudProxy, Rule, run_proxied};
 //! let bin = "target/debug/openstack-operator";
 //! let (env, proxy) = CloudProxy::start_env("t", e2e::EnvOptions::new(bin, "t")).await?;
 //! run_proxied(env, &proxy, async |env| {
@@ -23,7 +22,8 @@ use std::panic::AssertUnwindSafe;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use fault_proxy::{FaultProxy, ProxyConfig, RequestRecord};
+use fault_proxy::ProxyConfig;
+pub use fault_proxy::{Action, FaultProxy, RequestRecord, Rule, RuleId, RuleStatus};
 use futures::FutureExt as _;
 
 use crate::env::{EnvOptions, TestEnv};
@@ -203,6 +203,49 @@ pub fn upstream_writes(log: &[RequestRecord]) -> BTreeMap<String, u64> {
             .or_insert(0) += 1;
     }
     out
+}
+
+/// The log as a table, one request a line (for failure messages).
+pub fn log_table(log: &[RequestRecord]) -> String {
+    log.iter()
+        .map(|r| {
+            let status = r
+                .status
+                .map_or_else(|| "drop".to_string(), |s| s.to_string());
+            let query = r
+                .query
+                .as_deref()
+                .map(|q| format!("?{q}"))
+                .unwrap_or_default();
+            let faults = if r.faults.is_empty() {
+                String::new()
+            } else {
+                format!("  [{}]", r.faults.join("; "))
+            };
+            format!(
+                "{:>5} {:>7}ms {:<13} {:<6} {}{query} -> {status}{faults}",
+                r.seq, r.offset_ms, r.service, r.method, r.path
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The rules and their counters, one a line.
+pub fn rules_table(rules: &[RuleStatus]) -> String {
+    rules
+        .iter()
+        .map(|r| {
+            format!(
+                "  rule {} {:<40} matched {:>4} fired {:>3}",
+                r.id,
+                r.rule.label(),
+                r.matched,
+                r.fired
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// A path with its id-like segments (hex or UUIDs of 16+ characters, numbers) as `{id}`.
