@@ -5,6 +5,12 @@
 //! inline in flavor responses (one list call gives the whole picture), and
 //! 2.75 makes `swap` an integer (0 instead of ""). Nova 2026.1 supports up to
 //! 2.103; nothing we use changed after 2.75.
+//!
+//! A flavor is created with an ID chosen here (a UUID, as Nova would choose)
+//! unless the caller gives one: when the answer to the create is lost (5xx,
+//! dropped connection, timeout), one GET of that ID tells whether Nova made
+//! it, and the flavor is returned as if the answer had arrived. Without that,
+//! the retry finds an unmarked flavor of the same name it may not adopt.
 
 use std::collections::BTreeMap;
 
@@ -167,21 +173,28 @@ impl Compute for ComputeAdapter {
             "swap": req.swap_mb,
             "os-flavor-access:is_public": req.is_public,
         });
-        if let Some(id) = &req.id {
-            f["id"] = json!(id);
-        }
+        let id = req
+            .id
+            .clone()
+            .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+        f["id"] = json!(id);
         if let Some(d) = &req.description {
             f["description"] = json!(d);
         }
-        let w: WireFlavor = self
-            .core
-            .send(
-                &self
-                    .req(Request::post(S, "create_flavor", "flavors").json(&json!({"flavor": f}))?),
-            )
-            .await?
-            .json_at("flavor")?;
-        Ok(w.into())
+        let r = self.req(Request::post(S, "create_flavor", "flavors").json(&json!({"flavor": f}))?);
+        let err = match self.core.send(&r).await {
+            Ok(rsp) => return Ok(rsp.json_at::<WireFlavor>("flavor")?.into()),
+            Err(e @ (Error::Transient { .. } | Error::Timeout { .. })) => e,
+            Err(e) => return Err(e),
+        };
+        // The answer may have been lost after Nova made the flavor.
+        match self.get_flavor(&id).await {
+            Ok(made) if made.name == req.name => {
+                tracing::warn!(id, error = %err, "the answer of a flavor create was lost; Nova made it: using it");
+                Ok(made)
+            }
+            _ => Err(err),
+        }
     }
 
     async fn update_flavor_description(&self, id: &str, description: &str) -> Result<Flavor> {

@@ -10,6 +10,14 @@
 //!   the create cannot leave an orphan that find-by-tag never sees) and the
 //!   tagging error is returned; if that delete fails too the error names
 //!   the leaked ID.
+//! - A create whose answer is lost (a 5xx from a proxy, a dropped
+//!   connection, a timeout) may still have been carried out, leaving an
+//!   untagged object that find-by-tag never sees and that the controllers
+//!   refuse to adopt by name. After such a failure `create_*` looks for it:
+//!   an untagged object with the requested name (in the requested project or
+//!   network) created no earlier than shortly before the request was sent.
+//!   Exactly one: it is the one the request made, and is tagged and returned
+//!   as if the answer had arrived; none (or several): the error stands.
 //! - A gateway outside the subnet's CIDR is accepted at creation; attaching
 //!   such a subnet to a router then fails with 400 `InvalidIpForSubnet`.
 //!   A gateway inside an allocation pool is 409
@@ -117,6 +125,90 @@ impl NetworkAdapter {
                     ),
                 ))
             }
+        }
+    }
+}
+
+/// Whether a failed request may still have been carried out: its answer was
+/// lost (5xx, transport failure after sending, timeout) rather than refused.
+fn maybe_executed(e: &Error) -> bool {
+    matches!(e, Error::Transient { .. } | Error::Timeout { .. })
+}
+
+/// How much earlier than the request an object it made may say it was created
+/// (Neutron's `created_at` has whole seconds).
+const CREATED_AT_SLACK: jiff::SignedDuration = jiff::SignedDuration::from_secs(2);
+
+/// Of listed objects, the ids of those a lost create may have made: untagged,
+/// created at or after `since` (less [`CREATED_AT_SLACK`]).
+fn lost_create_candidates(items: &[Value], since: jiff::Timestamp) -> Vec<String> {
+    let cutoff = since - CREATED_AT_SLACK;
+    items
+        .iter()
+        .filter(|o| o["tags"].as_array().is_none_or(Vec::is_empty))
+        .filter(|o| {
+            o["created_at"]
+                .as_str()
+                .and_then(|c| c.parse::<jiff::Timestamp>().ok())
+                .is_some_and(|c| c >= cutoff)
+        })
+        .filter_map(|o| o["id"].as_str().map(str::to_string))
+        .collect()
+}
+
+impl NetworkAdapter {
+    /// POST a create; when its answer is lost, find the object it made (see
+    /// the module docs) and return that instead of the error.
+    async fn create_object<W: DeserializeOwned>(
+        &self,
+        r: &Request,
+        key: &str,
+        collection: &str,
+        filters: &[(&str, Option<&str>)],
+    ) -> Result<W> {
+        let since = jiff::Timestamp::now();
+        let err = match self.fetch::<W>(r, key).await {
+            Ok(w) => return Ok(w),
+            Err(e) if maybe_executed(&e) => e,
+            Err(e) => return Err(e),
+        };
+        let mut list = Request::get(S, "find_lost_create", collection);
+        for (k, v) in filters {
+            if let Some(v) = v {
+                list = list.query(*k, *v);
+            }
+        }
+        let items: Vec<Value> = match self
+            .core
+            .list_all(list, &collection.replace('-', "_"))
+            .await
+        {
+            Ok(items) => items,
+            Err(find) => {
+                warn!(collection, error = %find, "cannot look for the object of a create whose answer was lost");
+                return Err(err);
+            }
+        };
+        let ids = lost_create_candidates(&items, since);
+        let [id] = ids.as_slice() else {
+            if ids.len() > 1 {
+                warn!(
+                    collection,
+                    ?ids,
+                    "several untagged objects may come from one lost create; using none"
+                );
+            }
+            return Err(err);
+        };
+        warn!(collection, id, error = %err, "the answer of a create was lost; it was carried out: using the object it made");
+        match items
+            .into_iter()
+            .find(|o| o["id"].as_str() == Some(id.as_str()))
+        {
+            Some(o) => serde_json::from_value(o).map_err(|e| {
+                Error::unexpected(format!("{}: cannot decode {key:?}: {e}", r.context()))
+            }),
+            None => Err(err),
         }
     }
 }
@@ -632,7 +724,14 @@ impl Network for NetworkAdapter {
 
     async fn create_network(&self, req: &NetworkCreate) -> Result<crate::model::Network> {
         let r = Request::post(S, "create_network", "networks").json(&network_create_body(req))?;
-        let mut net: crate::model::Network = self.fetch::<WireNetwork>(&r, "network").await?.into();
+        let filters = [
+            ("name", Some(req.name.as_str())),
+            ("project_id", req.project_id.as_deref()),
+        ];
+        let mut net: crate::model::Network = self
+            .create_object::<WireNetwork>(&r, "network", "networks", &filters)
+            .await?
+            .into();
         self.tag_new("create_network", "networks", &net.id, &req.tags)
             .await?;
         net.tags = req.tags.clone();
@@ -671,7 +770,14 @@ impl Network for NetworkAdapter {
 
     async fn create_subnet(&self, req: &SubnetCreate) -> Result<Subnet> {
         let r = Request::post(S, "create_subnet", "subnets").json(&subnet_create_body(req))?;
-        let mut subnet: Subnet = self.fetch::<WireSubnet>(&r, "subnet").await?.into();
+        let filters = [
+            ("name", Some(req.name.as_str())),
+            ("network_id", Some(req.network_id.as_str())),
+        ];
+        let mut subnet: Subnet = self
+            .create_object::<WireSubnet>(&r, "subnet", "subnets", &filters)
+            .await?
+            .into();
         self.tag_new("create_subnet", "subnets", &subnet.id, &req.tags)
             .await?;
         subnet.tags = req.tags.clone();
@@ -709,7 +815,14 @@ impl Network for NetworkAdapter {
 
     async fn create_router(&self, req: &RouterCreate) -> Result<Router> {
         let r = Request::post(S, "create_router", "routers").json(&router_create_body(req))?;
-        let mut router: Router = self.fetch::<WireRouter>(&r, "router").await?.into();
+        let filters = [
+            ("name", Some(req.name.as_str())),
+            ("project_id", req.project_id.as_deref()),
+        ];
+        let mut router: Router = self
+            .create_object::<WireRouter>(&r, "router", "routers", &filters)
+            .await?
+            .into();
         self.tag_new("create_router", "routers", &router.id, &req.tags)
             .await?;
         router.tags = req.tags.clone();
@@ -808,8 +921,12 @@ impl Network for NetworkAdapter {
     async fn create_security_group(&self, req: &SecurityGroupCreate) -> Result<SecurityGroup> {
         let r = Request::post(S, "create_security_group", "security-groups")
             .json(&security_group_create_body(req))?;
+        let filters = [
+            ("name", Some(req.name.as_str())),
+            ("project_id", req.project_id.as_deref()),
+        ];
         let mut sg: SecurityGroup = self
-            .fetch::<WireSecurityGroup>(&r, "security_group")
+            .create_object::<WireSecurityGroup>(&r, "security_group", "security-groups", &filters)
             .await?
             .into();
         self.tag_new(
@@ -929,6 +1046,28 @@ impl Network for NetworkAdapter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lost_create_candidates_are_untagged_and_new() {
+        let since: jiff::Timestamp = "2026-11-30T10:00:05.700Z".parse().unwrap();
+        let items = vec![
+            json!({"id": "new", "tags": [], "created_at": "2026-11-30T10:00:05Z"}),
+            json!({"id": "tagged", "tags": ["x"], "created_at": "2026-11-30T10:00:06Z"}),
+            json!({"id": "old", "tags": [], "created_at": "2026-11-30T09:59:00Z"}),
+            json!({"id": "no-date", "tags": []}),
+            json!({"id": "slack", "created_at": "2026-11-30T10:00:04Z"}),
+        ];
+        assert_eq!(lost_create_candidates(&items, since), ["new", "slack"]);
+        assert!(maybe_executed(&Error::Transient {
+            message: String::new()
+        }));
+        assert!(maybe_executed(&Error::Timeout {
+            message: String::new()
+        }));
+        assert!(!maybe_executed(&Error::BadRequest {
+            message: String::new()
+        }));
+    }
 
     #[test]
     fn network_bodies_send_only_what_is_set() {
