@@ -30,7 +30,8 @@ pub mod wait;
 pub use env::{EnvOptions, TestEnv};
 pub use inventory::{Inventory, Scope};
 pub use k8s::{ApplyError, Managed};
-/// The emulator's fault hooks' types (for [`Target::emulator`]).
+/// The emulator's handle and its fault hooks' types (for [`Target::emulator`]).
+pub use kube_emulator::Handle as EmulatorHandle;
 pub use kube_emulator::faults::{FailRule, FaultRequest};
 pub use metrics::Metrics;
 pub use names::unique;
