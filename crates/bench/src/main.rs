@@ -72,6 +72,11 @@ struct Args {
     /// The operator's --concurrency (objects of one kind reconciled at once).
     #[arg(long, default_value_t = 4)]
     concurrency: u16,
+    /// Do not measure: delete from OpenStack what the run with this id left (its Keystone
+    /// domain bench-<RUN> with everything in it, flavors named bench-<RUN>-*), e.g. after a
+    /// second Ctrl-C.
+    #[arg(long, value_name = "RUN")]
+    sweep: Option<String>,
     /// Time allowed per project (on top of two minutes) before a convergence or deletion wait
     /// gives up.
     #[arg(long, default_value_t = 20)]
@@ -155,7 +160,7 @@ fn watch_signals(token: CancellationToken, run: String) {
             if token.is_cancelled() {
                 eprintln!(
                     "bench: interrupted again; exiting without cleanup. Objects of run {run} \
-                     (names bench-{run}-*, Keystone domain bench-{run}) may be left in OpenStack."
+                     may be left in OpenStack: remove them with scripts/bench --sweep {run}"
                 );
                 std::process::exit(130);
             }
@@ -196,6 +201,7 @@ async fn phase<T>(
         r = body(&op) => Some(r),
         _ = token.cancelled() => None,
     };
+    let interrupted = outcome.is_none();
     let result = match outcome {
         Some(Ok(v)) => Some(v),
         Some(Err(e)) => {
@@ -209,7 +215,7 @@ async fn phase<T>(
         }
     };
     eprintln!("bench: {name}: cleaning up");
-    for p in bench.cleanup(&op, cleanup_timeout).await {
+    for p in bench.cleanup(&op, interrupted, cleanup_timeout).await {
         problems.push(format!("{name} cleanup: {p}"));
     }
     match op.stop(Duration::from_secs(30)).await {
@@ -245,7 +251,7 @@ async fn run(args: Args) -> anyhow::Result<Report> {
         concurrency: args.concurrency,
     };
     let machine = machine::Machine::detect();
-    let bench = Bench::start(operator.clone(), limits.clone()).await?;
+    let bench = Bench::start(operator.clone(), limits.clone(), None).await?;
     let token = CancellationToken::new();
     watch_signals(token.clone(), bench.run.clone());
     eprintln!(
@@ -256,7 +262,9 @@ async fn run(args: Args) -> anyhow::Result<Report> {
     );
     let per_project = Duration::from_secs(args.seconds_per_project);
     let largest = args.sizes.iter().copied().max().unwrap_or(1);
-    let cleanup_timeout = scenarios::size_timeout(largest.max(args.flavors / 10), per_project);
+    // Deletion goes as fast as creation at most; flavors are about ten times cheaper.
+    let projects_timeout = scenarios::size_timeout(largest, per_project);
+    let flavors_timeout = scenarios::size_timeout(args.flavors / 10, per_project);
     let mut problems = Vec::new();
     let mut convergence = Vec::new();
     let mut reaction = None;
@@ -266,7 +274,7 @@ async fn run(args: Args) -> anyhow::Result<Report> {
             &bench,
             "projects",
             oplog::DEBUG_ADAPTER_FILTER,
-            cleanup_timeout,
+            projects_timeout,
             &token,
             &mut problems,
             async |op| {
@@ -281,6 +289,9 @@ async fn run(args: Args) -> anyhow::Result<Report> {
                         match scenarios::convergence(&bench, op, *n, &user, per_project).await {
                             Ok(r) => {
                                 errors.extend(r.workload.iter().map(|w| format!("N={n}: {w}")));
+                                errors.extend(r.residue.other_security_groups.iter().map(|g| {
+                                    format!("N={n}: security group {g} was left by the operator")
+                                }));
                                 if r.keystone_projects_left > 0 {
                                     errors.push(format!(
                                         "N={n}: {} Keystone projects left after deletion",
@@ -329,18 +340,10 @@ async fn run(args: Args) -> anyhow::Result<Report> {
             &bench,
             "memory",
             "info,openstack_sdk=warn",
-            cleanup_timeout,
+            flavors_timeout,
             &token,
             &mut problems,
-            async |op| {
-                scenarios::memory(
-                    &bench,
-                    op,
-                    args.flavors,
-                    scenarios::size_timeout(args.flavors / 10, per_project),
-                )
-                .await
-            },
+            async |op| scenarios::memory(&bench, op, args.flavors, flavors_timeout).await,
         )
         .await;
     }
@@ -377,9 +380,35 @@ async fn run(args: Args) -> anyhow::Result<Report> {
     })
 }
 
+/// `--sweep RUN`: removes what an interrupted run left in OpenStack.
+async fn sweep(run: String) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        run.len() == 8
+            && run
+                .chars()
+                .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()),
+        "--sweep takes a run id: eight lower-case hex digits, as printed by the run"
+    );
+    let limits = OperatorLimits {
+        max_concurrent_calls: 10,
+        requests_per_second: 0,
+        concurrency: 1,
+    };
+    let bench = Bench::start(PathBuf::new(), limits, Some(run)).await?;
+    let found = bench.sweep().await?;
+    for f in &found {
+        println!("{f}");
+    }
+    println!("{} object(s) of run {} removed", found.len(), bench.run);
+    bench.delete_namespace().await
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let mut args = Args::parse();
+    if let Some(run) = args.sweep.take() {
+        return sweep(run).await;
+    }
     args.normalize();
     let json_path = args.json.clone();
     let operator = match &args.operator {

@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use crate::floor::Floor;
 use crate::machine::{Machine, Memory, mib};
-use crate::world::OperatorLimits;
+use crate::world::{OperatorLimits, Residue};
 
 /// A whole run.
 #[derive(Debug, Serialize)]
@@ -80,6 +80,8 @@ pub struct SizeRun {
     pub delete_calls: BTreeMap<String, f64>,
     /// Keystone projects left in the bench domain after deletion (should be 0).
     pub keystone_projects_left: usize,
+    /// What OpenStack kept of the deleted projects (removed by the bench afterwards).
+    pub residue: Residue,
     /// Where the converged projects differed from the intended workload (should be empty).
     pub workload: Vec<String>,
 }
@@ -131,7 +133,7 @@ pub struct MemoryRun {
     pub baseline: Memory,
     /// Highest VmRSS sampled (every 200 ms) while the flavors were created and deleted.
     pub sampled_peak_rss_kib: u64,
-    /// VmHWM (lifetime peak) after the flavors converged.
+    /// VmHWM (lifetime peak) after the flavors were created and deleted.
     pub peak_hwm_kib: u64,
     /// Once converged and the counters settled, 5 s later.
     pub idle: Memory,
@@ -226,6 +228,18 @@ pub fn render(r: &Report) -> String {
             "floor(lat) = Σ mandatory writes × their median latency ÷ --max-concurrent-calls; \
              floor(rate) = mandatory writes ÷ --requests-per-second; ratio = converge ÷ the larger"
         );
+        let kept: usize = r
+            .convergence
+            .iter()
+            .map(|s| s.residue.default_security_groups)
+            .sum();
+        if kept > 0 {
+            let _ = writeln!(
+                o,
+                "after deletion Neutron still held {kept} `default` security group(s) of deleted \
+                 projects (not the operator's; the bench removed them and reset their quotas)"
+            );
+        }
         if let Some(s) = r.convergence.last() {
             let _ = writeln!(
                 o,

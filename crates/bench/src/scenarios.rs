@@ -75,6 +75,7 @@ pub async fn convergence(
     }
     let ready = bench
         .wait_all_ready::<OpenstackProject>(
+            op,
             names.len(),
             started,
             Duration::from_millis(250),
@@ -106,13 +107,15 @@ pub async fn convergence(
     let steady = steady_state(bench, op, &names, timeout).await?;
 
     eprintln!("bench: deleting {n} projects");
+    bench.remember_projects().await?;
     let before_delete = settled(op, SETTLE).await?;
     let started = Instant::now();
-    bench.delete_all::<OpenstackProject>(timeout).await?;
+    bench.delete_all::<OpenstackProject>(op, timeout).await?;
     let delete_s = started.elapsed().as_secs_f64();
     eprintln!("bench: {n} projects gone in {delete_s:.1} s");
     let after_delete = settled(op, SETTLE).await?;
     let keystone_projects_left = bench.projects_in_domain().await?;
+    let residue = bench.sweep_residue().await?;
     Ok(SizeRun {
         projects: n,
         http_requests: oplog::count_by_request(&requests),
@@ -133,6 +136,7 @@ pub async fn convergence(
         delete_s,
         delete_calls: delta(&before_delete.api_calls(), &after_delete.api_calls()),
         keystone_projects_left,
+        residue,
         workload,
     })
 }
@@ -381,6 +385,7 @@ pub async fn memory(
     }
     bench
         .wait_all_ready::<OpenstackFlavor>(
+            op,
             flavors as usize,
             started,
             Duration::from_secs(1),
@@ -395,7 +400,7 @@ pub async fn memory(
     let idle = Memory::of(pid)?;
     eprintln!("bench: deleting {flavors} flavors");
     let started = Instant::now();
-    bench.delete_all::<OpenstackFlavor>(timeout).await?;
+    bench.delete_all::<OpenstackFlavor>(op, timeout).await?;
     let delete_s = started.elapsed().as_secs_f64();
     settled(op, SETTLE).await?;
     tokio::time::sleep(Duration::from_secs(5)).await;
@@ -406,7 +411,7 @@ pub async fn memory(
         flavors,
         baseline,
         sampled_peak_rss_kib: peak.load(Ordering::Relaxed),
-        peak_hwm_kib: idle.hwm_kib,
+        peak_hwm_kib: after_delete.hwm_kib,
         idle,
         after_delete,
         converge_s,

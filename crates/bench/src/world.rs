@@ -1,8 +1,9 @@
 //! The bench's world: the e2e target (Kubernetes API and OpenStack cloud), a namespace and a
 //! run id, operator processes, and the cleanup that removes everything the run created.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
@@ -53,11 +54,30 @@ pub struct Bench {
     pub binary: PathBuf,
     /// Flags for the operator.
     pub limits: OperatorLimits,
+    /// Keystone IDs of the run's projects, so what OpenStack keeps of a deleted project can be
+    /// found afterwards.
+    project_ids: Mutex<BTreeSet<String>>,
+}
+
+/// What OpenStack kept of the run's deleted projects (and the bench then removed).
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct Residue {
+    /// Neutron's `default` security groups: Neutron creates one whenever security groups are
+    /// listed for a project (the operator does so in every pass); the operator does not own
+    /// it, so it does not delete it.
+    pub default_security_groups: usize,
+    /// Any other security group: the operator should have deleted it.
+    pub other_security_groups: Vec<String>,
 }
 
 impl Bench {
-    /// Connects to the target (CRDs installed), makes the namespace.
-    pub async fn start(binary: PathBuf, limits: OperatorLimits) -> anyhow::Result<Self> {
+    /// Connects to the target (CRDs installed), makes the namespace. `run` reuses an earlier
+    /// run's id (to sweep what it left), else a new one is drawn.
+    pub async fn start(
+        binary: PathBuf,
+        limits: OperatorLimits,
+        run: Option<String>,
+    ) -> anyhow::Result<Self> {
         let target = Target::from_env().await?;
         target
             .install_crds(Duration::from_secs(60))
@@ -78,7 +98,7 @@ impl Bench {
             .await
             .with_context(|| format!("connecting to OpenStack cloud {}", c.os_cloud))?;
         let cloud = Cloud::from_core(core.clone());
-        let run = e2e::names::random_suffix();
+        let run = run.unwrap_or_else(e2e::names::random_suffix);
         let namespace = format!("bench-{run}");
         k8s::ensure_namespace(&client, &namespace).await?;
         Ok(Bench {
@@ -90,6 +110,7 @@ impl Bench {
             namespace,
             binary,
             limits,
+            project_ids: Mutex::new(BTreeSet::new()),
         })
     }
 
@@ -174,6 +195,7 @@ impl Bench {
     /// Ready (polled every `poll`).
     pub async fn wait_all_ready<K: Managed>(
         &self,
+        operator: &Operator,
         n: usize,
         since: Instant,
         poll: Duration,
@@ -182,6 +204,9 @@ impl Bench {
         let mut ready: BTreeMap<String, Duration> = BTreeMap::new();
         let what = format!("{n} {}s to be Ready", K::kind(&()));
         wait_for(timeout, poll, &what, async || {
+            if let Some(e) = gone(operator) {
+                return Ok(Check::Fail(e));
+            }
             let items = self.list::<K>().await?;
             let now = since.elapsed();
             for o in items.iter().filter(|o| k8s::is_ready(*o)) {
@@ -205,8 +230,13 @@ impl Bench {
         Ok(ready)
     }
 
-    /// Deletes the run's objects of kind `K`, then waits until none is left.
-    pub async fn delete_all<K: Managed>(&self, timeout: Duration) -> anyhow::Result<()> {
+    /// Deletes the run's objects of kind `K`, then waits until none is left (failing at once
+    /// if the operator, which must process the finalizers, exits).
+    pub async fn delete_all<K: Managed>(
+        &self,
+        operator: &Operator,
+        timeout: Duration,
+    ) -> anyhow::Result<()> {
         let api = self.api::<K>();
         let names: Vec<String> = self
             .list::<K>()
@@ -231,13 +261,20 @@ impl Bench {
             .collect()
             .await;
         results.into_iter().collect::<anyhow::Result<Vec<()>>>()?;
-        self.wait_none::<K>(timeout).await
+        self.wait_none::<K>(operator, timeout).await
     }
 
     /// Waits until the run has no object of kind `K`.
-    pub async fn wait_none<K: Managed>(&self, timeout: Duration) -> anyhow::Result<()> {
+    pub async fn wait_none<K: Managed>(
+        &self,
+        operator: &Operator,
+        timeout: Duration,
+    ) -> anyhow::Result<()> {
         let what = format!("every {} of the run to be gone", K::kind(&()));
         wait_for(timeout, Duration::from_millis(250), &what, async || {
+            if let Some(e) = gone(operator) {
+                return Ok(Check::Fail(e));
+            }
             let items = self.list::<K>().await?;
             Ok(match items.first() {
                 None => Check::Done(()),
@@ -299,13 +336,18 @@ impl Bench {
         Ok(())
     }
 
-    /// Removes everything of the run through `operator` (restarted if it is not running,
-    /// e.g. after Ctrl-C reached it too): projects, flavors, the user, the domain. What the
-    /// operator cannot delete in time is unblocked (finalizers stripped) and removed from
-    /// OpenStack directly. Returns the problems met (empty = clean).
-    pub async fn cleanup(&self, operator: &Operator, timeout: Duration) -> Vec<String> {
+    /// Removes everything of the run through `operator` (restarted if `restart` or if it is
+    /// not running: after Ctrl-C it got the signal too): projects, flavors, the user, the
+    /// domain. What the operator cannot delete in time is unblocked (finalizers stripped) and
+    /// removed from OpenStack directly. Returns the problems met (empty = clean).
+    pub async fn cleanup(
+        &self,
+        operator: &Operator,
+        restart: bool,
+        timeout: Duration,
+    ) -> Vec<String> {
         let mut problems = Vec::new();
-        if !operator.is_running() {
+        if restart || !operator.is_running() {
             eprintln!("bench: restarting the operator to clean up");
             let started = match operator.restart(Duration::from_secs(20)).await {
                 Ok(()) => operator.wait_ready(Duration::from_secs(120)).await,
@@ -315,24 +357,44 @@ impl Bench {
                 problems.push(format!("restarting the operator for cleanup: {e:#}"));
             }
         }
+        if let Err(e) = self.remember_projects().await {
+            problems.push(format!("{e:#}"));
+        }
         let mut stuck = false;
-        if let Err(e) = self.delete_all::<api::OpenstackProject>(timeout).await {
+        if let Err(e) = self
+            .delete_all::<api::OpenstackProject>(operator, timeout)
+            .await
+        {
             problems.push(format!("{e:#}"));
             stuck = true;
         }
-        if let Err(e) = self.delete_all::<api::OpenstackFlavor>(timeout).await {
+        if let Err(e) = self
+            .delete_all::<api::OpenstackFlavor>(operator, timeout)
+            .await
+        {
             problems.push(format!("{e:#}"));
             stuck = true;
         }
         if let Err(e) = self.delete_user().await {
             problems.push(format!("{e:#}"));
         }
-        if let Err(e) = self.delete_all::<api::OpenstackDomain>(timeout).await {
+        if let Err(e) = self
+            .delete_all::<api::OpenstackDomain>(operator, timeout)
+            .await
+        {
             problems.push(format!("{e:#}"));
             stuck = true;
         }
         if stuck {
             problems.extend(self.force_cleanup().await);
+        }
+        match self.sweep_residue().await {
+            Ok(r) => problems.extend(
+                r.other_security_groups
+                    .into_iter()
+                    .map(|g| format!("security group {g} was left by the operator")),
+            ),
+            Err(e) => problems.push(format!("removing what deleted projects left: {e:#}")),
         }
         match self.leftovers().await {
             Ok(left) => problems.extend(left),
@@ -397,8 +459,9 @@ impl Bench {
     }
 
     /// Deletes the run's OpenStack objects directly: projects of the run's domain with their
-    /// Neutron objects, its groups, the user, the domain, and flavors named after the run.
-    async fn sweep(&self) -> anyhow::Result<Vec<String>> {
+    /// Neutron objects and quotas, its groups, the user, the domain, and flavors named after
+    /// the run. Returns a description of each thing deleted.
+    pub async fn sweep(&self) -> anyhow::Result<Vec<String>> {
         let mut found = Vec::new();
         let id = &self.cloud.identity;
         if let Some(d) = id.find_domain(&self.domain_name()).await? {
@@ -409,6 +472,7 @@ impl Bench {
             for p in id.list_projects(&filter).await? {
                 self.sweep_neutron(&p.id).await?;
                 id.delete_project(&p.id).await.optional()?;
+                self.reset_quotas(&p.id).await?;
                 found.push(format!("swept Keystone project {} ({})", p.name, p.id));
             }
             for g in id.list_groups(Some(&d.id)).await? {
@@ -471,14 +535,10 @@ impl Bench {
         {
             net.delete_network(&n.id).await.optional()?;
         }
-        for g in net
-            .list_security_groups(&SecurityGroupFilter {
-                project_id: pid,
-                ..Default::default()
-            })
-            .await?
-        {
-            net.delete_security_group(&g.id).await.optional()?;
+        for g in self.all_security_groups().await? {
+            if g.project_id == project_id {
+                net.delete_security_group(&g.id).await.optional()?;
+            }
         }
         Ok(())
     }
@@ -536,6 +596,110 @@ impl Bench {
             .len())
     }
 
+    /// Remembers the Keystone IDs of the run's current projects.
+    pub async fn remember_projects(&self) -> anyhow::Result<()> {
+        let ids: Vec<String> = self
+            .list::<api::OpenstackProject>()
+            .await?
+            .into_iter()
+            .filter_map(|p| p.status.and_then(|s| s.project_id))
+            .collect();
+        self.project_ids
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(ids);
+        Ok(())
+    }
+
+    /// Removes what OpenStack keeps of the run's deleted projects: their security groups
+    /// (Neutron's `default` one) and their quota records in Nova, Cinder and Neutron.
+    pub async fn sweep_residue(&self) -> anyhow::Result<Residue> {
+        let ids: Vec<String> = self
+            .project_ids
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .cloned()
+            .collect();
+        let mut residue = Residue::default();
+        if ids.is_empty() {
+            return Ok(residue);
+        }
+        // One unfiltered list: Neutron creates a project's `default` group whenever security
+        // groups are listed for that project, even a deleted one.
+        let groups = self.all_security_groups().await?;
+        for pid in ids {
+            if self
+                .cloud
+                .identity
+                .get_project(&pid)
+                .await
+                .optional()?
+                .is_some()
+            {
+                continue;
+            }
+            for g in groups.iter().filter(|g| g.project_id == pid) {
+                if g.name == "default" {
+                    residue.default_security_groups += 1;
+                } else {
+                    residue
+                        .other_security_groups
+                        .push(format!("{} ({}) of deleted project {pid}", g.name, g.id));
+                }
+                self.cloud
+                    .network
+                    .delete_security_group(&g.id)
+                    .await
+                    .optional()?;
+            }
+            self.reset_quotas(&pid).await?;
+            self.project_ids
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&pid);
+        }
+        Ok(residue)
+    }
+
+    /// Every security group of the cloud (listing by project would create the project's
+    /// `default` group).
+    async fn all_security_groups(&self) -> anyhow::Result<Vec<openstack::model::SecurityGroup>> {
+        Ok(self
+            .cloud
+            .network
+            .list_security_groups(&SecurityGroupFilter::default())
+            .await?)
+    }
+
+    /// Deletes a project's quota records in Nova, Cinder and Neutron (back to the defaults).
+    async fn reset_quotas(&self, pid: &str) -> anyhow::Result<()> {
+        for (service, op, path) in [
+            (
+                Service::Compute,
+                "delete_compute_quota",
+                format!("os-quota-sets/{pid}"),
+            ),
+            (
+                Service::BlockStorage,
+                "delete_volume_quota",
+                format!("os-quota-sets/{pid}"),
+            ),
+            (
+                Service::Network,
+                "delete_network_quota",
+                format!("quotas/{pid}"),
+            ),
+        ] {
+            self.core
+                .send(&Request::delete(service, op, path))
+                .await
+                .optional()
+                .with_context(|| format!("resetting the quotas of project {pid}"))?;
+        }
+        Ok(())
+    }
+
     /// Removes the namespace.
     pub async fn delete_namespace(&self) -> anyhow::Result<()> {
         let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(self.client.clone());
@@ -544,6 +708,18 @@ impl Bench {
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
             Err(e) => Err(e).with_context(|| format!("deleting namespace {}", self.namespace)),
         }
+    }
+}
+
+/// `Some(error)` once the operator process has exited (waiting for it cannot help).
+fn gone(operator: &Operator) -> Option<anyhow::Error> {
+    match operator.exited() {
+        Ok(Some(status)) => Some(anyhow::anyhow!(
+            "the operator exited ({status}); last log lines:\n{}",
+            operator.log_tail(20)
+        )),
+        Ok(None) => None,
+        Err(e) => Some(e),
     }
 }
 
