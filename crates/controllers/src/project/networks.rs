@@ -46,6 +46,10 @@ pub struct Marks<'a> {
     pub adopt: bool,
     /// Objects with only the seed's tag may be taken over.
     pub adopt_legacy: bool,
+    /// The Keystone project was created by this resource (not adopted). An object in it with
+    /// no tags at all and a name the spec gives is ours: Neutron takes no tags at creation,
+    /// so a crash between the create call and the tag call leaves exactly that behind.
+    pub own_project: bool,
 }
 
 impl Marks<'_> {
@@ -61,6 +65,9 @@ impl Marks<'_> {
         path: &str,
         what: &str,
     ) -> Result<Option<Vec<String>>, Problem> {
+        if self.own_project && tags.is_empty() {
+            return Ok(Some(self.owner.tags()));
+        }
         let ownership = self.owner.classify_tags(tags);
         match may_take_over(&ownership, self.adopt, self.adopt_legacy, what) {
             Ok(false) => Ok(None),
@@ -801,6 +808,7 @@ pub(crate) async fn apply(
         owner: &env.owner,
         adopt: spec.adopt,
         adopt_legacy: env.config.adopt_legacy,
+        own_project: status.adopted == Some(false),
     };
     let plans: Vec<EntryPlan> = entries
         .iter()
@@ -848,6 +856,7 @@ mod tests {
             owner: o,
             adopt: false,
             adopt_legacy: false,
+            own_project: false,
         }
     }
 
@@ -1125,5 +1134,199 @@ mod tests {
             None
         );
         assert!(gateway_change(Some(&gw("a", Some(true))), Some(&req("b", true))).is_some());
+    }
+
+    #[test]
+    fn untagged_objects_in_our_own_project_are_claimed() {
+        let o = owner();
+        let mut obs = converged(&o);
+        obs.networks[0].tags.clear();
+        obs.subnets[0].tags.clear();
+        obs.routers[0].tags.clear();
+        let own = Marks {
+            own_project: true,
+            ..marks(&o)
+        };
+        let p = plan_entry(0, &entry(true), "p", &obs, &own);
+        assert!(p.errors.is_empty(), "{:?}", p.errors);
+        assert!(
+            matches!(&p.network, Some(Obj::Use { id, retag: Some(t) }) if id == "n1" && *t == o.tags()),
+            "{p:?}"
+        );
+        assert!(
+            matches!(&p.subnet, Some(SubnetStep::Use { id, retag: Some(t), .. }) if id == "s1" && *t == o.tags()),
+            "{p:?}"
+        );
+        assert!(
+            matches!(&p.router, RouterStep::Use { id, retag: Some(t), .. } if id == "r1" && *t == o.tags()),
+            "{p:?}"
+        );
+        assert!(!p.attach, "the interface exists already");
+
+        // In an adopted project an untagged object may be someone else's: refused.
+        let p = plan_entry(0, &entry(true), "p", &obs, &marks(&o));
+        assert!(matches!(p.errors[..], [Problem::NotOwned(_)]), "{p:?}");
+        // A tagged object of someone else's stays refused in our own project too.
+        obs.networks[0].tags = vec!["someone-else".into()];
+        let p = plan_entry(0, &entry(true), "p", &obs, &own);
+        assert!(matches!(p.errors[..], [Problem::NotOwned(_)]), "{p:?}");
+    }
+
+    /// A crash between a create call and its tag call (Neutron takes no tags at creation)
+    /// leaves an untagged network, subnet, router and security group with the spec's names in
+    /// the project the operator created. The next pass takes them as its own and converges,
+    /// without a second copy; before, it refused them forever ("not created by this
+    /// operator"), as the SIGKILL loop showed with routers.
+    #[tokio::test]
+    async fn objects_left_untagged_by_a_crash_are_taken_as_ours() {
+        use crate::context::Config;
+        use crate::project::{Env, FederationInput, LocalLocks, reconcile_project};
+        use openstack::fake::FakeCloud;
+
+        let fake = FakeCloud::new();
+        let cloud = fake.cloud();
+        let ext = cloud
+            .network
+            .create_network(&NetworkCreate {
+                name: "public".into(),
+                external: Some(true),
+                ..Default::default()
+            })
+            .await
+            .expect("external network");
+        cloud
+            .network
+            .create_subnet(&SubnetCreate {
+                network_id: ext.id,
+                name: "public-subnet".into(),
+                ip_version: 4,
+                cidr: "172.24.4.0/24".into(),
+                ..Default::default()
+            })
+            .await
+            .expect("external subnet");
+        let config = Config::default();
+        let locks = LocalLocks::default();
+        let doc = api::manifest::documents(
+            r#"
+apiVersion: sunet.se/v1alpha1
+kind: OpenstackProject
+metadata: {name: p, namespace: demo, uid: uid-crash}
+spec:
+  name: p.example.com
+  domain: default
+  enabled: true
+  networks:
+    - {name: internal, cidr: 10.0.0.0/24, router: {externalNetwork: public}}
+  securityGroups:
+    - name: web
+      rules:
+        - {direction: ingress, protocol: tcp, portRangeMin: 22, portRangeMax: 22}
+"#,
+        )
+        .expect("a manifest")
+        .remove(0);
+        let mut obj: api::OpenstackProject = serde_json::from_value(doc).expect("a project");
+        obj.metadata.generation = Some(1);
+        let env = Env {
+            cloud: &cloud,
+            config: &config,
+            owner: Owner {
+                cluster: config.cluster_id.clone(),
+                uid: "uid-crash".into(),
+            },
+            locks: &locks,
+        };
+        let mut status = OpenstackProjectStatus::default();
+        // First pass: the project is made, Neutron is not reachable.
+        let down = || openstack::Error::transient("neutron: 503");
+        fake.fail_next("network.create_network", 1, down());
+        fake.fail_next("network.create_security_group", 1, down());
+        let first = reconcile_project(&env, &obj, &mut status, FederationInput::NotRequested)
+            .await
+            .result;
+        assert!(first.is_err(), "{first:?}");
+        let pid = status.project_id.clone().expect("the project exists");
+        // What a crash right after each create call leaves: objects without tags.
+        let net = &cloud.network;
+        let n = net
+            .create_network(&NetworkCreate {
+                name: "internal".into(),
+                project_id: Some(pid.clone()),
+                ..Default::default()
+            })
+            .await
+            .expect("network");
+        net.create_subnet(&SubnetCreate {
+            network_id: n.id.clone(),
+            name: "internal-subnet".into(),
+            ip_version: 4,
+            cidr: "10.0.0.0/24".into(),
+            project_id: Some(pid.clone()),
+            ..Default::default()
+        })
+        .await
+        .expect("subnet");
+        net.create_router(&RouterCreate {
+            name: "internal-router".into(),
+            project_id: Some(pid.clone()),
+            ..Default::default()
+        })
+        .await
+        .expect("router");
+        net.create_security_group(&openstack::model::SecurityGroupCreate {
+            name: "web".into(),
+            project_id: Some(pid.clone()),
+            ..Default::default()
+        })
+        .await
+        .expect("security group");
+
+        reconcile_project(&env, &obj, &mut status, FederationInput::NotRequested)
+            .await
+            .result
+            .expect("the next pass converges");
+        let ours = |tags: &[String]| env.owner.classify_tags(tags) == Ownership::Ours;
+        let filter = NetworkFilter {
+            project_id: Some(pid.clone()),
+            ..Default::default()
+        };
+        let nets = net.list_networks(&filter).await.expect("networks");
+        assert!(
+            nets.len() == 1 && ours(&nets[0].tags) && nets[0].id == n.id,
+            "{nets:?}"
+        );
+        let subnets = net
+            .list_subnets(&SubnetFilter {
+                project_id: Some(pid.clone()),
+                ..Default::default()
+            })
+            .await
+            .expect("subnets");
+        assert!(subnets.len() == 1 && ours(&subnets[0].tags), "{subnets:?}");
+        let routers = net
+            .list_routers(&RouterFilter {
+                project_id: Some(pid.clone()),
+                ..Default::default()
+            })
+            .await
+            .expect("routers");
+        assert!(routers.len() == 1 && ours(&routers[0].tags), "{routers:?}");
+        let ports = net
+            .list_router_interfaces(&routers[0].id)
+            .await
+            .expect("interfaces");
+        assert_eq!(ports.len(), 1, "attached once: {ports:?}");
+        let groups: Vec<_> = net
+            .list_security_groups(&openstack::model::SecurityGroupFilter {
+                project_id: Some(pid.clone()),
+                ..Default::default()
+            })
+            .await
+            .expect("groups")
+            .into_iter()
+            .filter(|g| g.name == "web")
+            .collect();
+        assert!(groups.len() == 1 && ours(&groups[0].tags), "{groups:?}");
     }
 }

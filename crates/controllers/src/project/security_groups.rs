@@ -368,6 +368,7 @@ pub(crate) async fn apply(
         owner: &env.owner,
         adopt: spec.adopt,
         adopt_legacy: env.config.adopt_legacy,
+        own_project: status.adopted == Some(false),
     };
 
     // Pass 1: groups.
@@ -736,6 +737,7 @@ mod tests {
             owner: &o,
             adopt: false,
             adopt_legacy: false,
+            own_project: false,
         };
         let spec = vec![
             group(vec![]),
