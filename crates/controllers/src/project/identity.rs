@@ -860,14 +860,16 @@ pub(crate) async fn cleanup(
     let mut failures: Vec<(&'static str, ReconcileError)> = Vec::new();
 
     // Neutron objects are found through the project ID even when the Keystone project is
-    // already gone; only objects with our marks are deleted, and Neutron's own `default`
-    // group of a project that goes with us (it would outlive the project forever).
+    // already gone; only objects with our marks are deleted, and, in a project that goes with
+    // us, what would outlive it forever: Neutron's own `default` group and untagged objects
+    // with the spec's names (a crash between their create and tag calls).
     if let Some(pid) = status.project_id.clone() {
-        let mut n = super::networks::remove_all(env, &pid).await;
+        let own = (!adopted && !hands_off).then_some(spec);
+        let mut n = super::networks::remove_all(env, &pid, own).await;
         if let Some(e) = n.error() {
             failures.push((super::NETWORKS_READY, e));
         }
-        let mut s = super::security_groups::remove_all(env, &pid, !adopted && !hands_off).await;
+        let mut s = super::security_groups::remove_all(env, &pid, own).await;
         if let Some(e) = s.error() {
             failures.push((super::SECURITY_GROUPS_READY, e));
         }

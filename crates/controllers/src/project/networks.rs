@@ -438,12 +438,39 @@ pub struct Sweep {
 /// Plans the sweep: only objects carrying this resource's marks; a network of ours that
 /// carries someone else's subnet stays (deleting it would delete their subnet).
 pub fn plan_sweep(obs: &Observed, keep: &BTreeSet<String>, owner: &Owner) -> Sweep {
-    let ours = |tags: &[String]| owner.classify_tags(tags) == Ownership::Ours;
+    sweep_where(obs, keep, |tags, _| {
+        owner.classify_tags(tags) == Ownership::Ours
+    })
+}
+
+/// Plans the removal of everything of ours in a project that goes away; `strays` are names
+/// (network, subnet, router) from the spec whose objects without any tag count as ours too:
+/// left untagged by a crash between their create and tag calls, see [`Marks::own_project`].
+pub fn plan_removal(obs: &Observed, owner: &Owner, strays: &BTreeSet<String>) -> Sweep {
+    sweep_where(obs, &BTreeSet::new(), |tags, name| {
+        owner.classify_tags(tags) == Ownership::Ours || (tags.is_empty() && strays.contains(name))
+    })
+}
+
+/// The names of a spec's networks, subnets and routers.
+pub fn spec_names(spec: &OpenstackProjectSpec) -> BTreeSet<String> {
+    spec.networks
+        .iter()
+        .flatten()
+        .flat_map(|n| [n.name.clone(), subnet_name(&n.name), router_name(&n.name)])
+        .collect()
+}
+
+fn sweep_where(
+    obs: &Observed,
+    keep: &BTreeSet<String>,
+    ours: impl Fn(&[String], &str) -> bool,
+) -> Sweep {
     let mut sweep = Sweep::default();
     for r in obs
         .routers
         .iter()
-        .filter(|r| ours(&r.tags) && !keep.contains(&r.id))
+        .filter(|r| ours(&r.tags, &r.name) && !keep.contains(&r.id))
     {
         for port in obs.interfaces.get(&r.id).into_iter().flatten() {
             for sid in port.fixed_ips.iter().filter_map(|f| f.subnet_id.as_ref()) {
@@ -458,7 +485,7 @@ pub fn plan_sweep(obs: &Observed, keep: &BTreeSet<String>, owner: &Owner) -> Swe
     for s in obs
         .subnets
         .iter()
-        .filter(|s| ours(&s.tags) && !keep.contains(&s.id))
+        .filter(|s| ours(&s.tags, &s.name) && !keep.contains(&s.id))
     {
         for (rid, ports) in &obs.interfaces {
             let pair = (rid.clone(), s.id.clone());
@@ -471,12 +498,12 @@ pub fn plan_sweep(obs: &Observed, keep: &BTreeSet<String>, owner: &Owner) -> Swe
     for n in obs
         .networks
         .iter()
-        .filter(|n| ours(&n.tags) && !keep.contains(&n.id))
+        .filter(|n| ours(&n.tags, &n.name) && !keep.contains(&n.id))
     {
         let foreign: Vec<&str> = obs
             .subnets
             .iter()
-            .filter(|s| s.network_id == n.id && !ours(&s.tags))
+            .filter(|s| s.network_id == n.id && !ours(&s.tags, &s.name))
             .map(|s| s.name.as_str())
             .collect();
         if foreign.is_empty() {
@@ -825,12 +852,19 @@ pub(crate) async fn apply(
     out
 }
 
-/// Deletes every network object of the project that carries our marks.
-pub(crate) async fn remove_all(env: &Env<'_>, project_id: &str) -> AreaOutcome {
+/// Deletes every network object of the project that carries our marks; with `own` (the
+/// spec of a project this resource created, which goes too) also the untagged ones with the
+/// spec's names that a crash left behind.
+pub(crate) async fn remove_all(
+    env: &Env<'_>,
+    project_id: &str,
+    own: Option<&OpenstackProjectSpec>,
+) -> AreaOutcome {
     let mut out = AreaOutcome::default();
     match observe(env, project_id, &[]).await {
         Ok(obs) => {
-            let sweep = plan_sweep(&obs, &BTreeSet::new(), &env.owner);
+            let strays = own.map(spec_names).unwrap_or_default();
+            let sweep = plan_removal(&obs, &env.owner, &strays);
             run_sweep(env, sweep, &mut out).await;
         }
         Err(e) => out.errors.push(e),
@@ -1172,43 +1206,21 @@ mod tests {
         assert!(matches!(p.errors[..], [Problem::NotOwned(_)]), "{p:?}");
     }
 
-    /// A crash between a create call and its tag call (Neutron takes no tags at creation)
-    /// leaves an untagged network, subnet, router and security group with the spec's names in
-    /// the project the operator created. The next pass takes them as its own and converges,
-    /// without a second copy; before, it refused them forever ("not created by this
-    /// operator"), as the SIGKILL loop showed with routers.
-    #[tokio::test]
-    async fn objects_left_untagged_by_a_crash_are_taken_as_ours() {
-        use crate::context::Config;
-        use crate::project::{Env, FederationInput, LocalLocks, reconcile_project};
-        use openstack::fake::FakeCloud;
+    /// A fake cloud with an external network `public`, and the project of [`CRASHED`] after a
+    /// first pass that created the Keystone project but whose Neutron creates all ended in a
+    /// crash right after the create call: untagged objects with the spec's names.
+    struct Crashed {
+        fake: openstack::fake::FakeCloud,
+        cloud: openstack::Cloud,
+        config: crate::context::Config,
+        locks: crate::project::LocalLocks,
+        obj: api::OpenstackProject,
+        status: OpenstackProjectStatus,
+        pid: String,
+        network_id: String,
+    }
 
-        let fake = FakeCloud::new();
-        let cloud = fake.cloud();
-        let ext = cloud
-            .network
-            .create_network(&NetworkCreate {
-                name: "public".into(),
-                external: Some(true),
-                ..Default::default()
-            })
-            .await
-            .expect("external network");
-        cloud
-            .network
-            .create_subnet(&SubnetCreate {
-                network_id: ext.id,
-                name: "public-subnet".into(),
-                ip_version: 4,
-                cidr: "172.24.4.0/24".into(),
-                ..Default::default()
-            })
-            .await
-            .expect("external subnet");
-        let config = Config::default();
-        let locks = LocalLocks::default();
-        let doc = api::manifest::documents(
-            r#"
+    const CRASHED: &str = r#"
 apiVersion: sunet.se/v1alpha1
 kind: OpenstackProject
 metadata: {name: p, namespace: demo, uid: uid-crash}
@@ -1222,67 +1234,125 @@ spec:
     - name: web
       rules:
         - {direction: ingress, protocol: tcp, portRangeMin: 22, portRangeMax: 22}
-"#,
-        )
-        .expect("a manifest")
-        .remove(0);
-        let mut obj: api::OpenstackProject = serde_json::from_value(doc).expect("a project");
-        obj.metadata.generation = Some(1);
-        let env = Env {
-            cloud: &cloud,
-            config: &config,
-            owner: Owner {
-                cluster: config.cluster_id.clone(),
-                uid: "uid-crash".into(),
-            },
-            locks: &locks,
-        };
-        let mut status = OpenstackProjectStatus::default();
-        // First pass: the project is made, Neutron is not reachable.
-        let down = || openstack::Error::transient("neutron: 503");
-        fake.fail_next("network.create_network", 1, down());
-        fake.fail_next("network.create_security_group", 1, down());
-        let first = reconcile_project(&env, &obj, &mut status, FederationInput::NotRequested)
-            .await
-            .result;
-        assert!(first.is_err(), "{first:?}");
-        let pid = status.project_id.clone().expect("the project exists");
-        // What a crash right after each create call leaves: objects without tags.
-        let net = &cloud.network;
-        let n = net
-            .create_network(&NetworkCreate {
-                name: "internal".into(),
+"#;
+
+    impl Crashed {
+        fn env(&self) -> crate::project::Env<'_> {
+            crate::project::Env {
+                cloud: &self.cloud,
+                config: &self.config,
+                owner: Owner {
+                    cluster: self.config.cluster_id.clone(),
+                    uid: "uid-crash".into(),
+                },
+                locks: &self.locks,
+            }
+        }
+
+        async fn new() -> Self {
+            use crate::project::{FederationInput, reconcile_project};
+            let fake = openstack::fake::FakeCloud::new();
+            let cloud = fake.cloud();
+            let ext = cloud
+                .network
+                .create_network(&NetworkCreate {
+                    name: "public".into(),
+                    external: Some(true),
+                    ..Default::default()
+                })
+                .await
+                .expect("external network");
+            cloud
+                .network
+                .create_subnet(&SubnetCreate {
+                    network_id: ext.id,
+                    name: "public-subnet".into(),
+                    ip_version: 4,
+                    cidr: "172.24.4.0/24".into(),
+                    ..Default::default()
+                })
+                .await
+                .expect("external subnet");
+            let doc = api::manifest::documents(CRASHED)
+                .expect("a manifest")
+                .remove(0);
+            let mut obj: api::OpenstackProject = serde_json::from_value(doc).expect("a project");
+            obj.metadata.generation = Some(1);
+            let mut w = Crashed {
+                fake,
+                cloud,
+                config: crate::context::Config::default(),
+                locks: crate::project::LocalLocks::default(),
+                obj,
+                status: OpenstackProjectStatus::default(),
+                pid: String::new(),
+                network_id: String::new(),
+            };
+            // First pass: the project is made, Neutron is not reachable.
+            let down = || openstack::Error::transient("neutron: 503");
+            w.fake.fail_next("network.create_network", 1, down());
+            w.fake.fail_next("network.create_security_group", 1, down());
+            let mut status = OpenstackProjectStatus::default();
+            let first =
+                reconcile_project(&w.env(), &w.obj, &mut status, FederationInput::NotRequested)
+                    .await
+                    .result;
+            assert!(first.is_err(), "{first:?}");
+            let pid = status.project_id.clone().expect("the project exists");
+            // What a crash right after each create call leaves: objects without tags.
+            let net = &w.cloud.network;
+            let n = net
+                .create_network(&NetworkCreate {
+                    name: "internal".into(),
+                    project_id: Some(pid.clone()),
+                    ..Default::default()
+                })
+                .await
+                .expect("network");
+            net.create_subnet(&SubnetCreate {
+                network_id: n.id.clone(),
+                name: "internal-subnet".into(),
+                ip_version: 4,
+                cidr: "10.0.0.0/24".into(),
                 project_id: Some(pid.clone()),
                 ..Default::default()
             })
             .await
-            .expect("network");
-        net.create_subnet(&SubnetCreate {
-            network_id: n.id.clone(),
-            name: "internal-subnet".into(),
-            ip_version: 4,
-            cidr: "10.0.0.0/24".into(),
-            project_id: Some(pid.clone()),
-            ..Default::default()
-        })
-        .await
-        .expect("subnet");
-        net.create_router(&RouterCreate {
-            name: "internal-router".into(),
-            project_id: Some(pid.clone()),
-            ..Default::default()
-        })
-        .await
-        .expect("router");
-        net.create_security_group(&openstack::model::SecurityGroupCreate {
-            name: "web".into(),
-            project_id: Some(pid.clone()),
-            ..Default::default()
-        })
-        .await
-        .expect("security group");
+            .expect("subnet");
+            net.create_router(&RouterCreate {
+                name: "internal-router".into(),
+                project_id: Some(pid.clone()),
+                ..Default::default()
+            })
+            .await
+            .expect("router");
+            net.create_security_group(&openstack::model::SecurityGroupCreate {
+                name: "web".into(),
+                project_id: Some(pid.clone()),
+                ..Default::default()
+            })
+            .await
+            .expect("security group");
+            w.status = status;
+            w.pid = pid;
+            w.network_id = n.id;
+            w
+        }
+    }
 
-        reconcile_project(&env, &obj, &mut status, FederationInput::NotRequested)
+    /// A crash between a create call and its tag call (Neutron takes no tags at creation)
+    /// leaves an untagged network, subnet, router and security group with the spec's names in
+    /// the project the operator created. The next pass takes them as its own and converges,
+    /// without a second copy; before, it refused them forever ("not created by this
+    /// operator"), as the SIGKILL loop showed with routers.
+    #[tokio::test]
+    async fn objects_left_untagged_by_a_crash_are_taken_as_ours() {
+        use crate::project::{FederationInput, reconcile_project};
+        let w = Crashed::new().await;
+        let env = w.env();
+        let (pid, net) = (w.pid.clone(), &w.cloud.network);
+        let mut status = w.status.clone();
+        reconcile_project(&env, &w.obj, &mut status, FederationInput::NotRequested)
             .await
             .result
             .expect("the next pass converges");
@@ -1293,7 +1363,7 @@ spec:
         };
         let nets = net.list_networks(&filter).await.expect("networks");
         assert!(
-            nets.len() == 1 && ours(&nets[0].tags) && nets[0].id == n.id,
+            nets.len() == 1 && ours(&nets[0].tags) && nets[0].id == w.network_id,
             "{nets:?}"
         );
         let subnets = net
@@ -1328,5 +1398,56 @@ spec:
             .filter(|g| g.name == "web")
             .collect();
         assert!(groups.len() == 1 && ours(&groups[0].tags), "{groups:?}");
+    }
+
+    /// Deleted before any pass claimed them, the objects a crash left untagged in the project
+    /// go with it (before, the project was deleted and they stayed in Neutron for good).
+    #[tokio::test]
+    async fn deletion_removes_objects_left_untagged_by_a_crash() {
+        use crate::project::{FederationInput, cleanup_project};
+        let w = Crashed::new().await;
+        let mut status = w.status.clone();
+        cleanup_project(&w.env(), &w.obj, &mut status, FederationInput::NotRequested)
+            .await
+            .result
+            .expect("deletion succeeds");
+        let net = &w.cloud.network;
+        let left_nets: Vec<String> = net
+            .list_networks(&NetworkFilter::default())
+            .await
+            .expect("networks")
+            .into_iter()
+            .filter(|n| n.project_id == w.pid)
+            .map(|n| n.name)
+            .collect();
+        let left_subnets: Vec<String> = net
+            .list_subnets(&SubnetFilter::default())
+            .await
+            .expect("subnets")
+            .into_iter()
+            .filter(|s| s.project_id == w.pid)
+            .map(|s| s.name)
+            .collect();
+        let left_routers: Vec<String> = net
+            .list_routers(&RouterFilter::default())
+            .await
+            .expect("routers")
+            .into_iter()
+            .filter(|r| r.project_id == w.pid)
+            .map(|r| r.name)
+            .collect();
+        let left_groups: Vec<String> = net
+            .list_security_groups(&openstack::model::SecurityGroupFilter::default())
+            .await
+            .expect("groups")
+            .into_iter()
+            .filter(|g| g.project_id == w.pid)
+            .map(|g| g.name)
+            .collect();
+        assert_eq!(
+            (left_nets, left_subnets, left_routers, left_groups),
+            (vec![], vec![], vec![], vec![]),
+            "nothing of the deleted project is left in Neutron"
+        );
     }
 }

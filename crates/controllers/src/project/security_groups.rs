@@ -286,9 +286,33 @@ pub fn plan_group_sweep(
     keep: &BTreeSet<String>,
     owner: &Owner,
 ) -> (Vec<String>, Vec<String>) {
+    group_sweep_where(observed, keep, |g| {
+        owner.classify_tags(&g.tags) == Ownership::Ours
+    })
+}
+
+/// Like [`plan_group_sweep`] for a project that goes away, keeping nothing; groups without any
+/// tag named in `strays` (the spec's group names) count as ours too: left untagged by a crash
+/// between their create and tag calls (see [`Marks::own_project`]).
+pub fn plan_group_removal(
+    observed: &[SecurityGroup],
+    owner: &Owner,
+    strays: &BTreeSet<String>,
+) -> (Vec<String>, Vec<String>) {
+    group_sweep_where(observed, &BTreeSet::new(), |g| {
+        owner.classify_tags(&g.tags) == Ownership::Ours
+            || (g.tags.is_empty() && strays.contains(&g.name))
+    })
+}
+
+fn group_sweep_where(
+    observed: &[SecurityGroup],
+    keep: &BTreeSet<String>,
+    ours: impl Fn(&SecurityGroup) -> bool,
+) -> (Vec<String>, Vec<String>) {
     let orphans: Vec<&SecurityGroup> = observed
         .iter()
-        .filter(|g| owner.classify_tags(&g.tags) == Ownership::Ours && !keep.contains(&g.id))
+        .filter(|g| ours(g) && !keep.contains(&g.id))
         .collect();
     let rules = orphans
         .iter()
@@ -500,21 +524,28 @@ pub fn neutron_default_groups(observed: &[SecurityGroup], owner: &Owner) -> Vec<
         .collect()
 }
 
-/// Deletes every security group of the project that carries our marks; with
-/// `neutron_default` (the project is ours and goes too) also Neutron's own `default` group,
-/// once ours are gone. A `default` group still in use (a port outside our networks) is left
-/// rather than holding the deletion up.
+/// Deletes every security group of the project that carries our marks; with `own` (the spec
+/// of a project this resource created, which goes too) also untagged groups with the spec's
+/// names a crash left behind and, once those are gone, Neutron's own `default` group. A
+/// `default` group still in use (a port outside our networks) is left rather than holding
+/// the deletion up.
 pub(crate) async fn remove_all(
     env: &Env<'_>,
     project_id: &str,
-    neutron_default: bool,
+    own: Option<&OpenstackProjectSpec>,
 ) -> AreaOutcome {
     let mut out = AreaOutcome::default();
     match observe(env, project_id).await {
         Ok(observed) => {
-            let (rules, groups) = plan_group_sweep(&observed, &BTreeSet::new(), &env.owner);
+            let strays: BTreeSet<String> = own
+                .and_then(|s| s.security_groups.as_ref())
+                .into_iter()
+                .flatten()
+                .map(|g| g.name.clone())
+                .collect();
+            let (rules, groups) = plan_group_removal(&observed, &env.owner, &strays);
             run_group_sweep(env, rules, groups, &mut out).await;
-            if neutron_default && out.errors.is_empty() {
+            if own.is_some() && out.errors.is_empty() {
                 for g in neutron_default_groups(&observed, &env.owner) {
                     match env.cloud.network.delete_security_group(&g).await.optional() {
                         Ok(_) => out.changed = true,
