@@ -72,6 +72,14 @@ pub struct SizeRun {
     pub floor: Floor,
     /// `converge_s / floor.floor_s`.
     pub ratio: f64,
+    /// Σ of the durations of every OpenStack request during convergence (reads included), in
+    /// seconds.
+    pub request_time_s: f64,
+    /// `request_time_s / converge_s`: OpenStack requests in flight on average.
+    pub mean_in_flight: f64,
+    /// Σ of the time requests waited for the client-side limiter (concurrency and rate), in
+    /// seconds.
+    pub rate_limit_wait_s: f64,
     /// A forced reconcile of the N unchanged projects.
     pub steady: Steady,
     /// From the delete requests until the last project was gone, in seconds.
@@ -145,6 +153,10 @@ pub struct MemoryRun {
     pub delete_s: f64,
     /// OpenStack calls by operation while converging.
     pub calls: BTreeMap<String, f64>,
+    /// Mean request duration by operation while converging (the operator's histogram), in ms.
+    pub mean_latency_ms: BTreeMap<String, f64>,
+    /// Σ of the time requests waited for the client-side limiter while converging, in s.
+    pub rate_limit_wait_s: f64,
 }
 
 fn secs(s: f64) -> String {
@@ -195,7 +207,7 @@ pub fn render(r: &Report) -> String {
         let _ = writeln!(o, "\nConvergence of N full projects (create → all Ready)");
         let _ = writeln!(
             o,
-            "{:>5} {:>9} {:>9} {:>7} {:>7} {:>8} {:>10} {:>10} {:>7} {:>9}",
+            "{:>5} {:>9} {:>9} {:>7} {:>7} {:>8} {:>10} {:>10} {:>7} {:>9} {:>9}",
             "N",
             "converge",
             "median",
@@ -205,12 +217,13 @@ pub fn render(r: &Report) -> String {
             "floor(lat)",
             "floor(rate)",
             "ratio",
+            "in flight",
             "delete"
         );
         for s in &r.convergence {
             let _ = writeln!(
                 o,
-                "{:>5} {:>9} {:>9} {:>7} {:>7} {:>8.1} {:>10} {:>10} {:>7.1} {:>9}",
+                "{:>5} {:>9} {:>9} {:>7} {:>7} {:>8.1} {:>10} {:>10} {:>7.1} {:>9.1} {:>9}",
                 s.projects,
                 secs(s.converge_s),
                 secs(s.median_ready_s),
@@ -220,14 +233,24 @@ pub fn render(r: &Report) -> String {
                 secs(s.floor.latency_floor_s),
                 secs(s.floor.rate_floor_s),
                 s.ratio,
+                s.mean_in_flight,
                 secs(s.delete_s)
             );
         }
         let _ = writeln!(
             o,
             "floor(lat) = Σ mandatory writes × their median latency ÷ --max-concurrent-calls; \
-             floor(rate) = mandatory writes ÷ --requests-per-second; ratio = converge ÷ the larger"
+             floor(rate) = mandatory writes ÷ --requests-per-second; ratio = converge ÷ the larger; \
+             in flight = Σ request durations ÷ converge (OpenStack requests in flight on average)"
         );
+        for s in &r.convergence {
+            let _ = writeln!(
+                o,
+                "N = {}: requests waited {} in all for the client-side limiter",
+                s.projects,
+                secs(s.rate_limit_wait_s)
+            );
+        }
         let kept: usize = r
             .convergence
             .iter()
@@ -359,11 +382,25 @@ pub fn render(r: &Report) -> String {
         );
         let _ = writeln!(
             o,
-            "  {} flavors Ready in {}, deleted in {}",
+            "  {} flavors Ready in {}, deleted in {}; requests waited {} for the limiter in all",
             x.flavors,
             secs(x.converge_s),
-            secs(x.delete_s)
+            secs(x.delete_s),
+            secs(x.rate_limit_wait_s)
         );
+        let per: Vec<String> = x
+            .calls
+            .iter()
+            .map(|(op, n)| {
+                let ms = x
+                    .mean_latency_ms
+                    .get(op)
+                    .map(|ms| format!(", mean {ms:.0} ms"))
+                    .unwrap_or_default();
+                format!("{op} {:.2}/flavor{ms}", n / f64::from(x.flavors.max(1)))
+            })
+            .collect();
+        let _ = writeln!(o, "  calls: {}", per.join("; "));
     }
     if !r.problems.is_empty() {
         let _ = writeln!(o, "\nPROBLEMS:");

@@ -10,7 +10,7 @@ use anyhow::Context as _;
 use api::{OpenstackFlavor, OpenstackProject};
 use e2e::Operator;
 use e2e::k8s;
-use e2e::metrics::{delta, is_read_operation};
+use e2e::metrics::{Metrics, delta, is_read_operation};
 use e2e::wait::{Check, wait_for};
 use kube::ResourceExt as _;
 use serde_json::json;
@@ -23,6 +23,32 @@ use crate::oplog::{self, LogCursor};
 use crate::report::{MemoryRun, Reaction, SizeRun, Steady};
 use crate::stats;
 use crate::world::{Bench, settled};
+
+/// Seconds the OpenStack requests spent waiting for the client-side limiter (sum).
+const RATE_WAIT_SUM: &str = "openstack_operator_rate_limit_wait_seconds_sum";
+/// Request duration histogram (seconds): its sum and count by operation.
+const DURATION_SUM: &str = "openstack_operator_openstack_api_duration_seconds_sum";
+const DURATION_COUNT: &str = "openstack_operator_openstack_api_duration_seconds_count";
+
+/// Mean request duration (ms) by operation between two scrapes, from the histogram.
+fn mean_latency_ms(before: &Metrics, after: &Metrics) -> BTreeMap<String, f64> {
+    let sums = delta(
+        &before.by_label(DURATION_SUM, "operation"),
+        &after.by_label(DURATION_SUM, "operation"),
+    );
+    let counts = delta(
+        &before.by_label(DURATION_COUNT, "operation"),
+        &after.by_label(DURATION_COUNT, "operation"),
+    );
+    sums.iter()
+        .filter_map(|(op, s)| {
+            counts
+                .get(op)
+                .filter(|c| **c > 0.0)
+                .map(|c| (op.clone(), s / c * 1000.0))
+        })
+        .collect()
+}
 
 /// How long counters may take to settle.
 const SETTLE: Duration = Duration::from_secs(300);
@@ -90,6 +116,7 @@ pub async fn convergence(
     let (reads, writes) = split(&calls);
     let requests = oplog::parse(&cursor.read_new()?);
     let workload = check_workload(bench).await?;
+    let busy_s = requests.iter().map(|r| r.duration_ms as f64).sum::<f64>() / 1000.0;
     let durations = oplog::durations_by_request(&requests);
     let latency_median_ms = durations
         .iter()
@@ -132,6 +159,9 @@ pub async fn convergence(
             0.0
         },
         floor,
+        request_time_s: busy_s,
+        rate_limit_wait_s: after.sum(RATE_WAIT_SUM, &[]) - before.sum(RATE_WAIT_SUM, &[]),
+        mean_in_flight: busy_s / converge_s,
         steady,
         delete_s,
         delete_calls: delta(&before_delete.api_calls(), &after_delete.api_calls()),
@@ -396,6 +426,8 @@ pub async fn memory(
     eprintln!("bench: {flavors} flavors Ready in {converge_s:.1} s");
     let after = settled(op, SETTLE).await?;
     let calls = delta(&before.api_calls(), &after.api_calls());
+    let mean_latency_ms = mean_latency_ms(&before, &after);
+    let rate_limit_wait_s = after.sum(RATE_WAIT_SUM, &[]) - before.sum(RATE_WAIT_SUM, &[]);
     tokio::time::sleep(Duration::from_secs(5)).await;
     let idle = Memory::of(pid)?;
     eprintln!("bench: deleting {flavors} flavors");
@@ -417,5 +449,7 @@ pub async fn memory(
         converge_s,
         delete_s,
         calls,
+        mean_latency_ms,
+        rate_limit_wait_s,
     })
 }
