@@ -1,0 +1,148 @@
+//! Faults: the operator killed with SIGKILL at random points while 20 full tenants converge,
+//! ten times over, then left alone. Everything must converge without duplicates or leaks, and
+//! deleting the tenants (with one more kill in the middle) must leave nothing behind.
+//!
+//! The kill delays come from a seeded random source; the seed is printed and
+//! `E2E_CRASH_SEED=<seed>` replays the same delays.
+
+mod faults_common;
+
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use api::naming::project_group_name;
+use e2e::inventory::{Inventory, Scope};
+use e2e::metrics::is_read_operation;
+use e2e::{EnvOptions, TestEnv};
+use faults_common::*;
+
+const BIN: &str = env!("CARGO_BIN_EXE_openstack-operator");
+/// Tenants applied at once.
+const TENANTS: usize = 20;
+/// Kills while they converge.
+const KILLS: usize = 10;
+/// Kill delay after each start.
+const KILL_AFTER: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(8));
+/// The operator's gauge of reconciles running now.
+const IN_PROGRESS: &str = "openstack_operator_reconcile_in_progress";
+/// Time for everything to converge after the last restart, and for deletions.
+const CONVERGE: Duration = Duration::from_secs(420);
+
+fn elapsed(t: Instant) -> String {
+    format!("{:.1}s", t.elapsed().as_secs_f64())
+}
+
+/// SIGKILL, then start again (not waiting for readiness: the next kill may come first).
+/// Returns whether project reconciles were in flight at the kill, from a scrape just before
+/// (`false` when the process did not serve metrics yet).
+async fn kill_and_restart(env: &TestEnv, what: &str, started: Instant) -> anyhow::Result<bool> {
+    let scrape = tokio::time::timeout(Duration::from_secs(2), env.operator.metrics()).await;
+    env.operator.kill().context("killing the operator")?;
+    let (in_flight, seen) = match scrape {
+        Ok(Ok(m)) => {
+            let n = m.sum(IN_PROGRESS, &[("resource", "OpenstackProject")]);
+            let writes: f64 = m
+                .api_calls()
+                .iter()
+                .filter(|(op, _)| !is_read_operation(op))
+                .fold(0.0, |sum, (_, n)| sum + n);
+            (
+                n > 0.0,
+                format!("{n} project reconciles in flight, {writes} OpenStack writes so far"),
+            )
+        }
+        _ => (false, "no metrics yet".to_string()),
+    };
+    eprintln!("[{}] SIGKILL: {what} ({seen})", elapsed(started));
+    env.operator
+        .restart(Duration::from_secs(20))
+        .await
+        .context("restarting the operator")?;
+    Ok(in_flight)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_loop_converges_without_duplicates_or_leaks() -> anyhow::Result<()> {
+    let (mut rng, seed) = Rng::from_env("E2E_CRASH_SEED")?;
+    let mut opts = EnvOptions::new(BIN, "faults-crash-sigkill-loop");
+    // No periodic resync: with 20 tenants on a slow cloud, resync passes would compete with
+    // the convergence under test (every pass of a tenant reads ~20 times).
+    opts.operator.resync_seconds = 3600;
+    opts.cleanup_timeout = CONVERGE;
+    let env = TestEnv::start("faults_crash", opts).await?;
+    env.run(async |env| {
+        let started = Instant::now();
+        let user = format!("{}@example.com", env.unique("crash"));
+        create_user(env, &user).await?;
+        let prefix = env.unique("crash");
+        let names: Vec<String> = (0..TENANTS).map(|i| format!("{prefix}-{i:02}")).collect();
+        let manifests: Vec<String> = names
+            .iter()
+            .enumerate()
+            .map(|(i, cr)| project_manifest(cr, "Default", &format!("10.77.{i}.0/24"), &user))
+            .collect();
+        env.apply(&manifests.join("\n---\n")).await?;
+        eprintln!(
+            "[{}] applied {TENANTS} OpenstackProjects (seed {seed}, bound user {user})",
+            elapsed(started)
+        );
+
+        let mut mid_reconcile = 0;
+        for k in 1..=KILLS {
+            let delay = rng.duration(KILL_AFTER.0, KILL_AFTER.1);
+            tokio::time::sleep(delay).await;
+            let what = format!("kill {k}/{KILLS}, {delay:?} after start");
+            if kill_and_restart(env, &what, started).await? {
+                mid_reconcile += 1;
+            }
+        }
+        // Otherwise the loop proved nothing (say, an operator too slow to start here).
+        anyhow::ensure!(
+            mid_reconcile > 0,
+            "no kill hit a project reconcile in flight (seed {seed}): the loop tested nothing"
+        );
+        env.operator.wait_ready(Duration::from_secs(120)).await?;
+        let projects = wait_all_ready(env, &names, CONVERGE).await?;
+        eprintln!(
+            "[{}] all {TENANTS} Ready ({mid_reconcile} of {KILLS} kills hit reconciles in flight)",
+            elapsed(started)
+        );
+
+        let cluster = env.operator.cluster_id().to_string();
+        let project_ids: Vec<String> = projects
+            .iter()
+            .filter_map(|p| p.status.as_ref().and_then(|s| s.project_id.clone()))
+            .collect();
+        let spec_names: Vec<String> = projects.iter().map(|p| p.spec.name.clone()).collect();
+        let scope = Scope::new()
+            .project_ids(&project_ids)
+            .project_names(&spec_names);
+        let inv = Inventory::collect_scoped(&env.cloud, &cluster, &scope).await?;
+        eprintln!("[{}] {inv}", elapsed(started));
+        inv.check_no_duplicates()?;
+        without_neutron_defaults(&inv).check_counts(&tenant_counts(TENANTS))?;
+        let mut groups = inv.names(e2e::inventory::GROUP);
+        groups.sort();
+        let mut want: Vec<String> = spec_names.iter().map(|n| project_group_name(n)).collect();
+        want.sort();
+        assert_eq!(groups, want, "one group per project, named after it");
+        for p in &projects {
+            check_converged(p)?;
+            check_status_ids(p, &inv)?;
+        }
+
+        // Deletion, with one more kill while it runs.
+        delete_all(env, &names).await?;
+        let delay = rng.duration(KILL_AFTER.0, KILL_AFTER.1);
+        tokio::time::sleep(delay).await;
+        let what = format!("during deletion, {delay:?} after it began");
+        kill_and_restart(env, &what, started).await?;
+        wait_all_gone(env, &names, CONVERGE).await?;
+        eprintln!("[{}] all {TENANTS} deleted", elapsed(started));
+        let after = Inventory::collect_scoped(&env.cloud, &cluster, &scope).await?;
+        eprintln!("[{}] after deletion: {after}", elapsed(started));
+        after.check_empty()?;
+        Ok(())
+    })
+    .await
+}
