@@ -11,7 +11,8 @@
 //! adapters short.
 
 use std::borrow::Cow;
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
 use std::time::Instant;
 
 use backon::{BackoffBuilder, ExponentialBuilder};
@@ -21,6 +22,7 @@ use openstack_sdk::api::rest_endpoint::prepare_request;
 use openstack_sdk::api::{ApiError, AsyncClient, BodyError, QueryParams, RestEndpoint};
 use openstack_sdk::types::{ApiVersion, ServiceType};
 use openstack_sdk::{AsyncOpenStack, RenewHandle, RestError};
+use openstack_sdk_core::catalog::ServiceEndpoint;
 use serde::de::DeserializeOwned;
 use tracing::{debug, info, warn};
 
@@ -298,6 +300,14 @@ struct CoreInner {
     limiter: RateLimiter,
     opts: ClientOptions,
     cloud: String,
+    /// Discovered (versioned) endpoints. The SDK forgets what it discovered
+    /// whenever a 401 makes it re-authenticate: it reprocesses the new
+    /// token's catalog, whose Glance and Neutron URLs carry no version, so
+    /// every later request would go to `/networks` (404) or `/images`
+    /// (300). Requests are built on these instead.
+    endpoints: RwLock<HashMap<Service, ServiceEndpoint>>,
+    /// One discovery at a time.
+    discovery: tokio::sync::Mutex<()>,
     /// Background token renewal; aborted when the core is dropped.
     _renew: Option<RenewHandle>,
 }
@@ -340,15 +350,24 @@ impl Core {
             .connect()
             .await
             .map_err(|e| connect_error(&cloud, &e))?;
+        let mut endpoints = HashMap::new();
         for svc in [
             Service::Compute,
             Service::Image,
             Service::Network,
             Service::BlockStorage,
         ] {
-            // A missing service only fails the calls that need it.
-            if let Err(e) = os.discover_service_endpoint(&svc.sdk_type()).await {
-                warn!(cloud = %cloud, service = svc.label(), error = %e, "endpoint discovery failed");
+            // A missing service only fails the calls that need it; one that
+            // is down is discovered again at its first call.
+            match os.discover_service_endpoint(&svc.sdk_type()).await {
+                Ok(()) => {
+                    if let Ok(ep) = os.get_service_endpoint(&svc.sdk_type(), None).await {
+                        endpoints.insert(svc, ep);
+                    }
+                }
+                Err(e) => {
+                    warn!(cloud = %cloud, service = svc.label(), error = %e, "endpoint discovery failed");
+                }
             }
         }
         let renew = os.get_auth_info().and_then(|info| {
@@ -367,6 +386,8 @@ impl Core {
                 os,
                 opts,
                 cloud,
+                endpoints: RwLock::new(endpoints),
+                discovery: tokio::sync::Mutex::new(()),
                 _renew: renew,
             }),
         })
@@ -423,11 +444,7 @@ impl Core {
         let op = req.operation;
         let metrics = &inner.opts.metrics;
 
-        let ep = inner
-            .os
-            .get_service_endpoint(&req.service.sdk_type(), None)
-            .await
-            .map_err(|e| Error::config(format!("{ctx}: no usable {service} endpoint: {e}")))?;
+        let ep = self.endpoint(req.service, ctx).await?;
         let url = ep
             .build_request_url(&req.path)
             .map_err(|e| Error::config(format!("{ctx}: cannot build URL for {}: {e}", req.path)))?;
@@ -565,6 +582,66 @@ impl Core {
         }
     }
 
+    fn cached_endpoint(&self, svc: Service) -> Option<ServiceEndpoint> {
+        self.inner
+            .endpoints
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&svc)
+            .cloned()
+    }
+
+    /// The service's discovered endpoint: cached (see [`CoreInner`]'s
+    /// `endpoints`), else discovered now and cached. Keystone's catalog URL
+    /// is versioned and the SDK keeps it across re-authentications, so it
+    /// comes from the SDK. A failed discovery (the service is down) is
+    /// transient; a service missing from the catalog is a configuration
+    /// error.
+    async fn endpoint(&self, svc: Service, ctx: &str) -> Result<ServiceEndpoint> {
+        let os = &self.inner.os;
+        let lookup = async || {
+            os.get_service_endpoint(&svc.sdk_type(), None)
+                .await
+                .map_err(|e| {
+                    Error::config(format!("{ctx}: no usable {} endpoint: {e}", svc.label()))
+                })
+        };
+        if svc == Service::Identity {
+            return lookup().await;
+        }
+        if let Some(ep) = self.cached_endpoint(svc) {
+            return Ok(ep);
+        }
+        let _turn = self.inner.discovery.lock().await;
+        if let Some(ep) = self.cached_endpoint(svc) {
+            return Ok(ep);
+        }
+        let discovered = os.discover_service_endpoint(&svc.sdk_type()).await;
+        let ep = lookup().await?;
+        if let Err(e) = discovered {
+            // A catalog URL with a version works without discovery (some
+            // services publish no version document); without one, requests
+            // would meet 404s that read as "object gone". Try again next time.
+            if !url_has_version(ep.url()) {
+                return Err(Error::Transient {
+                    message: format!(
+                        "{ctx}: {} version discovery failed and its catalog URL {} names no version: {e}",
+                        svc.label(),
+                        ep.url()
+                    ),
+                });
+            }
+            warn!(cloud = %self.inner.cloud, service = svc.label(), error = %e, "endpoint discovery failed; using the versioned catalog URL");
+        }
+        self.inner
+            .endpoints
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(svc, ep.clone());
+        info!(cloud = %self.inner.cloud, service = svc.label(), "endpoint discovered");
+        Ok(ep)
+    }
+
     /// GET a collection following `next` links (Nova/Neutron
     /// `<key>_links`, Glance `next`), one request (and permit) per page.
     pub async fn list_all<T: DeserializeOwned>(&self, req: Request, key: &str) -> Result<Vec<T>> {
@@ -600,6 +677,19 @@ impl Core {
         }
         Ok(out)
     }
+}
+
+/// Whether a URL's path names an API version (`/v2.0`, `/v3/<project>`).
+fn url_has_version(url: &url::Url) -> bool {
+    url.path_segments().is_some_and(|mut segs| {
+        segs.any(|s| {
+            s.strip_prefix('v').is_some_and(|n| {
+                !n.is_empty()
+                    && n.chars().all(|c| c.is_ascii_digit() || c == '.')
+                    && n.starts_with(|c: char| c.is_ascii_digit())
+            })
+        })
+    })
 }
 
 /// The `next` link of a paginated response, if any.
@@ -664,6 +754,21 @@ fn connect_error(cloud: &str, e: &openstack_sdk::OpenStackError) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn versioned_urls() {
+        for (u, v) in [
+            ("http://h:9696", false),
+            ("http://h:9292/", false),
+            ("http://h:9696/v2.0", true),
+            ("http://h:8776/v3/abc123", true),
+            ("http://h/compute/v2.1", true),
+            ("http://h/volume", false),
+            ("http://h/v", false),
+        ] {
+            assert_eq!(url_has_version(&url::Url::parse(u).unwrap()), v, "{u}");
+        }
+    }
 
     #[test]
     fn next_links() {
