@@ -64,7 +64,25 @@ fn to_u(v: i64) -> u64 {
     u64::try_from(v).unwrap_or(0)
 }
 
-fn create_request(spec: &OpenstackFlavorSpec) -> FlavorCreate {
+fn create_request(spec: &OpenstackFlavorSpec, owner: &Owner) -> FlavorCreate {
+    let mut req = sized_request(spec);
+    req.id = Some(derived_flavor_id(
+        owner,
+        &req.name,
+        [
+            u64::from(req.vcpus),
+            req.ram_mb,
+            req.disk_gb,
+            req.ephemeral_gb,
+            req.swap_mb,
+            u64::from(req.is_public),
+        ],
+    ));
+    req
+}
+
+/// The spec as a create request without an ID.
+fn sized_request(spec: &OpenstackFlavorSpec) -> FlavorCreate {
     FlavorCreate {
         name: spec.name.clone(),
         id: None,
@@ -75,6 +93,43 @@ fn create_request(spec: &OpenstackFlavorSpec) -> FlavorCreate {
         swap_mb: to_u(spec.swap),
         is_public: spec.is_public,
         description: (!spec.description.is_empty()).then(|| spec.description.clone()),
+    }
+}
+
+/// The ID we give a flavor we create: a UUID derived from the owner and the flavor's
+/// immutable attributes. Our mark is an extra spec, written by a second call after the
+/// create; a flavor left without it (the operator stopped between the two calls) is still
+/// recognised as ours by its ID, and a replacement with other sizes gets another ID.
+pub fn derived_flavor_id(owner: &Owner, name: &str, sizes: [u64; 6]) -> String {
+    let key = format!(
+        "openstack-operator/flavor/{}/{}/{name}/{sizes:?}",
+        owner.cluster, owner.uid
+    );
+    uuid::Uuid::new_v5(&uuid::Uuid::NAMESPACE_URL, key.as_bytes()).to_string()
+}
+
+/// Who owns a flavor: its mark, or for an unmarked flavor, whether its ID is the one we derive
+/// for it.
+pub fn classify_flavor(owner: &Owner, f: &Flavor) -> Ownership {
+    match owner.classify_flavor_mark(f.extra_specs.get(FLAVOR_OWNER_SPEC).map(String::as_str)) {
+        Ownership::Foreign
+            if f.id
+                == derived_flavor_id(
+                    owner,
+                    &f.name,
+                    [
+                        u64::from(f.vcpus),
+                        f.ram_mb,
+                        f.disk_gb,
+                        f.ephemeral_gb,
+                        f.swap_mb,
+                        u64::from(f.is_public),
+                    ],
+                ) =>
+        {
+            Ownership::Ours
+        }
+        other => other,
     }
 }
 
@@ -106,7 +161,7 @@ pub fn diff_extra_specs(
 
 /// The immutable attributes that differ between spec and flavor.
 pub fn immutable_changes(spec: &OpenstackFlavorSpec, f: &Flavor) -> Vec<&'static str> {
-    let want = create_request(spec);
+    let want = sized_request(spec);
     let mut changed = Vec::new();
     if f.vcpus != want.vcpus {
         changed.push("vcpus");
@@ -138,10 +193,9 @@ pub fn plan(
 ) -> Result<FlavorPlan> {
     let desired = desired_extra_specs(spec, owner);
     let Some(f) = observed else {
-        return Ok(FlavorPlan::Create(create_request(spec), desired));
+        return Ok(FlavorPlan::Create(create_request(spec, owner), desired));
     };
-    let ownership =
-        owner.classify_flavor_mark(f.extra_specs.get(FLAVOR_OWNER_SPEC).map(String::as_str));
+    let ownership = classify_flavor(owner, f);
     let adopt = may_take_over(
         &ownership,
         spec.adopt,
@@ -163,7 +217,7 @@ pub fn plan(
         }
         return Ok(FlavorPlan::Recreate {
             old: f.id.clone(),
-            create: create_request(spec),
+            create: create_request(spec, owner),
             extra_specs: desired,
             changed,
         });
@@ -340,9 +394,7 @@ impl Managed for OpenstackFlavor {
             None => compute.find_flavor(&self.spec.name).await?,
         };
         let Some(f) = found else { return Ok(()) };
-        if owner.classify_flavor_mark(f.extra_specs.get(FLAVOR_OWNER_SPEC).map(String::as_str))
-            != Ownership::Ours
-        {
+        if classify_flavor(&owner, &f) != Ownership::Ours {
             return Ok(());
         }
         if should_delete(self.spec.deletion_policy, status.adopted.unwrap_or(false)) {
@@ -474,5 +526,55 @@ mod tests {
                 adopt: false
             }
         );
+    }
+
+    #[test]
+    fn an_unmarked_flavor_with_our_derived_id_is_ours() {
+        // The operator stopped between the create and the mark: the flavor has our ID only.
+        let FlavorPlan::Create(req, _) = plan(&spec(), None, &owner(), false).unwrap() else {
+            panic!("a missing flavor is created")
+        };
+        let id = req.id.clone().unwrap();
+        let mut f = flavor(&[]);
+        f.id = id.clone();
+        assert_eq!(classify_flavor(&owner(), &f), Ownership::Ours);
+        match plan(&spec(), Some(&f), &owner(), false).unwrap() {
+            FlavorPlan::Update {
+                id: got,
+                extra_specs,
+                adopt,
+                ..
+            } => {
+                assert_eq!(got, id);
+                assert!(!adopt, "ours, not adopted");
+                assert_eq!(
+                    extra_specs.set.get(FLAVOR_OWNER_SPEC).map(String::as_str),
+                    Some("c/u"),
+                    "the missing mark is written"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        // Another owner, or other sizes, derive other IDs: such a flavor stays foreign.
+        let other = Owner {
+            cluster: "c".into(),
+            uid: "v".into(),
+        };
+        assert_eq!(classify_flavor(&other, &f), Ownership::Foreign);
+        assert!(matches!(
+            plan(&spec(), Some(&f), &other, false),
+            Err(ReconcileError::NotOwned(_))
+        ));
+        let mut bigger = spec();
+        bigger.ram = 8192;
+        let FlavorPlan::Create(req2, _) = plan(&bigger, None, &owner(), false).unwrap() else {
+            panic!()
+        };
+        assert_ne!(req2.id, Some(id), "a replacement gets a new ID");
+        // A hand-made flavor of the same name without our mark is never taken.
+        assert!(matches!(
+            plan(&spec(), Some(&flavor(&[])), &owner(), false),
+            Err(ReconcileError::NotOwned(_))
+        ));
     }
 }
