@@ -269,35 +269,25 @@ async fn inventory(
 }
 
 /// Converged with faults: the inventory is exactly the tenant, the faults fired, every
-/// request went through the proxy; then everything is deleted (with the rules still on) and
-/// nothing is left.
+/// request went through the proxy; then everything is deleted (with the rules still on, and
+/// `before_delete` added, which must fire too) and nothing is left.
 async fn converge_check_delete(
     env: &TestEnv,
     proxy: &CloudProxy,
     t: &Tenant,
     rules: &[RuleId],
     exact_through_proxy: bool,
+    before_delete: Vec<Rule>,
 ) -> anyhow::Result<()> {
     let inv = converge(env, t).await?;
     eprintln!("{inv}");
     inv.check_counts(&t.expected())?;
-    let fired: BTreeMap<RuleId, u64> = rules.iter().map(|id| (*id, proxy.fired(*id))).collect();
     eprintln!(
         "faults:\n{}\nupstream writes: {:#?}",
         rules_table(&proxy.rules()),
         upstream_writes(&proxy.requests())
     );
-    let silent: Vec<&RuleId> = fired
-        .iter()
-        .filter(|(_, n)| **n == 0)
-        .map(|(id, _)| id)
-        .collect();
-    anyhow::ensure!(
-        silent.is_empty(),
-        "rules {silent:?} never fired:\n{}\nrequests:\n{}",
-        rules_table(&proxy.rules()),
-        log_table(&proxy.requests())
-    );
+    all_fired(proxy, rules)?;
     let attempts =
         check_all_through_proxy(env, proxy, exact_through_proxy, Duration::from_secs(60)).await?;
     for s in ["identity", "network", "compute", "image", "block_storage"] {
@@ -311,9 +301,32 @@ async fn converge_check_delete(
         let p: OpenstackProject = env.get(&t.project).await?;
         p.status.and_then(|s| s.project_id)
     };
+    let mut delete_rules = Vec::new();
+    for r in before_delete {
+        delete_rules.push(proxy.add_rule(r)?);
+    }
     delete_all(env, t).await?;
+    eprintln!("faults at deletion:\n{}", rules_table(&proxy.rules()));
+    all_fired(proxy, &delete_rules)?;
     let left = inventory(env, t, project_id).await?;
     left.check_empty()
+}
+
+/// Every rule fired at least once.
+fn all_fired(proxy: &CloudProxy, rules: &[RuleId]) -> anyhow::Result<()> {
+    let fired: BTreeMap<RuleId, u64> = rules.iter().map(|id| (*id, proxy.fired(*id))).collect();
+    let silent: Vec<&RuleId> = fired
+        .iter()
+        .filter(|(_, n)| **n == 0)
+        .map(|(id, _)| id)
+        .collect();
+    anyhow::ensure!(
+        silent.is_empty(),
+        "rules {silent:?} never fired:\n{}\nrequests:\n{}",
+        rules_table(&proxy.rules()),
+        log_table(&proxy.requests())
+    );
+    Ok(())
 }
 
 async fn delete_all(env: &TestEnv, t: &Tenant) -> anyhow::Result<()> {
@@ -401,19 +414,20 @@ async fn transient_errors_on_every_service() -> anyhow::Result<()> {
             .name("any drop")
             .probability(0.05, 7)
             .times(3))?;
-        converge_check_delete(env, &proxy, &t, &rules, true).await
+        converge_check_delete(env, &proxy, &t, &rules, true, Vec::new()).await
     })
     .await
 }
 
 /// Every create the operator makes is forwarded and its answer lost once (502 or a dropped
-/// connection, alternately): the upstream did the work, the operator does not know.
+/// connection, alternately): the upstream did the work, the operator does not know. Then the
+/// same for every delete.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lost_responses_on_creates_make_no_duplicates() -> anyhow::Result<()> {
     let (env, proxy) = start("lost_responses").await?;
     run_proxied(env, &proxy, async |env| {
         let t = Tenant::new(env, 1);
-        let creates: [(&str, &str, &str, &str); 13] = [
+        let creates = [
             ("domain", "identity", "POST", "^/v3/domains$"),
             ("project", "identity", "POST", "^/v3/projects$"),
             ("group", "identity", "POST", "^/v3/groups$"),
@@ -444,31 +458,98 @@ async fn lost_responses_on_creates_make_no_duplicates() -> anyhow::Result<()> {
                 "POST",
                 "^/v2.0/security-group-rules$",
             ),
+            (
+                "neutron tags",
+                "network",
+                "PUT",
+                "^/v2.0/[a-z-]+/[^/]+/tags$",
+            ),
             ("flavor", "compute", "POST", "^/v2.1/flavors$"),
+            (
+                "flavor extra specs",
+                "compute",
+                "POST",
+                "^/v2.1/flavors/[^/]+/os-extra_specs$",
+            ),
             ("image", "image", "POST", "^/v2/images$"),
             ("image import", "image", "POST", "^/v2/images/[^/]+/import$"),
         ];
         let mut rules = Vec::new();
-        for (i, (what, service, method, path)) in creates.into_iter().enumerate() {
-            let action = if i % 2 == 0 {
-                Action::lose_response_502()
-            } else {
-                Action::lose_response_drop()
-            };
-            rules.push(
-                proxy.add_rule(
-                    Rule::new(action)
-                        .name(format!("lost {what}"))
-                        .service(service)
-                        .method(method)
-                        .path_regex(path)
-                        .first(1),
-                )?,
-            );
+        for (i, c) in creates.into_iter().enumerate() {
+            rules.push(proxy.add_rule(lost(i, c))?);
         }
-        converge_check_delete(env, &proxy, &t, &rules, true).await
+        // Deletion walks the same objects back; each delete's answer is lost once too.
+        let deletes = [
+            (
+                "router interface removal",
+                "network",
+                "PUT",
+                "^/v2.0/routers/[^/]+/remove_router_interface$",
+            ),
+            (
+                "router delete",
+                "network",
+                "DELETE",
+                "^/v2.0/routers/[^/]+$",
+            ),
+            (
+                "subnet delete",
+                "network",
+                "DELETE",
+                "^/v2.0/subnets/[^/]+$",
+            ),
+            (
+                "network delete",
+                "network",
+                "DELETE",
+                "^/v2.0/networks/[^/]+$",
+            ),
+            (
+                "security group delete",
+                "network",
+                "DELETE",
+                "^/v2.0/security-groups/[^/]+$",
+            ),
+            (
+                "project delete",
+                "identity",
+                "DELETE",
+                "^/v3/projects/[^/]+$",
+            ),
+            ("group delete", "identity", "DELETE", "^/v3/groups/[^/]+$"),
+            (
+                "flavor delete",
+                "compute",
+                "DELETE",
+                "^/v2.1/flavors/[^/]+$",
+            ),
+            ("image delete", "image", "DELETE", "^/v2/images/[^/]+$"),
+            ("domain delete", "identity", "DELETE", "^/v3/domains/[^/]+$"),
+        ];
+        let before_delete = deletes
+            .into_iter()
+            .enumerate()
+            .map(|(i, d)| lost(i, d))
+            .collect();
+        converge_check_delete(env, &proxy, &t, &rules, true, before_delete).await
     })
     .await
+}
+
+/// Loses the answer of the first request matching `(what, service, method, path regex)`,
+/// with a 502 for even `i`, a dropped connection for odd `i`.
+fn lost(i: usize, (what, service, method, path): (&str, &str, &str, &str)) -> Rule {
+    let action = if i % 2 == 0 {
+        Action::lose_response_502()
+    } else {
+        Action::lose_response_drop()
+    };
+    Rule::new(action)
+        .name(format!("lost {what}"))
+        .service(service)
+        .method(method)
+        .path_regex(path)
+        .first(1)
 }
 
 /// Keystone revokes the operator's token in the middle of its work (a Keystone write, then
@@ -506,7 +587,7 @@ async fn token_revoked_mid_reconcile() -> anyhow::Result<()> {
         ] {
             rules.push(proxy.add_rule(r)?);
         }
-        converge_check_delete(env, &proxy, &t, &rules, false).await?;
+        converge_check_delete(env, &proxy, &t, &rules, false, Vec::new()).await?;
         let rejected = proxy
             .requests()
             .iter()
@@ -535,7 +616,7 @@ async fn neutron_latency() -> anyhow::Result<()> {
                 .name("neutron +2s")
                 .service("network"),
         )?;
-        converge_check_delete(env, &proxy, &t, &[id], true).await
+        converge_check_delete(env, &proxy, &t, &[id], true, Vec::new()).await
     })
     .await
 }
