@@ -539,7 +539,7 @@ async fn lost_responses_on_creates_make_no_duplicates() -> anyhow::Result<()> {
 /// Loses the answer of the first request matching `(what, service, method, path regex)`,
 /// with a 502 for even `i`, a dropped connection for odd `i`.
 fn lost(i: usize, (what, service, method, path): (&str, &str, &str, &str)) -> Rule {
-    let action = if i % 2 == 0 {
+    let action = if i.is_multiple_of(2) {
         Action::lose_response_502()
     } else {
         Action::lose_response_drop()
