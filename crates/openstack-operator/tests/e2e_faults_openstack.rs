@@ -7,9 +7,9 @@
 //! unmarked), deletes it all and checks that nothing is left.
 //!
 //! Scenarios: transient errors on every service (500, 503, 429 with Retry-After, dropped
-//! connections); lost responses on every create the operator makes; token revocation in
-//! Keystone mid-reconcile; 2 s of latency on every Neutron request; every second router
-//! create failing.
+//! connections); lost responses on every create and delete the operator makes; token
+//! revocation in Keystone mid-reconcile; 2 s of latency on every Neutron request; every second
+//! router create failing; a flavor whose marking fails after its create.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -653,6 +653,33 @@ async fn every_second_router_create_fails() -> anyhow::Result<()> {
             .and_then(|s| s.project_id);
         delete_all(env, &t).await?;
         inventory(env, &t, project_id).await?.check_empty()
+    })
+    .await
+}
+
+/// The flavor is created, then setting its extra specs (which carry the ownership mark) fails
+/// four times in a row (the client's three retries included), so the pass fails after Nova made
+/// the flavor, unmarked: the next pass still recognises it as ours (by its derived ID) and
+/// converges instead of refusing it as not owned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flavor_marking_fails_after_create() -> anyhow::Result<()> {
+    let (env, proxy) = start("flavor_marking").await?;
+    run_proxied(env, &proxy, async |env| {
+        let t = Tenant::new(env, 0);
+        let id = proxy.add_rule(
+            Rule::new(Action::status(503))
+                .name("extra specs refused")
+                .service("compute")
+                .method("POST")
+                .path_regex("^/v2.1/flavors/[^/]+/os-extra_specs$")
+                .first(4),
+        )?;
+        env.apply(&t.flavor_yaml()).await?;
+        env.wait_ready::<OpenstackFlavor>(&t.flavor, Duration::from_secs(120))
+            .await?;
+        anyhow::ensure!(proxy.fired(id) == 4, "{}", rules_table(&proxy.rules()));
+        env.delete_and_wait::<OpenstackFlavor>(&t.flavor, READY)
+            .await
     })
     .await
 }
