@@ -278,3 +278,90 @@ async fn lost_flavor_create_is_recovered_and_refused_one_fails() {
     assert!(e.is_transient(), "{e}");
     assert!(found_refused.is_none(), "a refused create made nothing");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_create_whose_lookup_fails_is_tagged_by_the_next_list() {
+    if skipped() {
+        return;
+    }
+    let (proxy, via_proxy, _dir) = proxied().await;
+    let (direct, _core) = common::cloud().await;
+    let project = direct
+        .identity
+        .create_project(&ProjectCreate {
+            name: unique("lostproj"),
+            domain_id: DEFAULT_DOMAIN.into(),
+            description: "lost create tests".into(),
+            enabled: true,
+            tags: vec![],
+        })
+        .await
+        .expect("a project");
+    let pid = Some(project.id.clone());
+    let tags = vec![MARK.to_string(), unique("owner")];
+    let lost = lose(&proxy, "^/v2.0/networks$", false);
+    // The lookup after the lost answer fails: 503 on every attempt (the client retries 3 times).
+    let refused = proxy
+        .add_rule(
+            Rule::new(Action::status(503))
+                .method("GET")
+                .path_regex("^/v2.0/networks(\\?|$)")
+                .first(4),
+        )
+        .expect("adding a rule");
+    let name = unique("lostnet");
+    let created = via_proxy
+        .network
+        .create_network(&NetworkCreate {
+            name: name.clone(),
+            project_id: pid.clone(),
+            tags: tags.clone(),
+            ..Default::default()
+        })
+        .await;
+    let filter = NetworkFilter {
+        project_id: pid.clone(),
+        ..Default::default()
+    };
+    let right_after = direct.network.list_networks(&filter).await;
+    // The next list through the adapter looks again and tags what the create made.
+    let listed = via_proxy.network.list_networks(&filter).await;
+    let in_the_end = direct.network.list_networks(&filter).await;
+
+    for n in in_the_end.as_ref().map(Vec::as_slice).unwrap_or_default() {
+        let _ = direct.network.delete_network(&n.id).await.optional();
+    }
+    for g in direct
+        .network
+        .list_security_groups(&SecurityGroupFilter {
+            project_id: pid.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_or_default()
+    {
+        let _ = direct.network.delete_security_group(&g.id).await.optional();
+    }
+    let _ = direct.identity.delete_project(&project.id).await.optional();
+
+    assert_eq!((proxy.fired(lost), proxy.fired(refused)), (1, 4));
+    let e = created.expect_err("the create fails: its answer and the lookup were lost");
+    assert!(e.is_transient(), "{e}");
+    let right_after = right_after.expect("listing directly");
+    assert_eq!(
+        right_after.len(),
+        1,
+        "Neutron made the network: {right_after:?}"
+    );
+    assert!(right_after[0].tags.is_empty(), "untagged at first");
+    let listed = listed.expect("the list through the adapter");
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    let mut have = listed[0].tags.clone();
+    have.sort();
+    let mut want = tags.clone();
+    want.sort();
+    assert_eq!(have, want, "the list already shows it tagged");
+    let in_the_end = in_the_end.expect("listing directly");
+    assert_eq!(in_the_end.len(), 1, "still one network: {in_the_end:?}");
+    assert_eq!(in_the_end[0].name, name);
+}

@@ -17,7 +17,10 @@
 //!   an untagged object with the requested name (in the requested project or
 //!   network) created no earlier than shortly before the request was sent.
 //!   Exactly one: it is the one the request made, and is tagged and returned
-//!   as if the answer had arrived; none (or several): the error stands.
+//!   as if the answer had arrived; none (or several): the error stands. When
+//!   that lookup fails too (Neutron unreachable), the create is remembered and
+//!   the next list or create of the same collection looks again and tags what
+//!   it made, before the caller sees the list.
 //! - A gateway outside the subnet's CIDR is accepted at creation; attaching
 //!   such a subnet to a router then fails with 400 `InvalidIpForSubnet`.
 //!   A gateway inside an allocation pool is 409
@@ -40,7 +43,7 @@
 //!   Keystone); unknown quota keys and values below -1 are 400.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use serde::Deserialize;
@@ -64,12 +67,29 @@ pub(crate) fn adapter(core: Core) -> Arc<dyn Network> {
 #[derive(Clone, Debug)]
 pub struct NetworkAdapter {
     core: Core,
+    /// Creates whose answer was lost and whose outcome could not be looked up
+    /// yet (see the module docs).
+    pending: Arc<Mutex<Vec<PendingCreate>>>,
+}
+
+/// A create whose answer was lost while the lookup for what it made failed.
+#[derive(Clone, Debug)]
+struct PendingCreate {
+    /// Operation label for the tagging call.
+    op: &'static str,
+    collection: &'static str,
+    filters: Vec<(&'static str, String)>,
+    since: jiff::Timestamp,
+    tags: Vec<String>,
 }
 
 impl NetworkAdapter {
     /// Neutron on `core`.
     pub fn new(core: Core) -> Self {
-        Self { core }
+        Self {
+            core,
+            pending: Arc::default(),
+        }
     }
 
     /// Send and decode the object under `key`.
@@ -156,60 +176,160 @@ fn lost_create_candidates(items: &[Value], since: jiff::Timestamp) -> Vec<String
         .collect()
 }
 
+/// What a create of `collection` named `name` looks for after a lost answer.
+fn pending(
+    op: &'static str,
+    collection: &'static str,
+    name: &str,
+    tags: &[String],
+) -> PendingCreate {
+    PendingCreate {
+        op,
+        collection,
+        filters: vec![("name", name.to_string())],
+        since: jiff::Timestamp::now(),
+        tags: tags.to_vec(),
+    }
+}
+
+impl PendingCreate {
+    fn filter(mut self, key: &'static str, value: Option<&str>) -> Self {
+        if let Some(v) = value {
+            self.filters.push((key, v.to_string()));
+        }
+        self
+    }
+}
+
 impl NetworkAdapter {
     /// POST a create; when its answer is lost, find the object it made (see
-    /// the module docs) and return that instead of the error.
+    /// the module docs) and return that instead of the error. When the lookup
+    /// fails too, the create is remembered and settled by the next list or
+    /// create of that collection.
     async fn create_object<W: DeserializeOwned>(
         &self,
         r: &Request,
         key: &str,
-        collection: &str,
-        filters: &[(&str, Option<&str>)],
+        pending: PendingCreate,
     ) -> Result<W> {
+        // An earlier lost create of the same object, found now, is the answer.
+        let settled = self.settle_pending(pending.collection).await;
+        if let Some((_, o)) = settled
+            .into_iter()
+            .find(|(p, _)| p.filters == pending.filters)
+        {
+            return serde_json::from_value(o).map_err(|e| {
+                Error::unexpected(format!("{}: cannot decode {key:?}: {e}", r.context()))
+            });
+        }
         let since = jiff::Timestamp::now();
         let err = match self.fetch::<W>(r, key).await {
             Ok(w) => return Ok(w),
             Err(e) if maybe_executed(&e) => e,
             Err(e) => return Err(e),
         };
-        let mut list = Request::get(S, "find_lost_create", collection);
-        for (k, v) in filters {
-            if let Some(v) = v {
-                list = list.query(*k, *v);
+        let pending = PendingCreate { since, ..pending };
+        match self.find_lost_create(&pending).await {
+            Ok(Some(o)) => {
+                warn!(
+                    collection = pending.collection,
+                    id = o["id"].as_str().unwrap_or_default(),
+                    error = %err,
+                    "the answer of a create was lost; it was carried out: using the object it made"
+                );
+                serde_json::from_value(o).map_err(|e| {
+                    Error::unexpected(format!("{}: cannot decode {key:?}: {e}", r.context()))
+                })
+            }
+            Ok(None) => Err(err),
+            Err(find) => {
+                warn!(
+                    collection = pending.collection,
+                    error = %find,
+                    "cannot look for the object of a create whose answer was lost; looking again later"
+                );
+                self.lock_pending().push(pending);
+                Err(err)
             }
         }
-        let items: Vec<Value> = match self
+    }
+
+    fn lock_pending(&self) -> std::sync::MutexGuard<'_, Vec<PendingCreate>> {
+        self.pending.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The one untagged object with the create's name (and project or
+    /// network) created since the create was sent; `None` when there is none
+    /// or more than one.
+    async fn find_lost_create(&self, p: &PendingCreate) -> Result<Option<Value>> {
+        let mut list = Request::get(S, "find_lost_create", p.collection);
+        for (k, v) in &p.filters {
+            list = list.query(*k, v.as_str());
+        }
+        let items: Vec<Value> = self
             .core
-            .list_all(list, &collection.replace('-', "_"))
-            .await
-        {
-            Ok(items) => items,
-            Err(find) => {
-                warn!(collection, error = %find, "cannot look for the object of a create whose answer was lost");
-                return Err(err);
-            }
-        };
-        let ids = lost_create_candidates(&items, since);
+            .list_all(list, &p.collection.replace('-', "_"))
+            .await?;
+        let ids = lost_create_candidates(&items, p.since);
         let [id] = ids.as_slice() else {
             if ids.len() > 1 {
                 warn!(
-                    collection,
+                    collection = p.collection,
                     ?ids,
                     "several untagged objects may come from one lost create; using none"
                 );
             }
-            return Err(err);
+            return Ok(None);
         };
-        warn!(collection, id, error = %err, "the answer of a create was lost; it was carried out: using the object it made");
-        match items
+        Ok(items
             .into_iter()
-            .find(|o| o["id"].as_str() == Some(id.as_str()))
-        {
-            Some(o) => serde_json::from_value(o).map_err(|e| {
-                Error::unexpected(format!("{}: cannot decode {key:?}: {e}", r.context()))
-            }),
-            None => Err(err),
+            .find(|o| o["id"].as_str() == Some(id.as_str())))
+    }
+
+    /// Looks again for what remembered creates of `collection` made and tags
+    /// it, so the caller's list sees it as the create's owner would; returns
+    /// the objects tagged (as they were before the tags).
+    async fn settle_pending(&self, collection: &str) -> Vec<(PendingCreate, Value)> {
+        let mut settled = Vec::new();
+        let todo: Vec<PendingCreate> = {
+            let mut all = self.lock_pending();
+            if all.is_empty() {
+                return settled;
+            }
+            let (mine, rest) = std::mem::take(&mut *all)
+                .into_iter()
+                .partition(|p| p.collection == collection);
+            *all = rest;
+            mine
+        };
+        for p in todo {
+            let keep = match self.find_lost_create(&p).await {
+                Ok(Some(o)) => {
+                    let id = o["id"].as_str().unwrap_or_default().to_string();
+                    match self.put_tags(p.op, p.collection, &id, &p.tags).await {
+                        Ok(()) => {
+                            settled.push((p.clone(), o));
+                            warn!(
+                                collection,
+                                id, "tagged the object of an earlier create whose answer was lost"
+                            );
+                            false
+                        }
+                        Err(e) => {
+                            warn!(collection, id, error = %e, "cannot tag the object of an earlier lost create yet");
+                            true
+                        }
+                    }
+                }
+                // Nothing was made (or it cannot be told apart): nothing to do.
+                Ok(None) => false,
+                Err(_) => true,
+            };
+            if keep {
+                self.lock_pending().push(p);
+            }
         }
+        settled
     }
 }
 
@@ -712,6 +832,7 @@ impl Network for NetworkAdapter {
     }
 
     async fn list_networks(&self, filter: &NetworkFilter) -> Result<Vec<crate::model::Network>> {
+        self.settle_pending("networks").await;
         let r = Request::get(S, "list_networks", "networks")
             .query_opt("name", filter.name.clone())
             .query_opt("project_id", filter.project_id.clone())
@@ -724,12 +845,10 @@ impl Network for NetworkAdapter {
 
     async fn create_network(&self, req: &NetworkCreate) -> Result<crate::model::Network> {
         let r = Request::post(S, "create_network", "networks").json(&network_create_body(req))?;
-        let filters = [
-            ("name", Some(req.name.as_str())),
-            ("project_id", req.project_id.as_deref()),
-        ];
+        let pending = pending("create_network", "networks", &req.name, &req.tags)
+            .filter("project_id", req.project_id.as_deref());
         let mut net: crate::model::Network = self
-            .create_object::<WireNetwork>(&r, "network", "networks", &filters)
+            .create_object::<WireNetwork>(&r, "network", pending)
             .await?
             .into();
         self.tag_new("create_network", "networks", &net.id, &req.tags)
@@ -759,6 +878,7 @@ impl Network for NetworkAdapter {
     }
 
     async fn list_subnets(&self, filter: &SubnetFilter) -> Result<Vec<Subnet>> {
+        self.settle_pending("subnets").await;
         let r = Request::get(S, "list_subnets", "subnets")
             .query_opt("network_id", filter.network_id.clone())
             .query_opt("name", filter.name.clone())
@@ -770,12 +890,10 @@ impl Network for NetworkAdapter {
 
     async fn create_subnet(&self, req: &SubnetCreate) -> Result<Subnet> {
         let r = Request::post(S, "create_subnet", "subnets").json(&subnet_create_body(req))?;
-        let filters = [
-            ("name", Some(req.name.as_str())),
-            ("network_id", Some(req.network_id.as_str())),
-        ];
+        let pending = pending("create_subnet", "subnets", &req.name, &req.tags)
+            .filter("network_id", Some(req.network_id.as_str()));
         let mut subnet: Subnet = self
-            .create_object::<WireSubnet>(&r, "subnet", "subnets", &filters)
+            .create_object::<WireSubnet>(&r, "subnet", pending)
             .await?
             .into();
         self.tag_new("create_subnet", "subnets", &subnet.id, &req.tags)
@@ -805,6 +923,7 @@ impl Network for NetworkAdapter {
     }
 
     async fn list_routers(&self, filter: &RouterFilter) -> Result<Vec<Router>> {
+        self.settle_pending("routers").await;
         let r = Request::get(S, "list_routers", "routers")
             .query_opt("name", filter.name.clone())
             .query_opt("project_id", filter.project_id.clone());
@@ -815,12 +934,10 @@ impl Network for NetworkAdapter {
 
     async fn create_router(&self, req: &RouterCreate) -> Result<Router> {
         let r = Request::post(S, "create_router", "routers").json(&router_create_body(req))?;
-        let filters = [
-            ("name", Some(req.name.as_str())),
-            ("project_id", req.project_id.as_deref()),
-        ];
+        let pending = pending("create_router", "routers", &req.name, &req.tags)
+            .filter("project_id", req.project_id.as_deref());
         let mut router: Router = self
-            .create_object::<WireRouter>(&r, "router", "routers", &filters)
+            .create_object::<WireRouter>(&r, "router", pending)
             .await?
             .into();
         self.tag_new("create_router", "routers", &router.id, &req.tags)
@@ -910,6 +1027,7 @@ impl Network for NetworkAdapter {
         &self,
         filter: &SecurityGroupFilter,
     ) -> Result<Vec<SecurityGroup>> {
+        self.settle_pending("security-groups").await;
         let r = Request::get(S, "list_security_groups", "security-groups")
             .query_opt("name", filter.name.clone())
             .query_opt("project_id", filter.project_id.clone());
@@ -921,12 +1039,15 @@ impl Network for NetworkAdapter {
     async fn create_security_group(&self, req: &SecurityGroupCreate) -> Result<SecurityGroup> {
         let r = Request::post(S, "create_security_group", "security-groups")
             .json(&security_group_create_body(req))?;
-        let filters = [
-            ("name", Some(req.name.as_str())),
-            ("project_id", req.project_id.as_deref()),
-        ];
+        let pending = pending(
+            "create_security_group",
+            "security-groups",
+            &req.name,
+            &req.tags,
+        )
+        .filter("project_id", req.project_id.as_deref());
         let mut sg: SecurityGroup = self
-            .create_object::<WireSecurityGroup>(&r, "security_group", "security-groups", &filters)
+            .create_object::<WireSecurityGroup>(&r, "security_group", pending)
             .await?
             .into();
         self.tag_new(
