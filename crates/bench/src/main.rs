@@ -15,6 +15,7 @@ mod stats;
 mod world;
 
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
@@ -226,12 +227,46 @@ async fn phase<T>(
     result
 }
 
-async fn run(args: Args) -> anyhow::Result<Report> {
+/// Writes the report as pretty JSON (to a temporary file renamed over the target, so a reader
+/// never sees half a report).
+fn save(report: &Report, path: &Path) -> anyhow::Result<()> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let text = serde_json::to_string_pretty(report).context("serializing the report")?;
+    let tmp = path.with_extension("json.partial");
+    std::fs::write(&tmp, text + "\n").with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("renaming {}", tmp.display()))
+}
+
+/// The report as it grows, saved after every measurement, so a run that is killed still
+/// leaves the figures it had.
+struct Journal {
+    report: Mutex<Report>,
+    path: PathBuf,
+}
+
+impl Journal {
+    fn update(&self, f: impl FnOnce(&mut Report)) {
+        let mut r = self.report.lock().unwrap_or_else(|p| p.into_inner());
+        f(&mut r);
+        if let Err(e) = save(&r, &self.path) {
+            eprintln!("bench: cannot save the report so far: {e:#}");
+        }
+    }
+}
+
+async fn run(args: Args) -> anyhow::Result<(Report, PathBuf)> {
     let wall = Instant::now();
     let date = jiff::Timestamp::now();
+    let date_text = date.round(jiff::Unit::Second).unwrap_or(date).to_string();
     let operator = match &args.operator {
         Some(p) => p.clone(),
         None => default_operator()?,
+    };
+    let json_path = match &args.json {
+        Some(p) => p.clone(),
+        None => report_dir(&operator).join(format!("{}.json", date_text.replace(':', "-"))),
     };
     anyhow::ensure!(
         operator.is_file(),
@@ -265,12 +300,44 @@ async fn run(args: Args) -> anyhow::Result<Report> {
     // Deletion goes as fast as creation at most; flavors are about ten times cheaper.
     let projects_timeout = scenarios::size_timeout(largest, per_project);
     let flavors_timeout = scenarios::size_timeout(args.flavors / 10, per_project);
+    let kubernetes = if bench.target.is_emulated() {
+        "in-process kube-emulator".to_string()
+    } else {
+        bench.target.kubeconfig().display().to_string()
+    };
+    let journal = Journal {
+        report: Mutex::new(Report {
+            date: date_text,
+            complete: false,
+            git_commit: machine::git_commit(Path::new(".")),
+            operator_profile: profile_of(&operator),
+            operator_binary: operator.display().to_string(),
+            bench_profile: if cfg!(debug_assertions) {
+                "debug"
+            } else {
+                "release"
+            }
+            .into(),
+            machine,
+            load_at_end: [0.0; 3],
+            kubernetes,
+            openstack_cloud: bench.target.cloud_env().os_cloud.clone(),
+            limits,
+            quick: args.quick,
+            convergence: Vec::new(),
+            reaction: None,
+            memory: None,
+            problems: Vec::new(),
+            wall_time_s: 0.0,
+        }),
+        path: json_path.clone(),
+    };
+    journal.update(|_| {});
+    eprintln!("bench: report: {}", json_path.display());
     let mut problems = Vec::new();
-    let mut convergence = Vec::new();
-    let mut reaction = None;
 
     if args.wants(Scenario::Convergence) || args.wants(Scenario::Reaction) {
-        let results = phase(
+        let errors = phase(
             &bench,
             "projects",
             oplog::DEBUG_ADAPTER_FILTER,
@@ -282,7 +349,6 @@ async fn run(args: Args) -> anyhow::Result<Report> {
                     .create_domain_and_user(Duration::from_secs(120))
                     .await?;
                 let user = bench.user_name();
-                let mut sizes = Vec::new();
                 let mut errors = Vec::new();
                 if args.wants(Scenario::Convergence) {
                     for n in &args.sizes {
@@ -298,7 +364,7 @@ async fn run(args: Args) -> anyhow::Result<Report> {
                                         r.keystone_projects_left
                                     ));
                                 }
-                                sizes.push(r);
+                                journal.update(|rep| rep.convergence.push(r));
                             }
                             Err(e) => {
                                 errors.push(format!("convergence of {n} projects: {e:#}"));
@@ -307,7 +373,6 @@ async fn run(args: Args) -> anyhow::Result<Report> {
                         }
                     }
                 }
-                let mut reaction = None;
                 if args.wants(Scenario::Reaction) && errors.is_empty() {
                     match scenarios::reaction(
                         &bench,
@@ -318,25 +383,20 @@ async fn run(args: Args) -> anyhow::Result<Report> {
                     )
                     .await
                     {
-                        Ok(r) => reaction = Some(r),
+                        Ok(r) => journal.update(|rep| rep.reaction = Some(r)),
                         Err(e) => errors.push(format!("reaction: {e:#}")),
                     }
                 }
-                Ok((sizes, reaction, errors))
+                Ok(errors)
             },
         )
         .await;
-        if let Some((sizes, r, errors)) = results {
-            convergence = sizes;
-            reaction = r;
-            problems.extend(errors);
-        }
+        problems.extend(errors.into_iter().flatten());
     }
 
-    let mut memory = None;
     if args.wants(Scenario::Memory) && args.flavors > 0 {
         // A fresh operator at the default log level, so VmHWM is this measurement's own peak.
-        memory = phase(
+        let memory = phase(
             &bench,
             "memory",
             "info,openstack_sdk=warn",
@@ -346,38 +406,22 @@ async fn run(args: Args) -> anyhow::Result<Report> {
             async |op| scenarios::memory(&bench, op, args.flavors, flavors_timeout).await,
         )
         .await;
+        journal.update(|rep| rep.memory = memory);
     }
     if let Err(e) = bench.delete_namespace().await {
         problems.push(format!("{e:#}"));
     }
-    let kubernetes = if bench.target.is_emulated() {
-        "in-process kube-emulator".to_string()
-    } else {
-        bench.target.kubeconfig().display().to_string()
-    };
-    Ok(Report {
-        date: date.round(jiff::Unit::Second).unwrap_or(date).to_string(),
-        git_commit: machine::git_commit(Path::new(".")),
-        operator_profile: profile_of(&operator),
-        operator_binary: operator.display().to_string(),
-        bench_profile: if cfg!(debug_assertions) {
-            "debug"
-        } else {
-            "release"
-        }
-        .into(),
-        machine,
-        load_at_end: machine::load_average(),
-        kubernetes,
-        openstack_cloud: bench.target.cloud_env().os_cloud.clone(),
-        limits,
-        quick: args.quick,
-        convergence,
-        reaction,
-        memory,
-        problems,
-        wall_time_s: wall.elapsed().as_secs_f64(),
-    })
+    journal.update(|rep| {
+        rep.problems = problems;
+        rep.load_at_end = machine::load_average();
+        rep.wall_time_s = wall.elapsed().as_secs_f64();
+        rep.complete = true;
+    });
+    let report = journal
+        .report
+        .into_inner()
+        .unwrap_or_else(|p| p.into_inner());
+    Ok((report, json_path))
 }
 
 /// `--sweep RUN`: removes what an interrupted run left in OpenStack.
@@ -410,25 +454,8 @@ async fn main() -> anyhow::Result<()> {
         return sweep(run).await;
     }
     args.normalize();
-    let json_path = args.json.clone();
-    let operator = match &args.operator {
-        Some(p) => p.clone(),
-        None => default_operator()?,
-    };
-    let report = run(args).await?;
+    let (report, path) = run(args).await?;
     print!("{}", report::render(&report));
-    let path = match json_path {
-        Some(p) => p,
-        None => {
-            let stamp = report.date.replace(':', "-");
-            report_dir(&operator).join(format!("{stamp}.json"))
-        }
-    };
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    }
-    let text = serde_json::to_string_pretty(&report).context("serializing the report")?;
-    std::fs::write(&path, text + "\n").with_context(|| format!("writing {}", path.display()))?;
     println!("JSON report: {}", path.display());
     anyhow::ensure!(
         report.problems.is_empty(),

@@ -14,6 +14,9 @@ use crate::world::{OperatorLimits, Residue};
 pub struct Report {
     /// When the run started (UTC).
     pub date: String,
+    /// False while the run goes on (the report is saved after every measurement), and in the
+    /// report of a run that was killed.
+    pub complete: bool,
     /// `git describe --always --dirty` of the working tree.
     pub git_commit: String,
     /// The operator binary measured.
