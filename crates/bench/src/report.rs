@@ -49,6 +49,15 @@ pub struct Report {
     pub wall_time_s: f64,
 }
 
+/// Signs of a disturbed cloud during a measurement (from the operator's counters).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Trouble {
+    /// Requests the adapter retried (transport errors, 5xx, 429, 409 in progress).
+    pub retried_requests: f64,
+    /// Calls that still failed after their retries (the reconcile was retried later).
+    pub failed_calls: f64,
+}
+
 /// Convergence, steady state and deletion of N projects.
 #[derive(Debug, Serialize)]
 pub struct SizeRun {
@@ -83,6 +92,10 @@ pub struct SizeRun {
     /// Σ of the time requests waited for the client-side limiter (concurrency and rate), in
     /// seconds.
     pub rate_limit_wait_s: f64,
+    /// Retries and failures while converging.
+    pub trouble: Trouble,
+    /// Retries and failures while deleting.
+    pub delete_trouble: Trouble,
     /// A forced reconcile of the N unchanged projects.
     pub steady: Steady,
     /// From the delete requests until the last project was gone, in seconds.
@@ -160,6 +173,8 @@ pub struct MemoryRun {
     pub mean_latency_ms: BTreeMap<String, f64>,
     /// Σ of the time requests waited for the client-side limiter while converging, in s.
     pub rate_limit_wait_s: f64,
+    /// Retries and failures while converging.
+    pub trouble: Trouble,
 }
 
 fn secs(s: f64) -> String {
@@ -249,9 +264,14 @@ pub fn render(r: &Report) -> String {
         for s in &r.convergence {
             let _ = writeln!(
                 o,
-                "N = {}: requests waited {} in all for the client-side limiter",
+                "N = {}: requests waited {} in all for the client-side limiter; {} requests \
+                 retried and {} calls failed while converging, {} and {} while deleting",
                 s.projects,
-                secs(s.rate_limit_wait_s)
+                secs(s.rate_limit_wait_s),
+                s.trouble.retried_requests,
+                s.trouble.failed_calls,
+                s.delete_trouble.retried_requests,
+                s.delete_trouble.failed_calls
             );
         }
         let kept: usize = r
@@ -385,11 +405,14 @@ pub fn render(r: &Report) -> String {
         );
         let _ = writeln!(
             o,
-            "  {} flavors Ready in {}, deleted in {}; requests waited {} for the limiter in all",
+            "  {} flavors Ready in {}, deleted in {}; requests waited {} for the limiter in all; \
+             {} requests retried, {} calls failed",
             x.flavors,
             secs(x.converge_s),
             secs(x.delete_s),
-            secs(x.rate_limit_wait_s)
+            secs(x.rate_limit_wait_s),
+            x.trouble.retried_requests,
+            x.trouble.failed_calls
         );
         let per: Vec<String> = x
             .calls

@@ -20,7 +20,7 @@ use crate::floor;
 use crate::machine::Memory;
 use crate::manifests;
 use crate::oplog::{self, LogCursor};
-use crate::report::{MemoryRun, Reaction, SizeRun, Steady};
+use crate::report::{MemoryRun, Reaction, SizeRun, Steady, Trouble};
 use crate::stats;
 use crate::world::{Bench, settled};
 
@@ -48,6 +48,19 @@ fn mean_latency_ms(before: &Metrics, after: &Metrics) -> BTreeMap<String, f64> {
                 .map(|c| (op.clone(), s / c * 1000.0))
         })
         .collect()
+}
+
+/// Retried requests (transport errors, 5xx, 429, ...), by operation.
+const RETRIES: &str = "openstack_operator_openstack_api_retries_total";
+
+/// What went wrong between two scrapes: retried requests and calls that failed after their
+/// retries. A disturbed cloud (restarts, overload) shows here, so the figures can be judged.
+fn trouble(before: &Metrics, after: &Metrics) -> Trouble {
+    let failed = |m: &Metrics| m.sum(e2e::metrics::API_CALLS, &[("status", "error")]);
+    Trouble {
+        retried_requests: after.sum(RETRIES, &[]) - before.sum(RETRIES, &[]),
+        failed_calls: failed(after) - failed(before),
+    }
 }
 
 /// How long counters may take to settle.
@@ -161,6 +174,8 @@ pub async fn convergence(
         floor,
         request_time_s: busy_s,
         rate_limit_wait_s: after.sum(RATE_WAIT_SUM, &[]) - before.sum(RATE_WAIT_SUM, &[]),
+        trouble: trouble(&before, &after),
+        delete_trouble: trouble(&before_delete, &after_delete),
         mean_in_flight: busy_s / converge_s,
         steady,
         delete_s,
@@ -428,6 +443,7 @@ pub async fn memory(
     let calls = delta(&before.api_calls(), &after.api_calls());
     let mean_latency_ms = mean_latency_ms(&before, &after);
     let rate_limit_wait_s = after.sum(RATE_WAIT_SUM, &[]) - before.sum(RATE_WAIT_SUM, &[]);
+    let trouble = trouble(&before, &after);
     tokio::time::sleep(Duration::from_secs(5)).await;
     let idle = Memory::of(pid)?;
     eprintln!("bench: deleting {flavors} flavors");
@@ -451,5 +467,6 @@ pub async fn memory(
         calls,
         mean_latency_ms,
         rate_limit_wait_s,
+        trouble,
     })
 }
