@@ -196,4 +196,20 @@ pub struct OpenstackNetworkStatus {
     /// Whether the network existed before and was adopted rather than created (extension).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub adopted: Option<bool>,
+    /// A network create that was sent but whose network is not yet recorded (extension):
+    /// written before the create, so a pass interrupted between Neutron's create and the
+    /// ownership tags can recognise the untagged network it made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending_create: Option<PendingCreate>,
+}
+
+/// An OpenStack create the operator sent before recording its result.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PendingCreate {
+    /// The name the object was created with.
+    pub name: String,
+    /// When the create was about to be sent (RFC 3339).
+    #[schemars(extend("format" = "date-time"))]
+    pub since: String,
 }

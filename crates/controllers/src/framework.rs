@@ -150,6 +150,29 @@ async fn write_status<K: Managed>(
     .map(|_| ())
 }
 
+/// Writes `status` now, in the middle of a pass: for records that must be durable before an
+/// OpenStack call is sent (an intent to create), so a crash right after the call leaves them
+/// behind. The pass's own status write at the end supersedes it.
+pub async fn save_status<K: Managed>(
+    ctx: &Context,
+    obj: &K,
+    status: &K::Status,
+) -> Result<(), ReconcileError> {
+    let patch = serde_json::json!({
+        "apiVersion": K::api_version(&()),
+        "kind": K::kind(&()),
+        "status": status,
+    });
+    K::api(ctx.client.clone(), obj)
+        .patch_status(
+            &obj.name_any(),
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(patch),
+        )
+        .await?;
+    Ok(())
+}
+
 /// Publishes an Event about `obj`; failures to publish are logged, never fatal.
 pub async fn publish<K: Resource<DynamicType = ()>>(
     ctx: &Context,

@@ -2,7 +2,7 @@
 //! in place by name; provider attributes are immutable in Neutron, so changing them replaces
 //! a network we created (never one we adopted).
 
-use api::network::ProviderSubnet;
+use api::network::{PendingCreate, ProviderSubnet};
 use api::{FieldError, OpenstackNetwork, OpenstackNetworkSpec, OpenstackNetworkStatus};
 use async_trait::async_trait;
 use kube::Api;
@@ -15,7 +15,7 @@ use openstack::model::{
 
 use crate::context::Context;
 use crate::error::{ReconcileError, Result};
-use crate::framework::{Managed, Progress, owner_of, publish};
+use crate::framework::{Managed, Progress, now, owner_of, publish, save_status};
 use crate::ownership::{Owner, Ownership, may_take_over, merge_marks, should_delete, strip_marks};
 
 /// One subnet step (pure plan).
@@ -27,6 +27,10 @@ pub enum SubnetStep {
     Update(String, SubnetUpdate),
     /// Delete (an extra subnet of ours, or one whose CIDR changed).
     Delete(String, String),
+    /// Mark as ours an unmarked subnet with a spec name and CIDR on a network we created:
+    /// a pass interrupted between the subnet's create and its tags left it so (only the
+    /// network's owner or an admin can add subnets to it).
+    Claim(String, Vec<String>),
 }
 
 fn create_network_request(spec: &OpenstackNetworkSpec, owner: &Owner) -> NetworkCreate {
@@ -133,7 +137,9 @@ pub fn plan_subnets(
             continue;
         };
         let ownership = owner.classify_tags(&o.tags);
-        if ownership != Ownership::Ours && !adopted {
+        if ownership == Ownership::Foreign && !adopted && same_cidr(&o.cidr, &s.cidr) {
+            steps.push(SubnetStep::Claim(o.id.clone(), merge_marks(&o.tags, owner)));
+        } else if ownership != Ownership::Ours && !adopted {
             return Err(ReconcileError::NotOwned(format!(
                 "spec.subnets[{i}]: subnet {:?} ({}) exists on the network but was not created by this operator",
                 o.name, o.id
@@ -183,17 +189,47 @@ pub fn plan_subnets(
     Ok(steps)
 }
 
+/// How an existing network found by [`find_network`] becomes this object's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Take {
+    /// Already ours.
+    No,
+    /// Adopt it (`spec.adopt`, or the seed's tag with legacy adoption on).
+    Adopt,
+    /// Our own create whose pass was interrupted before the tags: mark it.
+    Recover,
+}
+
+/// The one unmarked network that an interrupted create of ours can have left: same name and
+/// provider attributes, no marks at all, and a create of that name recorded as pending. Two
+/// or more such networks are not guessed between.
+fn interrupted_create<'a>(
+    spec: &OpenstackNetworkSpec,
+    pending: Option<&PendingCreate>,
+    same_name: &'a [Network],
+    owner: &Owner,
+) -> Option<&'a Network> {
+    if pending?.name != spec.name {
+        return None;
+    }
+    let mut unmarked = same_name.iter().filter(|n| {
+        owner.classify_tags(&n.tags) == Ownership::Foreign && provider_changes(spec, n).is_empty()
+    });
+    let first = unmarked.next()?;
+    unmarked.next().is_none().then_some(first)
+}
+
 async fn find_network(
     ctx: &Context,
     obj: &OpenstackNetwork,
     owner: &Owner,
     status: &OpenstackNetworkStatus,
-) -> Result<(Option<Network>, bool)> {
+) -> Result<(Option<Network>, Take)> {
     let neutron = &ctx.cloud.network;
     if let Some(id) = &status.network_id
         && let Some(n) = neutron.get_network(id).await.optional()?
     {
-        return Ok((Some(n), false));
+        return Ok((Some(n), Take::No));
     }
     let same_name = neutron
         .list_networks(&NetworkFilter {
@@ -205,7 +241,12 @@ async fn find_network(
         .iter()
         .find(|n| owner.classify_tags(&n.tags) == Ownership::Ours)
     {
-        return Ok((Some(n.clone()), false));
+        return Ok((Some(n.clone()), Take::No));
+    }
+    if let Some(n) =
+        interrupted_create(&obj.spec, status.pending_create.as_ref(), &same_name, owner)
+    {
+        return Ok((Some(n.clone()), Take::Recover));
     }
     // W20: only a provider network of the same kind can be this object; a tenant network that
     // happens to share the name is ignored.
@@ -213,7 +254,7 @@ async fn find_network(
         .into_iter()
         .find(|n| provider_changes(&obj.spec, n).is_empty());
     let Some(n) = candidate else {
-        return Ok((None, false));
+        return Ok((None, Take::No));
     };
     let take = may_take_over(
         &owner.classify_tags(&n.tags),
@@ -222,7 +263,32 @@ async fn find_network(
         &format!("Neutron network {:?} ({})", n.name, n.id),
     )
     .map_err(ReconcileError::NotOwned)?;
-    Ok((Some(n), take))
+    Ok((Some(n), if take { Take::Adopt } else { Take::No }))
+}
+
+/// Creates the network, recording the intent in the status first (written before the call),
+/// so that an interrupted pass recognises the network later; see [`interrupted_create`].
+async fn create_recorded(
+    ctx: &Context,
+    obj: &OpenstackNetwork,
+    owner: &Owner,
+    status: &mut OpenstackNetworkStatus,
+) -> Result<Network> {
+    if status.pending_create.as_ref().map(|p| &p.name) != Some(&obj.spec.name) {
+        status.pending_create = Some(PendingCreate {
+            name: obj.spec.name.clone(),
+            since: now(),
+        });
+        save_status(ctx, obj, status).await?;
+    }
+    let n = ctx
+        .cloud
+        .network
+        .create_network(&create_network_request(&obj.spec, owner))
+        .await?;
+    status.network_id = Some(n.id.clone());
+    status.pending_create = None;
+    Ok(n)
 }
 
 async fn delete_our_subnets(ctx: &Context, network_id: &str, owner: &Owner) -> Result<()> {
@@ -263,14 +329,11 @@ impl Managed for OpenstackNetwork {
     async fn apply(&self, ctx: &Context, status: &mut Self::Status) -> Result<Progress> {
         let owner = owner_of(self, ctx);
         let neutron = &ctx.cloud.network;
-        let (found, adopt) = find_network(ctx, self, &owner, status).await?;
+        let (found, take) = find_network(ctx, self, &owner, status).await?;
         let mut changed = false;
         let net = match found {
             None => {
-                let n = neutron
-                    .create_network(&create_network_request(&self.spec, &owner))
-                    .await?;
-                status.network_id = Some(n.id.clone());
+                let n = create_recorded(ctx, self, &owner, status).await?;
                 status.adopted = Some(false);
                 status.subnets.clear();
                 publish(
@@ -286,7 +349,31 @@ impl Managed for OpenstackNetwork {
                 n
             }
             Some(n) => {
-                if adopt {
+                status.pending_create = None;
+                if take == Take::Recover {
+                    status.adopted = Some(false);
+                    neutron
+                        .set_tags(
+                            TaggedResource::Network,
+                            &n.id,
+                            &merge_marks(&n.tags, &owner),
+                        )
+                        .await?;
+                    publish(
+                        ctx,
+                        self,
+                        EventType::Normal,
+                        "Recovered",
+                        "Create",
+                        format!(
+                            "marked Neutron network {} ({}) as ours: an earlier pass created it and was interrupted before tagging it",
+                            n.name, n.id
+                        ),
+                    )
+                    .await;
+                    changed = true;
+                }
+                if take == Take::Adopt {
                     status.adopted = Some(true);
                     neutron
                         .set_tags(
@@ -321,10 +408,7 @@ impl Managed for OpenstackNetwork {
                     neutron.delete_network(&n.id).await.optional()?;
                     status.network_id = None;
                     status.subnets.clear();
-                    let created = neutron
-                        .create_network(&create_network_request(&self.spec, &owner))
-                        .await?;
-                    status.network_id = Some(created.id.clone());
+                    let created = create_recorded(ctx, self, &owner, status).await?;
                     publish(ctx, self, EventType::Normal, "Recreated", "Update", format!("provider attributes are immutable in Neutron: replaced network {} by {} because {} changed", n.id, created.id, provider.join(", "))).await;
                     changed = true;
                     created
@@ -368,6 +452,18 @@ impl Managed for OpenstackNetwork {
                 SubnetStep::Update(id, u) => {
                     neutron.update_subnet(&id, &u).await?;
                 }
+                SubnetStep::Claim(id, tags) => {
+                    neutron.set_tags(TaggedResource::Subnet, &id, &tags).await?;
+                    publish(
+                        ctx,
+                        self,
+                        EventType::Normal,
+                        "Recovered",
+                        "Create",
+                        format!("marked subnet {id} as ours: an earlier pass created it and was interrupted before tagging it"),
+                    )
+                    .await;
+                }
                 SubnetStep::Delete(id, why) => {
                     neutron.delete_subnet(&id).await.optional()?;
                     ids.retain(|_, v| *v != id);
@@ -404,20 +500,34 @@ impl Managed for OpenstackNetwork {
         let owner = owner_of(self, ctx);
         let neutron = &ctx.cloud.network;
         let found = match &status.network_id {
-            Some(id) => neutron.get_network(id).await.optional()?,
-            None => neutron
-                .list_networks(&NetworkFilter {
-                    name: Some(self.spec.name.clone()),
-                    ..Default::default()
-                })
-                .await?
-                .into_iter()
-                .find(|n| owner.classify_tags(&n.tags) == Ownership::Ours),
+            Some(id) => neutron
+                .get_network(id)
+                .await
+                .optional()?
+                .filter(|n| owner.classify_tags(&n.tags) == Ownership::Ours),
+            None => {
+                let same_name = neutron
+                    .list_networks(&NetworkFilter {
+                        name: Some(self.spec.name.clone()),
+                        ..Default::default()
+                    })
+                    .await?;
+                // An interrupted create leaves an unmarked network that is ours all the same.
+                same_name
+                    .iter()
+                    .find(|n| owner.classify_tags(&n.tags) == Ownership::Ours)
+                    .or_else(|| {
+                        interrupted_create(
+                            &self.spec,
+                            status.pending_create.as_ref(),
+                            &same_name,
+                            &owner,
+                        )
+                    })
+                    .cloned()
+            }
         };
         let Some(n) = found else { return Ok(()) };
-        if owner.classify_tags(&n.tags) != Ownership::Ours {
-            return Ok(());
-        }
         if should_delete(self.spec.deletion_policy, status.adopted.unwrap_or(false)) {
             delete_our_subnets(ctx, &n.id, &owner).await?;
             neutron.delete_network(&n.id).await.optional()?;
@@ -526,11 +636,83 @@ mod tests {
 
     #[test]
     fn foreign_subnet_with_spec_name_is_refused() {
-        let observed = vec![subnet("s", "10.0.0.0/24", vec![])];
         let spec = spec_subnets(serde_json::json!([{"name": "s", "cidr": "10.0.0.0/24"}]));
+        // Unmarked but with another CIDR: claiming it would mean replacing someone's subnet.
+        let other_cidr = vec![subnet("s", "10.0.9.0/24", vec![])];
         assert!(matches!(
-            plan_subnets("n", &spec, &observed, &owner(), false),
+            plan_subnets("n", &spec, &other_cidr, &owner(), false),
             Err(ReconcileError::NotOwned(_))
         ));
+        // Marked by another resource: never claimed.
+        let other = Owner {
+            cluster: "c".into(),
+            uid: "someone-else".into(),
+        };
+        let theirs = vec![subnet("s", "10.0.0.0/24", other.tags())];
+        assert!(matches!(
+            plan_subnets("n", &spec, &theirs, &owner(), false),
+            Err(ReconcileError::NotOwned(_))
+        ));
+    }
+
+    #[test]
+    fn an_unmarked_subnet_left_by_an_interrupted_create_is_claimed() {
+        let o = owner();
+        let spec = spec_subnets(serde_json::json!([{"name": "s", "cidr": "10.0.0.0/24"}]));
+        let observed = vec![subnet("s", "10.0.0.0/24", vec!["keep-me".into()])];
+        let steps = plan_subnets("n", &spec, &observed, &o, false).unwrap();
+        let mut want = vec!["keep-me".to_string()];
+        want.extend(o.tags());
+        assert_eq!(steps, vec![SubnetStep::Claim("id-s".into(), want)]);
+    }
+
+    fn network(id: &str, tags: Vec<String>) -> Network {
+        Network {
+            id: id.into(),
+            name: "provider".into(),
+            provider_network_type: Some("flat".into()),
+            provider_physical_network: Some("physnet1".into()),
+            tags,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn only_a_single_unmarked_network_is_taken_for_a_pending_create() {
+        let spec: OpenstackNetworkSpec = serde_json::from_value(serde_json::json!({
+            "name": "provider",
+            "providerNetworkType": "flat",
+            "providerPhysicalNetwork": "physnet1"
+        }))
+        .unwrap();
+        let o = owner();
+        let pending = PendingCreate {
+            name: "provider".into(),
+            since: "2026-11-30T00:00:00Z".into(),
+        };
+        let other = Owner {
+            cluster: "c".into(),
+            uid: "someone-else".into(),
+        };
+        let mut vlan = network("vlan", vec![]);
+        vlan.provider_network_type = Some("vlan".into());
+        let found = vec![
+            network("theirs", other.tags()),
+            vlan,
+            network("left", vec![]),
+        ];
+        let got = interrupted_create(&spec, Some(&pending), &found, &o);
+        assert_eq!(got.map(|n| n.id.as_str()), Some("left"));
+        // No pending create, or one for another name: nothing is taken.
+        assert!(interrupted_create(&spec, None, &found, &o).is_none());
+        let renamed = PendingCreate {
+            name: "old".into(),
+            ..pending.clone()
+        };
+        assert!(interrupted_create(&spec, Some(&renamed), &found, &o).is_none());
+        // Two candidates: no guess.
+        let mut two = found.clone();
+        two.push(network("another", vec![]));
+        assert!(interrupted_create(&spec, Some(&pending), &two, &o).is_none());
     }
 }

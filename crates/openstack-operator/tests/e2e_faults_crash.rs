@@ -4,17 +4,24 @@
 //!
 //! The kill delays come from a seeded random source; the seed is printed and
 //! `E2E_CRASH_SEED=<seed>` replays the same delays.
+//!
+//! Also: the operator killed exactly between Neutron's create of a provider network (and of
+//! its subnet) and the ownership tags that follow it.
 
 mod faults_common;
 
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
+use api::OpenstackNetwork;
 use api::naming::project_group_name;
+use e2e::env::CLUSTER_TAG_PREFIX;
 use e2e::inventory::{Inventory, Scope};
 use e2e::metrics::is_read_operation;
+use e2e::proxy::{Action, CloudProxy, Rule, RuleId, rules_table, run_proxied};
 use e2e::{EnvOptions, TestEnv};
 use faults_common::*;
+use openstack::model::{NetworkFilter, SubnetFilter};
 
 const BIN: &str = env!("CARGO_BIN_EXE_openstack-operator");
 /// Tenants applied at once.
@@ -142,6 +149,140 @@ async fn sigkill_loop_converges_without_duplicates_or_leaks() -> anyhow::Result<
         let after = Inventory::collect_scoped(&env.cloud, &cluster, &scope).await?;
         eprintln!("[{}] after deletion: {after}", elapsed(started));
         after.check_empty()?;
+        Ok(())
+    })
+    .await
+}
+
+/// Waits until the proxy has held back a request matching `rule` (it is being delayed now).
+async fn wait_fired(proxy: &CloudProxy, rule: RuleId, what: &str) -> anyhow::Result<()> {
+    e2e::wait::wait_for(
+        Duration::from_secs(120),
+        Duration::from_millis(50),
+        what,
+        async || {
+            Ok(if proxy.fired(rule) > 0 {
+                e2e::wait::Check::Done(())
+            } else {
+                e2e::wait::Check::Pending(rules_table(&proxy.rules()))
+            })
+        },
+    )
+    .await
+}
+
+/// The operator killed between Neutron's create and the ownership tags, once for the provider
+/// network and once for its subnet (the proxy holds the tag request back until the kill): the
+/// restarted operator recognises both as its own (the network from the create intent recorded
+/// in its status before the call), marks them, converges to one network and one subnet, and
+/// deletes them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_between_create_and_tags_of_a_provider_network() -> anyhow::Result<()> {
+    let (env, proxy) = CloudProxy::start_env(
+        "faults-crash-network-tags",
+        EnvOptions::new(BIN, "faults-crash-network-tags"),
+    )
+    .await?;
+    run_proxied(env, &proxy, async |env| {
+        let name = env.unique("crashnet");
+        let subnet = format!("{name}-v4");
+        let manifest = format!(
+            r#"
+apiVersion: sunet.se/v1alpha1
+kind: OpenstackNetwork
+metadata:
+  name: {name}
+spec:
+  name: {name}
+  providerNetworkType: vlan
+  providerPhysicalNetwork: physnet1
+  subnets:
+    - name: {subnet}
+      cidr: 10.102.0.0/24
+      enableDhcp: false
+"#
+        );
+        let hold = |what: &str, collection: &str| {
+            Rule::new(Action::delay(Duration::from_secs(600)))
+                .name(format!("hold the {what} tags"))
+                .service("network")
+                .method("PUT")
+                .path_regex(format!("^/v2.0/{collection}/[^/]+/tags$"))
+                .first(1)
+        };
+        let rule = proxy.add_rule(hold("network", "networks"))?;
+        env.apply(&manifest).await?;
+        wait_fired(&proxy, rule, "the network's tag request held back").await?;
+        env.operator.kill()?;
+        let pending = env
+            .get::<OpenstackNetwork>(&name)
+            .await?
+            .status
+            .and_then(|s| s.pending_create);
+        anyhow::ensure!(
+            pending.as_ref().is_some_and(|p| p.name == name),
+            "the create intent is in the status before the create: {pending:?}"
+        );
+        let filter = NetworkFilter {
+            name: Some(name.clone()),
+            ..Default::default()
+        };
+        let left = env.cloud.network.list_networks(&filter).await?;
+        anyhow::ensure!(
+            left.len() == 1 && left[0].tags.is_empty(),
+            "the kill left one untagged network: {left:?}"
+        );
+
+        // The subnet's turn: the restarted operator marks the network, then is killed while
+        // its subnet's tags are held back.
+        proxy.remove_rule(rule);
+        let rule = proxy.add_rule(hold("subnet", "subnets"))?;
+        env.operator.restart(Duration::from_secs(20)).await?;
+        wait_fired(&proxy, rule, "the subnet's tag request held back").await?;
+        env.operator.kill()?;
+        proxy.remove_rule(rule);
+        env.operator.restart(Duration::from_secs(20)).await?;
+
+        let n: OpenstackNetwork = env.wait_ready(&name, Duration::from_secs(180)).await?;
+        let status = n.status.context("status")?;
+        anyhow::ensure!(status.pending_create.is_none(), "the intent is cleared");
+        let nets = env.cloud.network.list_networks(&filter).await?;
+        anyhow::ensure!(
+            nets.len() == 1 && Some(&nets[0].id) == status.network_id.as_ref(),
+            "one network, the recorded one: {nets:?} vs {:?}",
+            status.network_id
+        );
+        let cluster = format!("{CLUSTER_TAG_PREFIX}{}", env.operator.cluster_id());
+        anyhow::ensure!(
+            nets[0].tags.contains(&cluster),
+            "the network is marked: {:?}",
+            nets[0].tags
+        );
+        let subnets = env
+            .cloud
+            .network
+            .list_subnets(&SubnetFilter {
+                network_id: Some(nets[0].id.clone()),
+                ..Default::default()
+            })
+            .await?;
+        anyhow::ensure!(
+            subnets.len() == 1 && subnets[0].name == subnet && subnets[0].tags.contains(&cluster),
+            "one marked subnet: {subnets:?}"
+        );
+        let recorded = status.subnets.first().and_then(|s| s.subnet_id.clone());
+        anyhow::ensure!(
+            recorded.as_ref() == Some(&subnets[0].id),
+            "the subnet is recorded: {:?}",
+            status.subnets
+        );
+        env.wait_event::<OpenstackNetwork>(&name, "Recovered", Duration::from_secs(10))
+            .await?;
+
+        env.delete_and_wait::<OpenstackNetwork>(&name, Duration::from_secs(120))
+            .await?;
+        let after = env.cloud.network.list_networks(&filter).await?;
+        anyhow::ensure!(after.is_empty(), "the network is deleted: {after:?}");
         Ok(())
     })
     .await
