@@ -350,31 +350,26 @@ impl Managed for OpenstackNetwork {
             }
             Some(n) => {
                 status.pending_create = None;
-                if take == Take::Recover {
-                    status.adopted = Some(false);
-                    neutron
-                        .set_tags(
-                            TaggedResource::Network,
-                            &n.id,
-                            &merge_marks(&n.tags, &owner),
-                        )
-                        .await?;
-                    publish(
-                        ctx,
-                        self,
-                        EventType::Normal,
+                let what = format!("{} ({})", n.name, n.id);
+                let marking = match take {
+                    Take::No => None,
+                    Take::Recover => Some((
+                        false,
                         "Recovered",
                         "Create",
                         format!(
-                            "marked Neutron network {} ({}) as ours: an earlier pass created it and was interrupted before tagging it",
-                            n.name, n.id
+                            "marked Neutron network {what} as ours: an earlier pass created it and was interrupted before tagging it"
                         ),
-                    )
-                    .await;
-                    changed = true;
-                }
-                if take == Take::Adopt {
-                    status.adopted = Some(true);
+                    )),
+                    Take::Adopt => Some((
+                        true,
+                        "Adopted",
+                        "Adopt",
+                        format!("took over existing Neutron network {what}"),
+                    )),
+                };
+                if let Some((adopted, reason, action, note)) = marking {
+                    status.adopted = Some(adopted);
                     neutron
                         .set_tags(
                             TaggedResource::Network,
@@ -382,15 +377,8 @@ impl Managed for OpenstackNetwork {
                             &merge_marks(&n.tags, &owner),
                         )
                         .await?;
-                    publish(
-                        ctx,
-                        self,
-                        EventType::Normal,
-                        "Adopted",
-                        "Adopt",
-                        format!("took over existing Neutron network {} ({})", n.name, n.id),
-                    )
-                    .await;
+                    publish(ctx, self, EventType::Normal, reason, action, note).await;
+                    changed |= !adopted;
                 }
                 let provider = provider_changes(&self.spec, &n);
                 if !provider.is_empty() {
