@@ -495,7 +495,9 @@ pub fn apply(
         .unwrap_or_default();
     let mut merged = live.clone();
     for p in previous.difference(&applied_fields) {
-        let still_applied = applied_fields.iter().any(|a| overlaps(a, p));
+        // Still applied when the configuration sets this field or something below it; an
+        // applied empty object above it (`status: {}`) drops it, as in Kubernetes.
+        let still_applied = applied_fields.iter().any(|a| a.starts_with(p));
         let owned_by_other = entries
             .iter()
             .filter(|e| !is_me(e))
@@ -552,6 +554,29 @@ mod tests {
         let owners = decode_managed(&b);
         let a_entry = owners.iter().find(|e| e.manager == "a");
         assert!(a_entry.is_none(), "a lost its only field: {owners:?}");
+    }
+
+    #[test]
+    fn applying_an_empty_object_drops_the_fields_applied_below_it() {
+        let a = apply(
+            None,
+            &json!({"spec": {"x": {"y": 1}, "z": 2}}),
+            &own("a"),
+            false,
+        )
+        .unwrap();
+        let a2 = apply(Some(&a), &json!({"spec": {}}), &own("a"), false).unwrap();
+        assert_eq!(a2.get("spec").and_then(|s| s.get("x")), None, "{a2}");
+        assert_eq!(a2.get("spec").and_then(|s| s.get("z")), None, "{a2}");
+        // A field that became an object is still applied.
+        let b = apply(
+            Some(&a),
+            &json!({"spec": {"z": {"w": 3}}}),
+            &own("a"),
+            false,
+        )
+        .unwrap();
+        assert_eq!(b["spec"]["z"]["w"], 3);
     }
 
     #[test]
