@@ -281,11 +281,23 @@ async fn create_recorded(
         });
         save_status(ctx, obj, status).await?;
     }
-    let n = ctx
+    let n = match ctx
         .cloud
         .network
         .create_network(&create_network_request(&obj.spec, owner))
-        .await?;
+        .await
+    {
+        Ok(n) => n,
+        Err(e) => {
+            if e.is_rejection() {
+                // Nothing was made: forget the intent, so that a network of that name made
+                // later by someone else is never taken for ours.
+                status.pending_create = None;
+                save_status(ctx, obj, status).await?;
+            }
+            return Err(e.into());
+        }
+    };
     status.network_id = Some(n.id.clone());
     status.pending_create = None;
     Ok(n)

@@ -13,10 +13,11 @@ mod faults_common;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use api::OpenstackNetwork;
 use api::naming::project_group_name;
+use api::{ConditionStatus, OpenstackNetwork};
 use e2e::env::CLUSTER_TAG_PREFIX;
 use e2e::inventory::{Inventory, Scope};
+use e2e::k8s::condition;
 use e2e::metrics::is_read_operation;
 use e2e::proxy::{Action, CloudProxy, Rule, RuleId, rules_table, run_proxied};
 use e2e::{EnvOptions, TestEnv};
@@ -178,11 +179,12 @@ async fn wait_fired(proxy: &CloudProxy, rule: RuleId, what: &str) -> anyhow::Res
 /// deletes them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_between_create_and_tags_of_a_provider_network() -> anyhow::Result<()> {
-    let (env, proxy) = CloudProxy::start_env(
-        "faults-crash-network-tags",
-        EnvOptions::new(BIN, "faults-crash-network-tags"),
-    )
-    .await?;
+    let mut xo = EnvOptions::new(BIN, "faults-crash-network-tags");
+    xo.operator.extra_args = vec![
+        "--log-level".into(),
+        "info,kube=trace,tower_http=trace,hyper=info".into(),
+    ];
+    let (env, proxy) = CloudProxy::start_env("faults-crash-network-tags", xo).await?;
     run_proxied(env, &proxy, async |env| {
         let name = env.unique("crashnet");
         let subnet = format!("{name}-v4");
@@ -210,8 +212,33 @@ spec:
                 .path_regex(format!("^/v2.0/{collection}/[^/]+/tags$"))
                 .first(1)
         };
+        // A create Neutron refuses leaves no intent behind (nothing was made).
+        let reject = proxy.add_rule(
+            Rule::new(Action::status(400))
+                .name("refuse the network create")
+                .service("network")
+                .method("POST")
+                .path_regex("^/v2.0/networks$")
+                .first(1),
+        )?;
         let rule = proxy.add_rule(hold("network", "networks"))?;
         env.apply(&manifest).await?;
+        env.wait_object::<OpenstackNetwork>(
+            &name,
+            Duration::from_secs(60),
+            "the refused create reported, its intent forgotten",
+            |n| {
+                let refused =
+                    condition(n, "Ready").is_some_and(|c| c.status == ConditionStatus::False);
+                refused
+                    && n.status
+                        .as_ref()
+                        .is_some_and(|s| s.pending_create.is_none())
+            },
+        )
+        .await?;
+        anyhow::ensure!(proxy.fired(reject) == 1, "{}", rules_table(&proxy.rules()));
+        env.request_reconcile::<OpenstackNetwork>(&name).await?;
         wait_fired(&proxy, rule, "the network's tag request held back").await?;
         env.operator.kill()?;
         let pending = env

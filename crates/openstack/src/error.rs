@@ -78,6 +78,19 @@ impl Error {
         matches!(self, Self::Transient { .. } | Self::Timeout { .. })
     }
 
+    /// Whether the service refused the request outright (a 4xx answer), so it had no effect;
+    /// after a transport error, a 5xx or a timeout the request may have been carried out.
+    pub fn is_rejection(&self) -> bool {
+        matches!(
+            self,
+            Self::NotFound { .. }
+                | Self::Conflict { .. }
+                | Self::BadRequest { .. }
+                | Self::Forbidden { .. }
+                | Self::Unauthorized { .. }
+        )
+    }
+
     /// Whether the object was not found.
     pub fn is_not_found(&self) -> bool {
         matches!(self, Self::NotFound { .. })
@@ -183,6 +196,16 @@ mod tests {
         assert!(!Error::bad_request("x").is_transient());
         assert!(!Error::conflict("x").is_transient());
         assert!(Error::not_found("x").is_not_found());
+        assert!(Error::bad_request("x").is_rejection());
+        assert!(Error::conflict("x").is_rejection());
+        assert!(!Error::transient("x").is_rejection());
+        let garbled = Error::Unexpected {
+            message: "x".into(),
+        };
+        assert!(
+            !garbled.is_rejection(),
+            "a garbled answer may follow a success"
+        );
     }
 
     #[test]
