@@ -232,6 +232,30 @@ pub fn plan(
     })
 }
 
+/// Our flavor for the spec's sizes, by the ID we derive for it: one GET, where a lookup by
+/// name lists every flavor of the cloud (Nova has no name filter), which made creating N
+/// flavors cost O(N²).
+async fn find_own(ctx: &Context, obj: &OpenstackFlavor, owner: &Owner) -> Result<Option<Flavor>> {
+    let Some(id) = create_request(&obj.spec, owner).id else {
+        return Ok(None);
+    };
+    Ok(ctx.cloud.compute.get_flavor(&id).await.optional()?)
+}
+
+/// Why a create found its name taken: the flavor's owner as the lookup by name would have
+/// reported it (`NotOwned` naming the owner), else the service's conflict.
+fn taken_name(owner: &Owner, f: &Flavor, conflict: openstack::Error) -> ReconcileError {
+    match may_take_over(
+        &classify_flavor(owner, f),
+        false,
+        false,
+        &format!("Nova flavor {:?} ({})", f.name, f.id),
+    ) {
+        Err(not_owned) => ReconcileError::NotOwned(not_owned),
+        Ok(_) => conflict.into(),
+    }
+}
+
 async fn apply_extra_specs(ctx: &Context, id: &str, diff: &ExtraSpecDiff) -> Result<()> {
     if !diff.set.is_empty() {
         ctx.cloud
@@ -274,6 +298,9 @@ impl Managed for OpenstackFlavor {
             None => None,
         };
         if observed.is_none() {
+            observed = find_own(ctx, self, &owner).await?;
+        }
+        if observed.is_none() && self.spec.adopt {
             observed = compute.find_flavor(&self.spec.name).await?;
         }
         if observed.is_none() && status.flavor_id.is_some() {
@@ -297,7 +324,26 @@ impl Managed for OpenstackFlavor {
             status.adopted.unwrap_or(false),
         )? {
             FlavorPlan::Create(req, specs) => {
-                let f = compute.create_flavor(&req).await?;
+                let f = match compute.create_flavor(&req).await {
+                    Ok(f) => f,
+                    Err(e) if e.is_conflict() => {
+                        // Nova flavor names are unique: the name is taken by a flavor that is
+                        // not ours under the ID we derive. Look it up by name to say whose.
+                        let Some(f) = compute.find_flavor(&self.spec.name).await? else {
+                            return Err(e.into());
+                        };
+                        if classify_flavor(&owner, &f) == Ownership::Ours
+                            && status.flavor_id.is_none()
+                        {
+                            // Ours under another ID (made before IDs were derived, its
+                            // status lost): go on with it, once.
+                            status.flavor_id = Some(f.id);
+                            return self.apply(ctx, status).await;
+                        }
+                        return Err(taken_name(&owner, &f, e));
+                    }
+                    Err(e) => return Err(e.into()),
+                };
                 status.flavor_id = Some(f.id.clone());
                 status.adopted = Some(false);
                 compute.set_flavor_extra_specs(&f.id, &specs).await?;
@@ -391,7 +437,7 @@ impl Managed for OpenstackFlavor {
         let compute = &ctx.cloud.compute;
         let found = match &status.flavor_id {
             Some(id) => compute.get_flavor(id).await.optional()?,
-            None => compute.find_flavor(&self.spec.name).await?,
+            None => find_own(ctx, self, &owner).await?,
         };
         let Some(f) = found else { return Ok(()) };
         if classify_flavor(&owner, &f) != Ownership::Ours {
@@ -458,6 +504,28 @@ mod tests {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
         }
+    }
+
+    #[test]
+    fn a_taken_name_says_whose_flavor_has_it() {
+        let o = owner();
+        let conflict = || openstack::Error::conflict("Flavor with name f already exists.");
+        let foreign = flavor(&[]);
+        assert!(matches!(
+            taken_name(&o, &foreign, conflict()),
+            ReconcileError::NotOwned(m) if m.contains("spec.adopt") && m.contains("f1")
+        ));
+        let theirs = flavor(&[(FLAVOR_OWNER_SPEC, "c/other-uid")]);
+        assert!(matches!(
+            taken_name(&o, &theirs, conflict()),
+            ReconcileError::NotOwned(m) if m.contains("other-uid")
+        ));
+        // Ours after all: the service's conflict stands.
+        let ours = flavor(&[(FLAVOR_OWNER_SPEC, "c/u")]);
+        assert!(matches!(
+            taken_name(&o, &ours, conflict()),
+            ReconcileError::OpenStack(_)
+        ));
     }
 
     #[test]

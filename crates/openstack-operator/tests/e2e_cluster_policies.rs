@@ -13,7 +13,7 @@ use e2e::wait::{Check, wait_for};
 use e2e::{EnvOptions, TestEnv};
 use futures::FutureExt as _;
 use openstack::OptionalExt as _;
-use openstack::model::{Domain, DomainCreate, DomainUpdate, NetworkFilter};
+use openstack::model::{Domain, DomainCreate, DomainUpdate, FlavorCreate, NetworkFilter};
 
 const BIN: &str = env!("CARGO_BIN_EXE_openstack-operator");
 const READY: Duration = Duration::from_secs(90);
@@ -125,6 +125,98 @@ async fn foreign_domain_is_not_taken_without_adopt() -> anyhow::Result<()> {
             assert_eq!(
                 now, hand,
                 "the hand-made domain is untouched after the deletion"
+            );
+            Ok(())
+        })
+        .await
+}
+
+fn flavor_yaml(name: &str, adopt: bool) -> String {
+    format!(
+        r#"
+apiVersion: sunet.se/v1alpha1
+kind: OpenstackFlavor
+metadata:
+  name: {name}
+spec:
+  name: {name}
+  vcpus: 1
+  ram: 128
+  disk: 1
+  adopt: {adopt}
+"#
+    )
+}
+
+/// A flavor someone made by hand with the spec's name: refused (`NotOwned`, naming how to take
+/// it over) and untouched, also by the resource's deletion; adopted when asked, and kept when
+/// the adopting resource is deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn foreign_flavor_is_refused_then_adopted_when_asked() -> anyhow::Result<()> {
+    env("flavor_not_owned")
+        .await?
+        .run(async |env| {
+            let name = env.unique("hand");
+            let hand = env
+                .cloud
+                .compute
+                .create_flavor(&FlavorCreate {
+                    name: name.clone(),
+                    vcpus: 1,
+                    ram_mb: 128,
+                    disk_gb: 1,
+                    is_public: true,
+                    ..Default::default()
+                })
+                .await?;
+            env.defer(&format!("hand-made flavor {name}"), {
+                let id = hand.id.clone();
+                move |cloud| {
+                    async move {
+                        cloud
+                            .compute
+                            .delete_flavor(&id)
+                            .await
+                            .optional()
+                            .map(|_| ())
+                            .map_err(Into::into)
+                    }
+                    .boxed()
+                }
+            });
+            env.apply(&flavor_yaml(&name, false)).await?;
+            let f: OpenstackFlavor = env
+                .wait_condition(&name, "Ready", false, "NotOwned", READY)
+                .await?;
+            let message = condition(&f, "Ready")
+                .and_then(|c| c.message)
+                .unwrap_or_default();
+            anyhow::ensure!(
+                message.contains("adopt") && message.contains(&hand.id),
+                "the message names the flavor and how to take it over: {message}"
+            );
+            anyhow::ensure!(
+                env.cloud.compute.get_flavor(&hand.id).await? == hand,
+                "the hand-made flavor is untouched"
+            );
+            env.delete_and_wait::<OpenstackFlavor>(&name, READY).await?;
+            anyhow::ensure!(
+                env.cloud.compute.get_flavor(&hand.id).await? == hand,
+                "the hand-made flavor survives the resource's deletion"
+            );
+
+            env.apply(&flavor_yaml(&name, true)).await?;
+            let f: OpenstackFlavor = env.wait_ready(&name, READY).await?;
+            let status = f.status.context("status")?;
+            anyhow::ensure!(
+                status.flavor_id.as_ref() == Some(&hand.id) && status.adopted == Some(true),
+                "adopted: {status:?}"
+            );
+            env.delete_and_wait::<OpenstackFlavor>(&name, READY).await?;
+            let kept = env.cloud.compute.get_flavor(&hand.id).await?;
+            anyhow::ensure!(
+                kept.extra_specs.is_empty(),
+                "an adopted flavor is kept, without our mark: {kept:?}"
             );
             Ok(())
         })
