@@ -3,7 +3,7 @@
 //! (garbage collection, namespace and CRD cleanup), run synchronously after
 //! every write so tests see a settled state.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
 use serde_json::{Map, Value, json};
 
@@ -880,28 +880,48 @@ impl State {
 
     /// Emulate the garbage collector, namespace controller and CRD finalizer, synchronously.
     pub fn reconcile(&mut self) {
+        let nskey = StorageKey::new("", "namespaces");
+        let crdkey = StorageKey::new("apiextensions.k8s.io", "customresourcedefinitions");
         for _ in 0..64 {
             let mut changed = false;
-            let all: Vec<(StorageKey, Value)> = self
-                .store
-                .iter_all()
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect();
-            let uids: HashMap<String, usize> = all
-                .iter()
-                .enumerate()
-                .map(|(i, (_, v))| (meta_str(v, "uid").to_string(), i))
-                .collect();
+            // Only what these controllers act on is copied: objects being deleted that carry
+            // the orphan or foreground finalizer, dependents (objects with owner references),
+            // terminating namespaces and CRDs. Copying every object on every write made each
+            // write cost O(objects), and a mass deletion O(objects²).
+            let mut owners: Vec<(StorageKey, Value)> = Vec::new();
+            let mut with_refs: Vec<(StorageKey, Value)> = Vec::new();
+            let mut terminating: Vec<(StorageKey, Value)> = Vec::new();
+            for (k, v) in self.store.iter_all() {
+                let deleting = !meta_str(v, "deletionTimestamp").is_empty();
+                if deleting && finalizers(v).iter().any(|f| f == ORPHAN || f == FOREGROUND) {
+                    owners.push((k.clone(), v.clone()));
+                }
+                if meta(v)
+                    .and_then(|m| m.get("ownerReferences"))
+                    .and_then(Value::as_array)
+                    .is_some_and(|r| !r.is_empty())
+                {
+                    with_refs.push((k.clone(), v.clone()));
+                }
+                if deleting && (*k == nskey || *k == crdkey) {
+                    terminating.push((k.clone(), v.clone()));
+                }
+            }
+            let uids: HashSet<String> = if with_refs.is_empty() {
+                HashSet::new()
+            } else {
+                self.store
+                    .iter_all()
+                    .map(|(_, v)| meta_str(v, "uid").to_string())
+                    .collect()
+            };
             // owners being deleted in the foreground or orphaning their dependents
-            for (key, owner) in all
-                .iter()
-                .filter(|(_, v)| !meta_str(v, "deletionTimestamp").is_empty())
-            {
+            for (key, owner) in &owners {
                 let fins = finalizers(owner);
                 let uid = meta_str(owner, "uid").to_string();
                 let ns = meta_str(owner, "namespace").to_string();
                 let name = object_name(owner);
-                let dependents: Vec<&(StorageKey, Value)> = all
+                let dependents: Vec<&(StorageKey, Value)> = with_refs
                     .iter()
                     .filter(|(_, d)| {
                         owner_refs(d)
@@ -962,7 +982,7 @@ impl State {
                 continue;
             }
             // background collection: dependents whose owners are gone
-            for (key, d) in &all {
+            for (key, d) in &with_refs {
                 let refs = owner_refs(d);
                 if refs.is_empty() {
                     continue;
@@ -970,7 +990,7 @@ impl State {
                 let (alive, dangling): (Vec<Value>, Vec<Value>) = refs.into_iter().partition(|r| {
                     r.get("uid")
                         .and_then(Value::as_str)
-                        .is_some_and(|u| uids.contains_key(u))
+                        .is_some_and(|u| uids.contains(u))
                 });
                 if dangling.is_empty() {
                     continue;
@@ -993,16 +1013,13 @@ impl State {
                 continue;
             }
             // terminating namespaces: delete content, then the namespace
-            let nskey = StorageKey::new("", "namespaces");
-            for (_, n) in all
-                .iter()
-                .filter(|(k, v)| *k == nskey && !meta_str(v, "deletionTimestamp").is_empty())
-            {
+            for (_, n) in terminating.iter().filter(|(k, _)| *k == nskey) {
                 let nsname = object_name(n);
-                let content: Vec<(StorageKey, Value)> = all
-                    .iter()
+                let content: Vec<(StorageKey, Value)> = self
+                    .store
+                    .iter_all()
                     .filter(|(_, v)| meta_str(v, "namespace") == nsname)
-                    .cloned()
+                    .map(|(k, v)| (k.clone(), v.clone()))
                     .collect();
                 for (k, v) in &content {
                     if meta_str(v, "deletionTimestamp").is_empty() {
@@ -1023,11 +1040,7 @@ impl State {
                 continue;
             }
             // terminating CRDs: delete instances, then release the CRD
-            let crdkey = StorageKey::new("apiextensions.k8s.io", "customresourcedefinitions");
-            for (_, crd) in all
-                .iter()
-                .filter(|(k, v)| *k == crdkey && !meta_str(v, "deletionTimestamp").is_empty())
-            {
+            for (_, crd) in terminating.iter().filter(|(k, _)| *k == crdkey) {
                 if !finalizers(crd).iter().any(|f| f == CRD_CLEANUP) {
                     continue;
                 }
