@@ -54,7 +54,8 @@ pub struct Report {
 pub struct Trouble {
     /// Requests the adapter retried (transport errors, 5xx, 429, 409 in progress).
     pub retried_requests: f64,
-    /// Calls that still failed after their retries (the reconcile was retried later).
+    /// Calls that still failed after their retries (the reconcile was retried later); lookups
+    /// answered 404 are not counted.
     pub failed_calls: f64,
 }
 

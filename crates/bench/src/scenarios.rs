@@ -53,10 +53,18 @@ fn mean_latency_ms(before: &Metrics, after: &Metrics) -> BTreeMap<String, f64> {
 /// Retried requests (transport errors, 5xx, 429, ...), by operation.
 const RETRIES: &str = "openstack_operator_openstack_api_retries_total";
 
+/// HTTP responses by status code (every attempt).
+const RESPONSES: &str = "openstack_operator_openstack_api_responses_total";
+
 /// What went wrong between two scrapes: retried requests and calls that failed after their
 /// retries. A disturbed cloud (restarts, overload) shows here, so the figures can be judged.
+/// A 404 is not trouble: it is how a lookup finds nothing (e.g. a flavor's derived ID before
+/// its create), and a 404 is never retried, so each one is one call ending in `error`.
 fn trouble(before: &Metrics, after: &Metrics) -> Trouble {
-    let failed = |m: &Metrics| m.sum(e2e::metrics::API_CALLS, &[("status", "error")]);
+    let failed = |m: &Metrics| {
+        m.sum(e2e::metrics::API_CALLS, &[("status", "error")])
+            - m.sum(RESPONSES, &[("code", "404")])
+    };
     Trouble {
         retried_requests: after.sum(RETRIES, &[]) - before.sum(RETRIES, &[]),
         failed_calls: failed(after) - failed(before),
