@@ -136,6 +136,15 @@ async fn write_status<K: Managed>(
     if before == status {
         return Ok(());
     }
+    apply_status(api, obj, status).await
+}
+
+/// Server-side apply of the whole status under our field manager.
+async fn apply_status<K: Managed>(
+    api: &Api<K>,
+    obj: &K,
+    status: &K::Status,
+) -> Result<(), kube::Error> {
     let patch = serde_json::json!({
         "apiVersion": K::api_version(&()),
         "kind": K::kind(&()),
@@ -158,19 +167,7 @@ pub async fn save_status<K: Managed>(
     obj: &K,
     status: &K::Status,
 ) -> Result<(), ReconcileError> {
-    let patch = serde_json::json!({
-        "apiVersion": K::api_version(&()),
-        "kind": K::kind(&()),
-        "status": status,
-    });
-    K::api(ctx.client.clone(), obj)
-        .patch_status(
-            &obj.name_any(),
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(patch),
-        )
-        .await?;
-    Ok(())
+    Ok(apply_status(&K::api(ctx.client.clone(), obj), obj, status).await?)
 }
 
 /// Publishes an Event about `obj`; failures to publish are logged, never fatal.

@@ -219,6 +219,21 @@ fn interrupted_create<'a>(
     unmarked.next().is_none().then_some(first)
 }
 
+/// Among the networks named like the spec: ours by its marks, else the one an interrupted
+/// create of ours left unmarked (to be marked).
+fn ours_by_name<'a>(
+    spec: &OpenstackNetworkSpec,
+    pending: Option<&PendingCreate>,
+    same_name: &'a [Network],
+    owner: &Owner,
+) -> Option<(&'a Network, Take)> {
+    same_name
+        .iter()
+        .find(|n| owner.classify_tags(&n.tags) == Ownership::Ours)
+        .map(|n| (n, Take::No))
+        .or_else(|| interrupted_create(spec, pending, same_name, owner).map(|n| (n, Take::Recover)))
+}
+
 async fn find_network(
     ctx: &Context,
     obj: &OpenstackNetwork,
@@ -237,16 +252,10 @@ async fn find_network(
             ..Default::default()
         })
         .await?;
-    if let Some(n) = same_name
-        .iter()
-        .find(|n| owner.classify_tags(&n.tags) == Ownership::Ours)
+    if let Some((n, take)) =
+        ours_by_name(&obj.spec, status.pending_create.as_ref(), &same_name, owner)
     {
-        return Ok((Some(n.clone()), Take::No));
-    }
-    if let Some(n) =
-        interrupted_create(&obj.spec, status.pending_create.as_ref(), &same_name, owner)
-    {
-        return Ok((Some(n.clone()), Take::Recover));
+        return Ok((Some(n.clone()), take));
     }
     // W20: only a provider network of the same kind can be this object; a tenant network that
     // happens to share the name is ignored.
@@ -513,18 +522,13 @@ impl Managed for OpenstackNetwork {
                     })
                     .await?;
                 // An interrupted create leaves an unmarked network that is ours all the same.
-                same_name
-                    .iter()
-                    .find(|n| owner.classify_tags(&n.tags) == Ownership::Ours)
-                    .or_else(|| {
-                        interrupted_create(
-                            &self.spec,
-                            status.pending_create.as_ref(),
-                            &same_name,
-                            &owner,
-                        )
-                    })
-                    .cloned()
+                ours_by_name(
+                    &self.spec,
+                    status.pending_create.as_ref(),
+                    &same_name,
+                    &owner,
+                )
+                .map(|(n, _)| n.clone())
             }
         };
         let Some(n) = found else { return Ok(()) };

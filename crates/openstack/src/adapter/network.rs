@@ -212,15 +212,18 @@ impl NetworkAdapter {
         key: &str,
         pending: PendingCreate,
     ) -> Result<W> {
+        let decode = |o: Value| {
+            serde_json::from_value(o).map_err(|e| {
+                Error::unexpected(format!("{}: cannot decode {key:?}: {e}", r.context()))
+            })
+        };
         // An earlier lost create of the same object, found now, is the answer.
         let settled = self.settle_pending(pending.collection).await;
         if let Some((_, o)) = settled
             .into_iter()
             .find(|(p, _)| p.filters == pending.filters)
         {
-            return serde_json::from_value(o).map_err(|e| {
-                Error::unexpected(format!("{}: cannot decode {key:?}: {e}", r.context()))
-            });
+            return decode(o);
         }
         let since = jiff::Timestamp::now();
         let err = match self.fetch::<W>(r, key).await {
@@ -237,9 +240,7 @@ impl NetworkAdapter {
                     error = %err,
                     "the answer of a create was lost; it was carried out: using the object it made"
                 );
-                serde_json::from_value(o).map_err(|e| {
-                    Error::unexpected(format!("{}: cannot decode {key:?}: {e}", r.context()))
-                })
+                decode(o)
             }
             Ok(None) => Err(err),
             Err(find) => {
