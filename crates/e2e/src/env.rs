@@ -11,7 +11,8 @@ use futures::FutureExt as _;
 use futures::future::BoxFuture;
 use kube::{Api, Client};
 use openstack::Cloud;
-use openstack::model::{DomainUpdate, NetworkFilter, SubnetFilter};
+use openstack::OptionalExt as _;
+use openstack::model::{DomainUpdate, Flavor, FlavorCreate, NetworkFilter, SubnetFilter};
 use serde_json::Value;
 
 use crate::k8s::{self, Applied, ApplyError, Managed};
@@ -268,6 +269,42 @@ impl TestEnv {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push((what.to_string(), Box::new(f)));
+    }
+
+    /// A flavor made by hand in OpenStack (1 vCPU, 128 MiB, 1 GiB, public), optionally carrying
+    /// an ownership mark (`<cluster>/<uid>`), deleted after the test.
+    pub async fn hand_made_flavor(&self, name: &str, mark: Option<&str>) -> anyhow::Result<Flavor> {
+        let compute = &self.cloud.compute;
+        let f = compute
+            .create_flavor(&FlavorCreate {
+                name: name.into(),
+                vcpus: 1,
+                ram_mb: 128,
+                disk_gb: 1,
+                is_public: true,
+                ..Default::default()
+            })
+            .await?;
+        let id = f.id.clone();
+        self.defer(&format!("hand-made flavor {name} ({id})"), {
+            let id = id.clone();
+            move |cloud| {
+                async move {
+                    cloud
+                        .compute
+                        .delete_flavor(&id)
+                        .await
+                        .optional()
+                        .map(|_| ())
+                        .map_err(Into::into)
+                }
+                .boxed()
+            }
+        });
+        let Some(m) = mark else { return Ok(f) };
+        let specs = [(FLAVOR_OWNER_SPEC.to_string(), m.to_string())].into();
+        compute.set_flavor_extra_specs(&id, &specs).await?;
+        Ok(compute.get_flavor(&id).await?)
     }
 
     /// The URL of a file served to Glance by the test cloud.

@@ -13,7 +13,7 @@ use e2e::wait::{Check, wait_for};
 use e2e::{EnvOptions, TestEnv};
 use futures::FutureExt as _;
 use openstack::OptionalExt as _;
-use openstack::model::{Domain, DomainCreate, DomainUpdate, FlavorCreate, NetworkFilter};
+use openstack::model::{Domain, DomainCreate, DomainUpdate, NetworkFilter};
 
 const BIN: &str = env!("CARGO_BIN_EXE_openstack-operator");
 const READY: Duration = Duration::from_secs(90);
@@ -157,33 +157,7 @@ async fn foreign_flavor_is_refused_then_adopted_when_asked() -> anyhow::Result<(
         .await?
         .run(async |env| {
             let name = env.unique("hand");
-            let hand = env
-                .cloud
-                .compute
-                .create_flavor(&FlavorCreate {
-                    name: name.clone(),
-                    vcpus: 1,
-                    ram_mb: 128,
-                    disk_gb: 1,
-                    is_public: true,
-                    ..Default::default()
-                })
-                .await?;
-            env.defer(&format!("hand-made flavor {name}"), {
-                let id = hand.id.clone();
-                move |cloud| {
-                    async move {
-                        cloud
-                            .compute
-                            .delete_flavor(&id)
-                            .await
-                            .optional()
-                            .map(|_| ())
-                            .map_err(Into::into)
-                    }
-                    .boxed()
-                }
-            });
+            let hand = env.hand_made_flavor(&name, None).await?;
             env.apply(&flavor_yaml(&name, false)).await?;
             let f: OpenstackFlavor = env
                 .wait_condition(&name, "Ready", false, "NotOwned", READY)

@@ -21,13 +21,10 @@ use e2e::metrics::Metrics;
 use e2e::operator::{free_local_addr, log_dir};
 use e2e::wait::{Check, wait_for};
 use e2e::{EnvOptions, TestEnv};
-use futures::FutureExt as _;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Event};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Api, ResourceExt as _};
-use openstack::OptionalExt as _;
-use openstack::model::FlavorCreate;
 use serde_json::{Value, json};
 
 const BIN: &str = env!("CARGO_BIN_EXE_openstack-operator");
@@ -281,47 +278,6 @@ impl<T> Optional404<T> for Result<T, kube::Error> {
     }
 }
 
-/// A flavor made by hand (optionally with an owner mark), deleted after the test.
-async fn hand_made_flavor(env: &TestEnv, name: &str, mark: Option<&str>) -> anyhow::Result<String> {
-    let f = env
-        .cloud
-        .compute
-        .create_flavor(&FlavorCreate {
-            name: name.into(),
-            vcpus: 1,
-            ram_mb: 128,
-            disk_gb: 1,
-            is_public: true,
-            ..Default::default()
-        })
-        .await?;
-    let id = f.id.clone();
-    env.defer(&format!("hand-made flavor {name} ({id})"), {
-        let id = id.clone();
-        move |cloud| {
-            async move {
-                cloud
-                    .compute
-                    .delete_flavor(&id)
-                    .await
-                    .optional()
-                    .map(|_| ())
-                    .map_err(Into::into)
-            }
-            .boxed()
-        }
-    });
-    if let Some(m) = mark {
-        let specs: BTreeMap<String, String> =
-            [(FLAVOR_OWNER_SPEC.to_string(), m.to_string())].into();
-        env.cloud
-            .compute
-            .set_flavor_extra_specs(&id, &specs)
-            .await?;
-    }
-    Ok(id)
-}
-
 /// Events about the registry ConfigMap in `namespace`: (type, reason, message).
 async fn registry_events(
     env: &TestEnv,
@@ -391,8 +347,11 @@ async fn gc_removes_only_our_orphans_after_grace_within_the_cap() -> anyhow::Res
         // Made by hand: a similar name without any mark, and one marked by another cluster.
         let hand_name = format!("{base}-hand");
         let other_name = format!("{base}-other");
-        let hand = hand_made_flavor(env, &hand_name, None).await?;
-        let other = hand_made_flavor(env, &other_name, Some("othercluster/some-uid")).await?;
+        let hand = env.hand_made_flavor(&hand_name, None).await?.id;
+        let other = env
+            .hand_made_flavor(&other_name, Some("othercluster/some-uid"))
+            .await?
+            .id;
 
         // The operator stops; the resources are deleted without it (finalizers removed).
         let status = env.operator.stop(Duration::from_secs(20)).await?;

@@ -22,6 +22,21 @@ const MARK: &str = "managed-by-openstack-operator";
 /// Objects found in Neutron: id and tags.
 type Found = Vec<(String, Vec<String>)>;
 
+/// A fresh project for a test's Neutron objects (the test deletes it).
+async fn scratch_project(direct: &Cloud) -> Project {
+    direct
+        .identity
+        .create_project(&ProjectCreate {
+            name: unique("lostproj"),
+            domain_id: DEFAULT_DOMAIN.into(),
+            description: "lost create tests".into(),
+            enabled: true,
+            tags: vec![],
+        })
+        .await
+        .expect("a project")
+}
+
 /// A proxy in front of the test cloud and a client connected through it.
 async fn proxied() -> (FaultProxy, Cloud, tempfile::TempDir) {
     let file = std::env::var("OS_CLIENT_CONFIG_FILE").unwrap_or_default();
@@ -79,17 +94,7 @@ async fn lost_neutron_creates_are_recovered_tagged() {
     }
     let (proxy, via_proxy, _dir) = proxied().await;
     let (direct, _core) = common::cloud().await;
-    let project = direct
-        .identity
-        .create_project(&ProjectCreate {
-            name: unique("lostproj"),
-            domain_id: DEFAULT_DOMAIN.into(),
-            description: "lost create tests".into(),
-            enabled: true,
-            tags: vec![],
-        })
-        .await
-        .expect("a project");
+    let project = scratch_project(&direct).await;
     let pid = Some(project.id.clone());
     let tags = vec![MARK.to_string(), unique("owner")];
     let rules = [
@@ -286,17 +291,7 @@ async fn lost_create_whose_lookup_fails_is_tagged_by_the_next_list() {
     }
     let (proxy, via_proxy, _dir) = proxied().await;
     let (direct, _core) = common::cloud().await;
-    let project = direct
-        .identity
-        .create_project(&ProjectCreate {
-            name: unique("lostproj"),
-            domain_id: DEFAULT_DOMAIN.into(),
-            description: "lost create tests".into(),
-            enabled: true,
-            tags: vec![],
-        })
-        .await
-        .expect("a project");
+    let project = scratch_project(&direct).await;
     let pid = Some(project.id.clone());
     let tags = vec![MARK.to_string(), unique("owner")];
     let lost = lose(&proxy, "^/v2.0/networks$", false);
