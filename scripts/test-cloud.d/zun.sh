@@ -334,7 +334,7 @@ ensure_plugin_spec() {
   echo "$want" >"$KURYR_SPEC"
 }
 
-zun_start_infra() { # rabbitmq, the namespace, dockerd, the registry, forwarders (no waiting)
+zun_start_infra() { # rabbitmq, the namespace, the registry, forwarders (no waiting)
   if zun_restart_if_changed epmd; then
     STARTED+=(epmd)
     # ERL_EPMD_ADDRESS: epmd listens on all interfaces by default
@@ -350,16 +350,6 @@ zun_start_infra() { # rabbitmq, the namespace, dockerd, the registry, forwarders
   fi
   ensure_netns
   ensure_plugin_spec
-  if zun_restart_if_changed docker; then
-    # dockerd keeps its default exec-root /var/run/docker: kuryr accepts only sandbox keys
-    # under /var/run/docker/netns. So no other dockerd may run on this machine.
-    local other
-    other=$(pgrep -x dockerd | tr '\n' ' ' || true)
-    [ -z "$other" ] || die "another dockerd runs on this machine (pid $other); the test cloud's dockerd needs its exec-root /var/run/docker: stop that one first"
-    STARTED+=(docker)
-    rm -f "$DOCKER_SOCK"
-    start_bg docker nsenter --net="$NETNS" -- dockerd --config-file "$ETC/docker/daemon.json"
-  fi
   if zun_restart_if_changed registry; then
     STARTED+=(registry)
     start_bg registry nsenter --net="$NETNS" -- docker-registry serve "$ETC/registry/config.yml"
@@ -370,14 +360,28 @@ zun_start_infra() { # rabbitmq, the namespace, dockerd, the registry, forwarders
   fi
 }
 
-zun_start_kuryr() { # after Keystone and Neutron answer (kuryr asks Neutron when it loads)
+zun_start_kuryr() { # then dockerd; after Keystone and Neutron answer (kuryr asks Neutron when it loads)
   local s
-  for s in rabbitmq docker registry netns-fwd; do wait_up "$s"; done
+  for s in registry netns-fwd; do wait_up "$s"; done
   if zun_restart_if_changed kuryr; then
     STARTED+=(kuryr)
     rm -f "$KURYR_SOCK"
     start_bg kuryr nsenter --net="$NETNS" -- "$B/uwsgi" --ini "$ETC/uwsgi/kuryr.ini"
   fi
+  # dockerd after kuryr: at start it asks the plugin about its kuryr networks and, with the
+  # plugin not answering yet, retries for ~30 s
+  wait_up kuryr
+  if zun_restart_if_changed docker; then
+    # dockerd keeps its default exec-root /var/run/docker: kuryr accepts only sandbox keys
+    # under /var/run/docker/netns. So no other dockerd may run on this machine.
+    local other
+    other=$(pgrep -x dockerd | tr '\n' ' ' || true)
+    [ -z "$other" ] || die "another dockerd runs on this machine (pid $other); the test cloud's dockerd needs its exec-root /var/run/docker: stop that one first"
+    STARTED+=(docker)
+    rm -f "$DOCKER_SOCK"
+    start_bg docker nsenter --net="$NETNS" -- dockerd --config-file "$ETC/docker/daemon.json"
+  fi
+  wait_up docker
 }
 
 zun_images() { # busybox and pause, built from busybox-static, pushed to the in-namespace registry
@@ -424,20 +428,23 @@ zun_images() { # busybox and pause, built from busybox-static, pushed to the in-
   echo "$stamp" >"$DATA/registry/.pushed"
 }
 
-zun_start_services() {
+zun_start_services() { # zun-api, zun-wsproxy, the images meanwhile, zun-compute once RabbitMQ answers
   local s
   for s in zun-api zun-compute zun-wsproxy; do zun_restart_if_changed "$s" || true; done
   if ! alive zun-api; then
     STARTED+=(zun-api)
     start_bg zun-api "$B/uwsgi" --ini "$ETC/uwsgi/zun-api.ini"
   fi
-  if ! alive zun-compute; then
-    STARTED+=(zun-compute)
-    start_bg zun-compute "$ZB/zun-compute" --config-file "$ETC/zun/zun.conf" --log-file "$LOGS/zun-compute.log"
-  fi
   if ! alive zun-wsproxy; then
     STARTED+=(zun-wsproxy)
     start_bg zun-wsproxy "$ZB/zun-wsproxy" --config-file "$ETC/zun/zun.conf" --log-file "$LOGS/zun-wsproxy.log"
+  fi
+  zun_images
+  # RabbitMQ takes the longest to boot (20-30 s on 2 busy cores); zun-compute would only retry
+  wait_up rabbitmq
+  if ! alive zun-compute; then
+    STARTED+=(zun-compute)
+    start_bg zun-compute "$ZB/zun-compute" --config-file "$ETC/zun/zun.conf" --log-file "$LOGS/zun-compute.log"
   fi
   for s in kuryr zun-api zun-compute zun-wsproxy; do wait_up "$s"; done
 }
