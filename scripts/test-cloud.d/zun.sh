@@ -72,7 +72,7 @@ zun_install_hash() {
   { echo "${ZUN_PKGS[*]}"; cat "$ZUN_CONSTRAINTS"; readlink -f "$ZB/python" 2>/dev/null || true; } | sha256sum | cut -c1-16
 }
 
-zun_ensure_venv() {
+zun_ensure_venv() { # run in a subshell by `up`, beside ensure_venv
   ZUN_HASH=$(zun_install_hash)
   [ -x "$ZB/python" ] && [ "$(cat "$ZUN_VENV/.installed" 2>/dev/null)" = "$ZUN_HASH" ] && return 0
   if [ -d "$ZUN_VENV" ] && ! "$ZB/python" -c '' 2>/dev/null; then
@@ -90,8 +90,6 @@ zun_ensure_venv() {
   }
   ZUN_HASH=$(zun_install_hash)
   echo "$ZUN_HASH" >"$ZUN_VENV/.installed"
-  # running services keep the old code: restart them
-  CHANGED[kuryr]=1 CHANGED[zun-api]=1 CHANGED[zun-compute]=1 CHANGED[zun-wsproxy]=1
   log "pip install (zun) done"
 }
 
