@@ -25,6 +25,17 @@ use std::time::Duration;
 
 use secrecy::{SecretSlice, SecretString};
 
+use crate::steps::{Failure, Stage, Steps};
+
+mod amqp;
+mod endpoint;
+mod memcached;
+mod mysql;
+mod net;
+mod ovsdb;
+mod s3;
+mod steps;
+
 /// The five kinds of external service a control plane references.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ServiceKind {
@@ -225,13 +236,132 @@ pub mod reason {
     pub const UNSUPPORTED_AUTH: &str = "UnsupportedAuthentication";
 }
 
-/// Checks every endpoint of `target`; each endpoint's whole exchange gets `timeout`.
+/// Checks every endpoint of `target` (concurrently); each endpoint's exchange gets `timeout`.
+///
+/// A condition fails when it fails on any endpoint (the message names every failing endpoint),
+/// passes when it passes on all. For OVN the endpoints together must also serve both
+/// `OVN_Northbound` and `OVN_Southbound`.
 pub async fn check(target: &Target, timeout: Duration) -> Report {
-    let _ = (target, timeout);
-    let why = "external-service checks are not implemented yet".to_string();
-    Report {
-        endpoint_reachable: Outcome::NotChecked { why: why.clone() },
-        tls_ready: Outcome::NotChecked { why: why.clone() },
-        authenticated: Outcome::NotChecked { why },
+    if target.endpoints.is_empty() {
+        return steps::combine(vec![Steps::new(false).finish(
+            target.kind.as_str(),
+            Some(Failure::new(
+                Stage::Reachable,
+                reason::INVALID_TARGET,
+                "no endpoints given",
+            )),
+        )]);
+    }
+    let mut tls_config = None;
+    let probes = target.endpoints.iter().map(|raw| {
+        let parsed = endpoint::parse(target.kind, raw);
+        let tls = match &parsed {
+            Ok(ep) => ep.tls_scheme.unwrap_or(target.tls.is_some()),
+            Err(_) => false,
+        };
+        let config = tls.then(|| {
+            tls_config
+                .get_or_insert_with(|| net::client_config(&target.tls.clone().unwrap_or_default()))
+                .clone()
+        });
+        async move {
+            let mut steps = Steps::new(tls);
+            let ep = match parsed {
+                Ok(ep) => ep,
+                Err(m) => {
+                    let f = Failure::new(Stage::Reachable, reason::INVALID_ENDPOINT, m);
+                    return (steps.finish(raw, Some(f)), Vec::new());
+                }
+            };
+            let failure = match tokio::time::timeout(
+                timeout,
+                probe(&ep, target, config.as_ref(), &mut steps),
+            )
+            .await
+            {
+                Ok(Ok(())) => None,
+                Ok(Err(f)) => Some(f),
+                Err(_) => {
+                    let stage = steps.pending();
+                    Some(Failure::new(
+                        stage,
+                        reason::TIMEOUT,
+                        format!(
+                            "no answer within {:?} ({} step)",
+                            timeout,
+                            stage.condition()
+                        ),
+                    ))
+                }
+            };
+            let served = std::mem::take(&mut steps.served);
+            (steps.finish(raw, failure), served)
+        }
+    });
+    let results = futures::future::join_all(probes.collect::<Vec<_>>()).await;
+    let mut served: Vec<String> = results.iter().flat_map(|(_, s)| s.clone()).collect();
+    let mut report = steps::combine(results.into_iter().map(|(o, _)| o).collect());
+    if target.kind == ServiceKind::Ovn && report.authenticated.is_passed() {
+        served.sort();
+        served.dedup();
+        let missing: Vec<&str> = [ovsdb::NORTHBOUND, ovsdb::SOUTHBOUND]
+            .into_iter()
+            .filter(|d| !served.iter().any(|s| s == d))
+            .collect();
+        if !missing.is_empty() {
+            report.authenticated = Outcome::Failed {
+                reason: reason::DATABASE_NOT_SERVED.to_string(),
+                message: format!(
+                    "no endpoint serves {} ({})",
+                    missing.join(" or "),
+                    report.authenticated.message()
+                ),
+            };
+        }
+    }
+    report
+}
+
+/// One endpoint: TCP, then TLS (in-protocol for MySQL), then the protocol.
+async fn probe(
+    ep: &endpoint::Endpoint,
+    target: &Target,
+    tls: Option<&Result<std::sync::Arc<rustls::ClientConfig>, String>>,
+    steps: &mut Steps,
+) -> Result<(), Failure> {
+    let tcp = net::connect(&ep.host, ep.port).await?;
+    if target.kind == ServiceKind::Database {
+        return mysql::probe(tcp, &ep.host, target, tls, steps).await;
+    }
+    let peer = tcp
+        .peer_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_else(|_| ep.authority());
+    steps.pass(
+        Stage::Reachable,
+        format!("TCP connection to {peer} established"),
+    );
+    let io: Box<dyn net::Io> = match tls {
+        None => Box::new(tcp),
+        Some(config) => {
+            let config = config
+                .as_ref()
+                .map_err(|m| Failure::new(Stage::Tls, reason::INVALID_TARGET, m.clone()))?;
+            let s = net::handshake(tcp, config.clone(), &ep.host).await?;
+            let verify = target
+                .tls
+                .as_ref()
+                .map(|t| t.verify)
+                .unwrap_or(VerifyMode::Full);
+            steps.pass(Stage::Tls, net::describe(&s, verify));
+            Box::new(s)
+        }
+    };
+    match target.kind {
+        ServiceKind::Messaging => amqp::probe(io, target, steps).await,
+        ServiceKind::Cache => memcached::probe(io, target, steps).await,
+        ServiceKind::ObjectStorage => s3::probe(io, ep, target, steps).await,
+        ServiceKind::Ovn => ovsdb::probe(io, steps).await,
+        ServiceKind::Database => Ok(()),
     }
 }
