@@ -10,7 +10,7 @@
 //! |---|---|---|
 //! | `Database` | `host:port` | MySQL/MariaDB handshake (TLS through `SSLRequest`), `mysql_native_password` auth (cleartext over TLS when the server asks), optional database |
 //! | `Messaging` | `host:port` | AMQP 0-9-1 connection with PLAIN auth, opening the vhost (`extra["vhost"]`, default `/`); amqps when TLS |
-//! | `Cache` | `host:port` | memcached `version` (TLS when configured), ASCII authentication when a username is given |
+//! | `Cache` | `host:port` | memcached `version` (TLS when configured); with a username, SASL PLAIN over the binary protocol (memcached `-S`, oslo.cache's SASL mode) |
 //! | `ObjectStorage` | `http(s)://host:port` | a SigV4-signed `ListBuckets`, or `HeadBucket` of `extra["bucket"]` |
 //! | `Ovn` | `tcp:host:port` / `ssl:host:port` | OVSDB JSON-RPC `list_dbs`; all endpoints together must serve `OVN_Northbound` and `OVN_Southbound` |
 //!

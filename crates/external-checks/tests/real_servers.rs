@@ -566,7 +566,11 @@ async fn a_server_that_never_answers_times_out() {
             conns.push(s);
         }
     });
-    let t = with_login(target(ServiceKind::Database, std::slice::from_ref(&addr)), "u", "p");
+    let t = with_login(
+        target(ServiceKind::Database, std::slice::from_ref(&addr)),
+        "u",
+        "p",
+    );
     let r = check(&t, Duration::from_millis(500)).await;
     assert_failed(&r.endpoint_reachable, reason::TIMEOUT, &[&addr]);
     hold.abort();
@@ -587,4 +591,44 @@ async fn one_failing_endpoint_of_several_fails_the_check_and_is_named() {
 async fn a_malformed_endpoint_is_named() {
     let r = check(&target(ServiceKind::Ovn, &["6641".to_string()]), TIMEOUT).await;
     assert_failed(&r.endpoint_reachable, reason::INVALID_ENDPOINT, &["6641"]);
+}
+
+#[tokio::test]
+async fn verify_modes_decide_what_an_untrusted_certificate_means() {
+    let e = Env::load();
+    let base = target(ServiceKind::Cache, &[e.get("EXTSVC_MEMCACHED_TLS")]);
+    let mut tls = e.tls("EXTSVC_UNTRUSTED_CA");
+    tls.verify = VerifyMode::CaOnly;
+    let r = check(&with_tls(base.clone(), tls.clone()), TIMEOUT).await;
+    assert_failed(&r.tls_ready, reason::CERTIFICATE_NOT_TRUSTED, &[]);
+    tls.verify = VerifyMode::Insecure;
+    let r = check(&with_tls(base.clone(), tls), TIMEOUT).await;
+    assert_ready(&r);
+    assert!(r.tls_ready.message().contains("NOT verified"), "{r:?}");
+    let mut tls = e.tls("EXTSVC_CA");
+    tls.verify = VerifyMode::CaOnly;
+    let r = check(&with_tls(base, tls), TIMEOUT).await;
+    assert_ready(&r);
+    assert!(
+        r.tls_ready.message().contains("host name not checked"),
+        "{r:?}"
+    );
+}
+
+#[tokio::test]
+async fn unusable_tls_material_fails_tls_ready_naming_it() {
+    let e = Env::load();
+    let base = target(ServiceKind::Cache, &[e.get("EXTSVC_MEMCACHED_TLS")]);
+    let mut tls = e.tls("EXTSVC_CA");
+    tls.client_cert_pem = Some(e.file("EXTSVC_CLIENT_CERT"));
+    let r = check(&with_tls(base.clone(), tls), TIMEOUT).await;
+    assert_failed(
+        &r.tls_ready,
+        reason::INVALID_TARGET,
+        &["client certificate is given without its key"],
+    );
+    let mut tls = e.tls("EXTSVC_CA");
+    tls.ca_pem = Some(b"not a certificate".to_vec());
+    let r = check(&with_tls(base, tls), TIMEOUT).await;
+    assert_failed(&r.tls_ready, reason::INVALID_TARGET, &["CA bundle"]);
 }
