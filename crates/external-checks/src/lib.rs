@@ -236,6 +236,12 @@ pub mod reason {
     pub const UNSUPPORTED_AUTH: &str = "UnsupportedAuthentication";
 }
 
+/// Whether `endpoint` has the form `kind` expects; the error says what form was expected, for
+/// an `InvalidSpec` condition or an admission message that names the field.
+pub fn validate_endpoint(kind: ServiceKind, endpoint: &str) -> Result<(), String> {
+    endpoint::parse(kind, endpoint).map(|_| ())
+}
+
 /// Checks every endpoint of `target` (concurrently); each endpoint's exchange gets `timeout`.
 ///
 /// A condition fails when it fails on any endpoint (the message names every failing endpoint),

@@ -632,3 +632,28 @@ async fn unusable_tls_material_fails_tls_ready_naming_it() {
     let r = check(&with_tls(base, tls), TIMEOUT).await;
     assert_failed(&r.tls_ready, reason::INVALID_TARGET, &["CA bundle"]);
 }
+
+#[tokio::test]
+async fn a_certificate_for_another_host_name_fails_full_verification_only() {
+    let e = Env::load();
+    let base = target(ServiceKind::Cache, &[e.get("EXTSVC_MEMCACHED_WRONG_NAME")]);
+    let r = check(&with_tls(base.clone(), e.tls("EXTSVC_CA")), TIMEOUT).await;
+    assert_failed(
+        &r.tls_ready,
+        reason::CERTIFICATE_NAME_MISMATCH,
+        &["127.0.0.1"],
+    );
+    let mut tls = e.tls("EXTSVC_CA");
+    tls.verify = VerifyMode::CaOnly;
+    let r = check(&with_tls(base, tls), TIMEOUT).await;
+    assert_ready(&r);
+}
+
+#[test]
+fn endpoint_validation_is_public_for_the_controller() {
+    use external_checks::validate_endpoint;
+    assert!(validate_endpoint(ServiceKind::Database, "db:3306").is_ok());
+    let err = validate_endpoint(ServiceKind::Ovn, "db:6641").unwrap_err();
+    assert!(err.contains("tcp:host:port"), "{err}");
+    assert!(validate_endpoint(ServiceKind::ObjectStorage, "s3:443").is_err());
+}
