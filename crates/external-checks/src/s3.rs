@@ -86,10 +86,19 @@ pub(crate) async fn probe(
             | "ExpiredToken"
             | "RequestTimeTooSkewed",
         ) => {
+            let hint = match code.as_str() {
+                "InvalidAccessKeyId" => " (the server does not know this access key)",
+                "SignatureDoesNotMatch" => " (wrong secret key)",
+                "RequestTimeTooSkewed" => " (this machine's clock differs from the server's)",
+                _ => "",
+            };
             return Err(Failure::new(
                 Stage::Auth,
                 reason::ACCESS_DENIED,
-                format!("access key {key_id} refused: {code}: {message}"),
+                format!(
+                    "access key {key_id} refused: {}{hint}",
+                    with_message(&code, &message)
+                ),
             ));
         }
         // A policy may forbid listing buckets but allow the one named: ask for that one.
@@ -99,8 +108,8 @@ pub(crate) async fn probe(
                 Stage::Auth,
                 reason::ACCESS_DENIED,
                 format!(
-                    "access key {key_id} refused: {}: {message}",
-                    if code.is_empty() { "HTTP 403" } else { &code }
+                    "access key {key_id} refused: {}",
+                    with_message(if code.is_empty() { "HTTP 403" } else { &code }, &message)
                 ),
             ));
         }
@@ -147,6 +156,15 @@ pub(crate) async fn probe(
             reason::PROTOCOL_ERROR,
             format!("HeadBucket {bucket} answered HTTP {status}"),
         )),
+    }
+}
+
+/// `Code: Message`, or just the code when the server sent no message.
+fn with_message(code: &str, message: &str) -> String {
+    if message.is_empty() {
+        code.to_string()
+    } else {
+        format!("{code}: {message}")
     }
 }
 
