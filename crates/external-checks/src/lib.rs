@@ -371,3 +371,52 @@ async fn probe(
         ServiceKind::Database => Ok(()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn target(kind: ServiceKind, endpoints: &[&str]) -> Target {
+        Target {
+            kind,
+            endpoints: endpoints.iter().map(|e| e.to_string()).collect(),
+            username: None,
+            password: None,
+            tls: None,
+            extra: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn the_check_future_is_send_so_controllers_can_spawn_it() {
+        fn assert_send<T: Send>(_: &T) {}
+        let t = target(ServiceKind::Cache, &["127.0.0.1:1"]);
+        let fut = check(&t, Duration::from_secs(1));
+        assert_send(&fut);
+    }
+
+    #[tokio::test]
+    async fn no_endpoints_is_an_invalid_target() {
+        let r = check(&target(ServiceKind::Database, &[]), Duration::from_secs(1)).await;
+        assert_eq!(r.endpoint_reachable.reason(), Some(reason::INVALID_TARGET));
+        assert!(!r.is_ready());
+    }
+
+    #[test]
+    fn kinds_are_named_as_in_the_spec() {
+        let names: Vec<String> = [
+            ServiceKind::Database,
+            ServiceKind::Messaging,
+            ServiceKind::Cache,
+            ServiceKind::ObjectStorage,
+            ServiceKind::Ovn,
+        ]
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+        assert_eq!(
+            names,
+            ["database", "messaging", "cache", "objectStorage", "ovn"]
+        );
+    }
+}
