@@ -183,6 +183,21 @@ async fn database_wrong_password_is_access_denied_for_the_user() {
 }
 
 #[tokio::test]
+async fn database_user_requiring_x509_needs_the_client_certificate() {
+    let e = Env::load();
+    let t = with_login(
+        db(&e),
+        &e.get("EXTSVC_DB_X509_USER"),
+        &e.get("EXTSVC_DB_PASSWORD"),
+    );
+    let r = check(&with_tls(t.clone(), e.mtls("EXTSVC_CLIENT")), TIMEOUT).await;
+    assert_ready(&r);
+    let r = check(&with_tls(t, e.tls("EXTSVC_CA")), TIMEOUT).await;
+    assert!(r.tls_ready.is_passed(), "{r:?}");
+    assert_failed(&r.authenticated, reason::ACCESS_DENIED, &["checker_x509"]);
+}
+
+#[tokio::test]
 async fn database_the_user_may_not_open_is_not_permitted() {
     let e = Env::load();
     let t = with_extra(db(&e), "database", &e.get("EXTSVC_DB_FORBIDDEN_DATABASE"));
