@@ -366,7 +366,22 @@ async fn probe(
     match target.kind {
         ServiceKind::Messaging => amqp::probe(io, target, steps).await,
         ServiceKind::Cache => memcached::probe(io, target, steps).await,
-        ServiceKind::ObjectStorage => s3::probe(io, ep, target, steps).await,
+        ServiceKind::ObjectStorage => {
+            // For a server that closes the connection after an answer.
+            let reopen = async || -> Result<Box<dyn net::Io>, Failure> {
+                let tcp = net::connect(&ep.host, ep.port).await?;
+                Ok(match tls {
+                    None => Box::new(tcp) as Box<dyn net::Io>,
+                    Some(Ok(config)) => {
+                        Box::new(net::handshake(tcp, config.clone(), &ep.host).await?)
+                    }
+                    Some(Err(m)) => {
+                        return Err(Failure::new(Stage::Tls, reason::INVALID_TARGET, m.clone()));
+                    }
+                })
+            };
+            s3::probe(io, ep, target, steps, reopen).await
+        }
         ServiceKind::Ovn => ovsdb::probe(io, steps).await,
         ServiceKind::Database => Ok(()),
     }

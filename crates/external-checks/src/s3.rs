@@ -22,6 +22,7 @@ pub(crate) async fn probe(
     ep: &Endpoint,
     target: &Target,
     steps: &mut Steps,
+    reopen: impl AsyncFnOnce() -> Result<Box<dyn Io>, Failure>,
 ) -> Result<(), Failure> {
     let (Some(key_id), Some(secret)) = (
         target.username.as_deref().filter(|u| !u.is_empty()),
@@ -126,6 +127,11 @@ pub(crate) async fn probe(
     let Some(bucket) = bucket else {
         return Ok(());
     };
+    if r.header("connection")
+        .is_some_and(|v| v.eq_ignore_ascii_case("close"))
+    {
+        s = reopen().await?;
+    }
     let path = format!("{}/{}", ep.path, uri_encode(bucket, true));
     let r = send(&mut s, &signer, "HEAD", &path, Stage::Auth).await?;
     match r.status {
