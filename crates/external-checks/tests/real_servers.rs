@@ -198,6 +198,24 @@ async fn database_user_requiring_x509_needs_the_client_certificate() {
 }
 
 #[tokio::test]
+async fn database_auth_plugin_the_check_cannot_speak_is_named() {
+    // MariaDB switches the login to the user's plugin (client_ed25519), which this check does
+    // not implement: it must say so rather than report a wrong password.
+    let e = Env::load();
+    let t = with_login(
+        db(&e),
+        &e.get("EXTSVC_DB_ED25519_USER"),
+        &e.get("EXTSVC_DB_PASSWORD"),
+    );
+    let r = check(&t, TIMEOUT).await;
+    assert_failed(
+        &r.authenticated,
+        reason::UNSUPPORTED_AUTH,
+        &["client_ed25519"],
+    );
+}
+
+#[tokio::test]
 async fn database_the_user_may_not_open_is_not_permitted() {
     let e = Env::load();
     let t = with_extra(db(&e), "database", &e.get("EXTSVC_DB_FORBIDDEN_DATABASE"));
