@@ -182,15 +182,23 @@ impl Report {
         self.endpoint_reachable.is_passed() && self.first_failure().is_none()
     }
 
-    /// The first failed step as (condition type, outcome), in the order the steps run.
-    pub fn first_failure(&self) -> Option<(&'static str, &Outcome)> {
+    /// (condition type, outcome) in the order the steps run: `EndpointReachable`, `TLSReady`,
+    /// `Authenticated`.
+    ///
+    /// A controller maps `Passed` to status True, `Failed` to False with its reason, and
+    /// `NotChecked` to False (step not reached) or, for `TLSReady` when no TLS is configured,
+    /// to whatever it reports for "not applicable"; [`Report::is_ready`] is the `Ready` verdict.
+    pub fn conditions(&self) -> [(&'static str, &Outcome); 3] {
         [
             ("EndpointReachable", &self.endpoint_reachable),
             ("TLSReady", &self.tls_ready),
             ("Authenticated", &self.authenticated),
         ]
-        .into_iter()
-        .find(|(_, o)| o.is_failed())
+    }
+
+    /// The first failed step as (condition type, outcome), in the order the steps run.
+    pub fn first_failure(&self) -> Option<(&'static str, &Outcome)> {
+        self.conditions().into_iter().find(|(_, o)| o.is_failed())
     }
 }
 
