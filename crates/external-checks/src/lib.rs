@@ -82,7 +82,9 @@ pub struct Target {
     pub username: Option<String>,
     /// Database or messaging password, memcached password, S3 secret key.
     pub password: Option<SecretString>,
-    /// TLS to use; `None` is plain TCP (for object storage the URL scheme decides).
+    /// TLS to use; `None` is plain TCP. For object storage and OVN the endpoint's scheme
+    /// (`https://`, `ssl:`) decides whether TLS is spoken, and these settings (or, when `None`,
+    /// the system trust store without a client certificate) say how.
     pub tls: Option<TlsSettings>,
     /// Kind-specific settings: `vhost` (messaging, default `/`), `bucket` (object storage,
     /// optional), `database` (database, optional), `region` (object storage, default `us-east-1`).
