@@ -8,10 +8,11 @@
   subnet `external-subnet` 203.0.113.0/24 (no DHCP, allocation pool .10-.250)
 - application credential `test-cloud-admin` for admin (fixed secret) and clouds.yaml with the
   clouds `local-admin` (password) and `local-admin-appcred` (v3applicationcredential)
-- Zun: catalog type `container`; project `demo` with user `demo` (role member), its application
-  credential `test-cloud-demo` (fixed secret), clouds `local-demo` and `local-demo-appcred`; the
-  tenant network `zun-pods` (vxlan, owned by `demo`) with subnet `zun-pods-subnet` 10.240.0.0/24
-  whose ID is written to TC_NETWORK_ID_FILE
+- Zun: catalog type `container`; two tenants: projects `demo` and `demo2`, each with a user of
+  the same name (role member, password TC_DEMO_PW), an application credential `test-cloud-NAME`
+  (the admin's fixed secret), clouds `local-NAME` and `local-NAME-appcred`, and a tenant network
+  (vxlan, owned by the project): `zun-pods` 10.240.0.0/24 and `zun-pods-2` 10.241.0.0/24, subnets
+  `<network>-subnet`; "network id" lines are written to TC_NETWORK_ID_FILE
 
 `bootstrap.py wait-zun` waits until zun-compute's host (TC_ZUN_HOST) is up in zun-api.
 
@@ -36,8 +37,8 @@ if not WAIT_ZUN:
     CLOUDS = os.environ["TC_CLOUDS"]
     DEMO_PW = os.environ["TC_DEMO_PW"]
     NETWORK_ID_FILE = os.environ["TC_NETWORK_ID_FILE"]
-DEMO_APPCRED_NAME = "test-cloud-demo"
-ZUN_NETWORK = "zun-pods"
+# tenants for Zun: project = user name, its network, the network's subnet
+TENANTS = [("demo", "zun-pods", "10.240.0.0/24"), ("demo2", "zun-pods-2", "10.241.0.0/24")]
 ZUN = f"http://{HOST}:9517/v1"
 # the newest microversion zun 18 (2026.1) knows
 ZUN_MICROVERSION = "container 1.40"
@@ -191,57 +192,59 @@ def network():
             "allocation_pools": [{"start": "203.0.113.10", "end": "203.0.113.250"}]}})
 
 
-def demo():
-    """Project and user `demo` (member): the tenant whose pods run on Zun; its network and appcred."""
+def tenant(name, network, cidr):
+    """Project and user NAME (role member): a tenant whose pods run on Zun, with its own
+    network, subnet and application credential. Returns (appcred id, network id)."""
     roles = {r["name"]: r["id"] for r in get(f"{KS}/roles", "roles")}
-    proj = ensure(f"{KS}/projects", "project", "name=demo&domain_id=default",
-                  {"name": "demo", "domain_id": "default", "description": "scripts/test-cloud: a tenant for Zun"})
-    found = get(f"{KS}/users?name=demo&domain_id=default", "users")
+    proj = ensure(f"{KS}/projects", "project", f"name={name}&domain_id=default",
+                  {"name": name, "domain_id": "default", "description": "scripts/test-cloud: a tenant for Zun"})
+    found = get(f"{KS}/users?name={name}&domain_id=default", "users")
     if found:
         u = found[0]
-        if CHECK_PASSWORDS and not user_password_works("demo", DEMO_PW, "demo"):
-            log("reset password of demo")
+        if CHECK_PASSWORDS and not user_password_works(name, DEMO_PW, name):
+            log(f"reset password of {name}")
             S.patch(f"{KS}/users/{u['id']}", json={"user": {"password": DEMO_PW}})
     else:
-        log("create user demo")
+        log(f"create user {name}")
         u = S.post(f"{KS}/users", json={"user": {
-            "name": "demo", "domain_id": "default", "password": DEMO_PW,
+            "name": name, "domain_id": "default", "password": DEMO_PW,
             "default_project_id": proj["id"]}}).json()["user"]
     S.put(f"{KS}/projects/{proj['id']}/users/{u['id']}/roles/{roles['member']}")
 
-    nets = get(f"{NEUTRON}/networks?name={ZUN_NETWORK}&project_id={proj['id']}", "networks")
+    nets = get(f"{NEUTRON}/networks?name={network}&project_id={proj['id']}", "networks")
     if nets:
         net = nets[0]
     else:
-        log(f"create network {ZUN_NETWORK}")
+        log(f"create network {network}")
         net = S.post(f"{NEUTRON}/networks", json={"network": {
-            "name": ZUN_NETWORK, "project_id": proj["id"],
-            "description": "scripts/test-cloud: tenant network for Zun containers (project demo)"}}).json()["network"]
-    if not get(f"{NEUTRON}/subnets?network_id={net['id']}&name={ZUN_NETWORK}-subnet", "subnets"):
-        log(f"create subnet {ZUN_NETWORK}-subnet")
+            "name": network, "project_id": proj["id"],
+            "description": f"scripts/test-cloud: tenant network for Zun containers (project {name})"}}).json()["network"]
+    if not get(f"{NEUTRON}/subnets?network_id={net['id']}&name={network}-subnet", "subnets"):
+        log(f"create subnet {network}-subnet")
+        gw = cidr.rsplit(".", 2)[0] + ".0.1"
         S.post(f"{NEUTRON}/subnets", json={"subnet": {
-            "name": f"{ZUN_NETWORK}-subnet", "network_id": net["id"], "project_id": proj["id"],
-            "ip_version": 4, "cidr": "10.240.0.0/24", "gateway_ip": "10.240.0.1", "enable_dhcp": False}})
-    with open(NETWORK_ID_FILE, "w") as f:
-        f.write(net["id"] + "\n")
+            "name": f"{network}-subnet", "network_id": net["id"], "project_id": proj["id"],
+            "ip_version": 4, "cidr": cidr, "gateway_ip": gw, "enable_dhcp": False}})
 
-    ds = user_session("demo", DEMO_PW, "demo")
+    ds = user_session(name, DEMO_PW, name)
     base = f"{KS}/users/{u['id']}/application_credentials"
-    for ac in ds.get(f"{base}?name={DEMO_APPCRED_NAME}").json()["application_credentials"]:
+    ac_name = f"test-cloud-{name}"
+    for ac in ds.get(f"{base}?name={ac_name}").json()["application_credentials"]:
         if not CHECK_PASSWORDS:
-            return ac["id"]
+            return ac["id"], net["id"]
         try:
             auth = v3.ApplicationCredential(auth_url=KS, application_credential_id=ac["id"],
                                             application_credential_secret=APPCRED_SECRET)
             session.Session(auth=auth).get_token()
-            return ac["id"]
+            return ac["id"], net["id"]
         except exceptions.Unauthorized:
             log(f"application credential {ac['id']} does not authenticate: recreating")
             ds.delete(f"{base}/{ac['id']}")
-    log(f"create application credential {DEMO_APPCRED_NAME}")
-    return ds.post(base, json={"application_credential": {
-        "name": DEMO_APPCRED_NAME, "secret": APPCRED_SECRET,
-        "description": "scripts/test-cloud: demo (member) on project demo"}}).json()["application_credential"]["id"]
+    log(f"create application credential {ac_name}")
+    ac = ds.post(base, json={"application_credential": {
+        "name": ac_name, "secret": APPCRED_SECRET,
+        "description": f"scripts/test-cloud: {name} (member) on project {name}"}}).json()["application_credential"]
+    return ac["id"], net["id"]
 
 
 def user_password_works(user, password, project):
@@ -278,7 +281,7 @@ def q(s):
     return json.dumps(s)  # a JSON string is a valid double-quoted YAML scalar
 
 
-def write_clouds(ac_id, demo_ac_id):
+def write_clouds(ac_id, tenant_acs):
     common = f"""    region_name: {REGION}
     identity_api_version: 3
     interface: public
@@ -300,20 +303,22 @@ clouds:
       auth_url: {q(KS)}
       application_credential_id: {q(ac_id)}
       application_credential_secret: {q(APPCRED_SECRET)}
-{common}  local-demo:
+{common}"""
+    for name, ac in tenant_acs.items():
+        text += f"""  local-{name}:
     auth_type: password
     auth:
       auth_url: {q(KS)}
-      username: demo
+      username: {name}
       password: {q(DEMO_PW)}
-      project_name: demo
+      project_name: {name}
       user_domain_name: Default
       project_domain_name: Default
-{common}  local-demo-appcred:
+{common}  local-{name}-appcred:
     auth_type: v3applicationcredential
     auth:
       auth_url: {q(KS)}
-      application_credential_id: {q(demo_ac_id)}
+      application_credential_id: {q(ac)}
       application_credential_secret: {q(APPCRED_SECRET)}
 {common}"""
     tmp = CLOUDS + ".tmp"
@@ -331,8 +336,10 @@ def main():
     keystone()
     ac_id = appcred()
     network()
-    demo_ac_id = demo()
-    write_clouds(ac_id, demo_ac_id)
+    tenants = {name: tenant(name, network, cidr) for name, network, cidr in TENANTS}
+    with open(NETWORK_ID_FILE, "w") as f:
+        f.writelines(f"{network} {tenants[name][1]}\n" for name, network, _ in TENANTS)
+    write_clouds(ac_id, {name: ac for name, (ac, _) in tenants.items()})
     log("bootstrap done")
 
 

@@ -6,7 +6,7 @@
 ZO=$TC_DIR/zun-venv/bin/openstack
 ZUN=http://127.0.0.1:9517/v1
 ZMV='OpenStack-API-Version: container 1.40'
-zosc() { OS_CLOUD=local-demo "$ZO" "$@"; }
+zosc() { OS_CLOUD=${ZCLOUD:-local-demo} "$ZO" "$@"; }
 DEMO_AUTH=$("$PY" -c '
 import json, sys, yaml
 a = yaml.safe_load(open(sys.argv[1]))["clouds"]["local-demo"]["auth"]
@@ -80,12 +80,25 @@ ok has "\"$NET\"" zapi "$ZUN/capsules/$CAP"
 # stock Zun: capsule members have no logs endpoint (404), plain containers do
 MEMBER=$(zapi "$ZUN/capsules/$CAP" | jget '[c["uuid"] for c in d["containers"]][0]')
 ok not zapi -o /dev/null "$ZUN/containers/$MEMBER/logs"
+# a second tenant: its container lands on its own network; neither tenant sees the other's
+NET2=$(OS_CLOUD=local-demo2 "$ZO" network show zun-pods-2 -f value -c id)
+ok test -n "$NET2"
+ok not zosc network show zun-pods-2
+ok zosc --os-cloud local-demo2-appcred appcontainer run --name "zt2$SFX" --net "network=$NET2" busybox true
+ZT2=$(OS_CLOUD=local-demo2 "$ZO" appcontainer show "zt2$SFX" -f value -c uuid)
+zwait2() { ZCLOUD=local-demo2 zwait "$@"; }
+ok zwait2 appcontainer "$ZT2" '^(Stopped|Error)$'
+ok has '^Stopped$' zosc --os-cloud local-demo2 appcontainer show "$ZT2" -f value -c status
+ok has '^10\.241\.0\.' zosc --os-cloud local-demo2 appcontainer show "$ZT2" -f value -c addresses
+ok not zosc appcontainer show "$ZT2"
+ok not has "zt2$SFX" zosc appcontainer list -f value -c name
 ok zosc appcontainer stop "$ZSLEEP"
 ok zwait appcontainer "$ZSLEEP" '^Stopped$'
 ok zosc appcontainer delete "$ZSLEEP" "$ZHELLO"
 ok zapi -X DELETE "$ZUN/capsules/$CAP"
 ok zgone containers "$ZSLEEP"
 ok zgone containers "$ZHELLO"
+ok zosc --os-cloud local-demo2 appcontainer delete --stop "$ZT2"
 ok zgone capsules "$CAP"
 ok no_ports_of "$ZSLEEP"
 ok no_ports_of "$CAP"
@@ -93,5 +106,6 @@ ok no_ports_of "$CAP"
 zun_cleanup() { # best effort, after a failed check
   local c
   for c in "${ZSLEEP:-}" "${ZHELLO:-}"; do [ -z "$c" ] || zosc appcontainer delete --stop "$c"; done
+  [ -z "${ZT2:-}" ] || zosc --os-cloud local-demo2 appcontainer delete --stop "$ZT2"
   [ -z "${CAP:-}" ] || zapi -X DELETE "$ZUN/capsules/$CAP"
 }

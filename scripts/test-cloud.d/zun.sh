@@ -232,6 +232,14 @@ default_timeout = 120
 driver = kuryr
 [compute]
 host_shared_with_nova = false
+# Placement inventory: 2 cores x 64 VCPU and 4 x RAM, so 100+ small containers fit
+cpu_allocation_ratio = 64.0
+ram_allocation_ratio = 4.0
+[quota]
+# per-project defaults (Zun's: 40 containers, 20 cpu, 50 GiB): room for 100-pod benches
+containers = 200
+cpu = 128
+memory = 102400
 [keystone_auth]
 auth_type = password
 auth_url = $KS_URL/v3
@@ -326,7 +334,7 @@ ensure_plugin_spec() {
   echo "$want" >"$KURYR_SPEC"
 }
 
-zun_start_infra() { # rabbitmq, the namespace, dockerd, the registry, forwarders, kuryr
+zun_start_infra() { # rabbitmq, the namespace, dockerd, the registry, forwarders (no waiting)
   if zun_restart_if_changed epmd; then
     STARTED+=(epmd)
     # ERL_EPMD_ADDRESS: epmd listens on all interfaces by default
@@ -360,6 +368,10 @@ zun_start_infra() { # rabbitmq, the namespace, dockerd, the registry, forwarders
     STARTED+=(netns-fwd)
     start_bg netns-fwd "$ETC/zun/netns-fwd.sh"
   fi
+}
+
+zun_start_kuryr() { # after Keystone and Neutron answer (kuryr asks Neutron when it loads)
+  local s
   for s in rabbitmq docker registry netns-fwd; do wait_up "$s"; done
   if zun_restart_if_changed kuryr; then
     STARTED+=(kuryr)
@@ -432,10 +444,14 @@ zun_start_services() {
 
 ZUN_NETWORK=zun-pods
 zun_env() { # exports for Zun users (the virtual kubelet's tests): see docs/test-cloud.md
+  local ids=$DATA/zun-networks
   printf 'export ZUN_API_URL=%q\n' "http://$HOST:9517/v1"
-  printf 'export ZUN_NETWORK=%q\n' "$ZUN_NETWORK"
-  printf 'export ZUN_NETWORK_ID=%q\n' "$(cat "$DATA/zun-network.id" 2>/dev/null)"
   printf 'export ZUN_TENANT_CLOUD=local-demo\n'
+  printf 'export ZUN_NETWORK=%q\n' "$ZUN_NETWORK"
+  printf 'export ZUN_NETWORK_ID=%q\n' "$(awk '$1 == "zun-pods" {print $2}' "$ids" 2>/dev/null)"
+  printf 'export ZUN_TENANT2_CLOUD=local-demo2\n'
+  printf 'export ZUN_NETWORK2=zun-pods-2\n'
+  printf 'export ZUN_NETWORK2_ID=%q\n' "$(awk '$1 == "zun-pods-2" {print $2}' "$ids" 2>/dev/null)"
   printf 'export ZUN_HOST=%q\n' "$(hostname)"
   printf 'export TEST_CLOUD_DOCKER_HOST=%q\n' "unix://$DOCKER_SOCK"
   printf 'export TEST_CLOUD_NETNS=%q\n' "$NETNS"
