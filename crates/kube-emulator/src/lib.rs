@@ -30,6 +30,7 @@
 #![warn(missing_docs)]
 
 pub mod cel;
+pub mod cel_cost;
 pub mod discovery;
 pub mod error;
 pub mod faults;

@@ -1496,6 +1496,9 @@ fn validate_crd(obj: &Value, old: Option<&Value>, causes: &mut Vec<Cause>) {
             "Invalid value: must have exactly one version marked as storage version",
         ));
     }
+    let shared_schema = versions.windows(2).all(|w| {
+        w[0].pointer("/schema/openAPIV3Schema") == w[1].pointer("/schema/openAPIV3Schema")
+    });
     for (i, v) in versions.iter().enumerate() {
         match v.pointer("/schema/openAPIV3Schema") {
             None => causes.push(Cause::new(
@@ -1516,6 +1519,15 @@ fn validate_crd(obj: &Value, old: Option<&Value>, causes: &mut Vec<Cause>) {
                         format!("spec.versions[{i}].schema.openAPIV3Schema"),
                         format!("Invalid value: compilation failed: {e}"),
                     ));
+                } else if i == 0 || !shared_schema {
+                    // the server validates a schema all versions share once, under the
+                    // internal API's spec.validation
+                    let prefix = if shared_schema {
+                        "spec.validation.".to_string()
+                    } else {
+                        format!("spec.versions[{i}].schema.")
+                    };
+                    causes.extend(crate::cel_cost::budget_causes(s, &prefix));
                 }
             }
         }

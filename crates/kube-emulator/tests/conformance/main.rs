@@ -5,6 +5,7 @@ mod common;
 
 mod core_kinds;
 mod crd;
+mod crd_cost;
 mod deletion;
 mod errors;
 mod events_leases;
