@@ -42,6 +42,7 @@ pub mod schema;
 pub mod selectors;
 pub mod server;
 pub mod store;
+pub mod typed;
 pub mod util;
 pub mod watch;
 

@@ -423,6 +423,11 @@ impl State {
                 "invalid object type: apply patches must set apiVersion and kind",
             ));
         }
+        // the server names the patch object as sent, before filling anything in
+        let (patch_ns, patch_name) = (
+            meta_str(&body, "namespace").to_string(),
+            meta_str(&body, "name").to_string(),
+        );
         let mut body = prepare_body(info, ns, body)?;
         let bname = meta_str(&body, "name").to_string();
         if bname.is_empty() {
@@ -430,6 +435,18 @@ impl State {
         } else if bname != name {
             return Err(ApiError::bad_request(format!(
                 "the name of the object ({bname}) does not match the name on the URL ({name})"
+            )));
+        }
+        if let Some(schema) = &info.schema
+            && let Some(errors) = crate::typed::apply_patch_errors(&body, schema)
+        {
+            return Err(ApiError::unclassified(crate::typed::typed_patch_message(
+                &patch_ns,
+                &patch_name,
+                &info.group,
+                &info.version,
+                &info.kind,
+                &errors,
             )));
         }
         let own = ownership(info, &opts.field_manager, sub);

@@ -3,6 +3,7 @@
 
 mod common;
 
+mod apply_types;
 mod core_kinds;
 mod crd;
 mod crd_cost;
