@@ -31,6 +31,7 @@
 
 pub mod cel;
 pub mod cel_cost;
+pub mod crd_schema;
 pub mod discovery;
 pub mod error;
 pub mod faults;

@@ -1530,6 +1530,19 @@ fn validate_crd(obj: &Value, old: Option<&Value>, causes: &mut Vec<Cause>) {
                         format!("spec.versions[{i}].schema.{e}"),
                         "Invalid value: invalid schema",
                     ));
+                } else if let schema_errors = crate::crd_schema::schema_causes(
+                    s,
+                    &if shared_schema {
+                        "spec.validation.openAPIV3Schema".to_string()
+                    } else {
+                        format!("spec.versions[{i}].schema.openAPIV3Schema")
+                    },
+                ) && !schema_errors.is_empty()
+                {
+                    // the server skips CEL checks of a schema that has schema errors
+                    if i == 0 || !shared_schema {
+                        causes.extend(schema_errors);
+                    }
                 } else if let Err(e) = crate::cel::compile_all(s) {
                     causes.push(Cause::new(
                         "FieldValueInvalid",

@@ -201,3 +201,43 @@ fn rule_costs_of_our_crds_stay_within_half_the_budget() {
         "a CRD's rules together pass half the per-CRD budget: {total_max}"
     );
 }
+
+/// Schema rules the real server checks beside the cost (apiextensions `validation.go`):
+/// a list-map key must be required or defaulted, a rule's `reason` must be one of four.
+#[tokio::test]
+async fn list_map_keys_and_rule_reasons_are_checked() {
+    let env = start().await;
+    let mut crd = widget_crd();
+    let spec = &mut crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"];
+    spec["properties"]["ports"] = serde_json::json!({
+        "type": "array", "maxItems": 4,
+        "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["port"],
+        "items": {"type": "object", "properties": {"port": {"type": "integer"}}}
+    });
+    spec["x-kubernetes-validations"][0]["reason"] = serde_json::json!("Nope");
+    let s = refusal(&env, crd).await;
+    assert_eq!(
+        (s.code, s.reason.as_str()),
+        (422, "Invalid"),
+        "{}",
+        s.message
+    );
+    let fields: Vec<String> = s
+        .details
+        .expect("details")
+        .causes
+        .iter()
+        .map(|c| format!("{}: {}", c.field, c.message))
+        .collect();
+    let root = "spec.validation.openAPIV3Schema.properties[spec]";
+    assert!(
+        fields.contains(&format!("{root}.properties[ports].items.properties[port].default: Required value: this property is in x-kubernetes-list-map-keys, so it must have a default or be a required property")),
+        "{fields:?}"
+    );
+    assert!(
+        fields.iter().any(|f| f.starts_with(&format!(
+            "{root}.x-kubernetes-validations[0].reason: Unsupported value: \"Nope\""
+        ))),
+        "{fields:?}"
+    );
+}
