@@ -938,20 +938,23 @@ fn walk(s: &Value, path: String, card: Option<u64>, out: &mut Vec<RuleCost>) {
         && let Some(decl) = Decl::of(s)
     {
         for (i, r) in rules.iter().enumerate() {
-            let Some(rule) = r.get("rule").and_then(Value::as_str) else {
-                continue;
-            };
-            let Some(per_call) = rule_cost(rule, &decl) else {
-                continue;
-            };
-            let cardinality = card.unwrap_or_else(|| unbounded_cardinality(&decl));
-            out.push(RuleCost {
-                path: format!("{path}.x-kubernetes-validations[{i}].rule"),
-                rule: rule.to_string(),
-                per_call,
-                cardinality,
-                cost: per_call.saturating_mul(cardinality),
-            });
+            // a messageExpression is estimated and limited like its rule
+            for field in ["rule", "messageExpression"] {
+                let Some(expr) = r.get(field).and_then(Value::as_str) else {
+                    continue;
+                };
+                let Some(per_call) = rule_cost(expr, &decl) else {
+                    continue;
+                };
+                let cardinality = card.unwrap_or_else(|| unbounded_cardinality(&decl));
+                out.push(RuleCost {
+                    path: format!("{path}.x-kubernetes-validations[{i}].{field}"),
+                    rule: expr.to_string(),
+                    per_call,
+                    cardinality,
+                    cost: per_call.saturating_mul(cardinality),
+                });
+            }
         }
     }
     let child_card = match (card, max_elements_of(s)) {
@@ -998,7 +1001,15 @@ pub fn budget_causes(schema: &Value, prefix: &str) -> Vec<Cause> {
         if c.cost > STATIC_ESTIMATED_COST_LIMIT {
             causes.push(forbidden(
                 format!("{prefix}{}", c.path),
-                cost_error_message("estimated rule cost", c.cost, STATIC_ESTIMATED_COST_LIMIT),
+                cost_error_message(
+                    if c.path.ends_with(".messageExpression") {
+                        "estimated messageExpression cost"
+                    } else {
+                        "estimated rule cost"
+                    },
+                    c.cost,
+                    STATIC_ESTIMATED_COST_LIMIT,
+                ),
             ));
         }
         total = total.saturating_add(c.cost);
@@ -1074,6 +1085,20 @@ mod tests {
         assert_eq!(
             cost("!has(self.a) || self.a == self.b", s),
             1 + 1 + 2 + 2 + 4
+        );
+    }
+
+    #[test]
+    fn a_message_expression_is_limited_like_its_rule() {
+        let s = json!({"type": "object", "properties": {"l": {"type": "array",
+            "items": {"type": "string", "x-kubernetes-validations": [
+                {"rule": "self.size() > 0", "messageExpression": "'bad: ' + self"}]}}}});
+        let causes = budget_causes(&s, "spec.validation.");
+        assert!(
+            causes.iter().any(|c| c.field
+                == "spec.validation.openAPIV3Schema.properties[l].items.x-kubernetes-validations[0].messageExpression"
+                && c.message.starts_with("Forbidden: estimated messageExpression cost exceeds budget by factor of more than 100x")),
+            "{causes:?}"
         );
     }
 

@@ -423,6 +423,14 @@ impl State {
                 "invalid object type: apply patches must set apiVersion and kind",
             ));
         }
+        // the server refuses an applied configuration that carries managedFields (an object
+        // read back and applied as is), before anything else about it
+        if body
+            .pointer("/metadata/managedFields")
+            .is_some_and(|m| !m.is_null())
+        {
+            return Err(ApiError::bad_request("metadata.managedFields must be nil"));
+        }
         // the server names the patch object as sent, before filling anything in
         let (patch_ns, patch_name) = (
             meta_str(&body, "namespace").to_string(),

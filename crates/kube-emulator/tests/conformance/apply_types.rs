@@ -150,3 +150,32 @@ async fn apply_of_an_undeclared_field_is_a_500_and_a_well_typed_apply_passes() {
         s.message
     );
 }
+
+#[tokio::test]
+async fn apply_of_a_body_with_managed_fields_is_a_400() {
+    let env = with_our_crds().await;
+    let domains = api(&env, "OpenstackDomain", "openstackdomains", None);
+    let good = json!({"apiVersion": "sunet.se/v1alpha1", "kind": "OpenstackDomain",
+        "metadata": {"name": "d"}, "spec": {"name": "d"}});
+    let read_back = domains
+        .patch(
+            "d",
+            &PatchParams::apply("conformance"),
+            &Patch::Apply(&good),
+        )
+        .await
+        .expect("applied");
+    assert!(read_back.metadata.managed_fields.is_some());
+    // applying what was read, managedFields and all, is what the real server refuses
+    let s = api_err(
+        domains
+            .patch(
+                "d",
+                &PatchParams::apply("conformance"),
+                &Patch::Apply(&read_back),
+            )
+            .await,
+    );
+    assert_eq!((s.code, s.reason.as_str()), (400, "BadRequest"));
+    assert_eq!(s.message, "metadata.managedFields must be nil");
+}
