@@ -179,3 +179,57 @@ async fn apply_of_a_body_with_managed_fields_is_a_400() {
     assert_eq!((s.code, s.reason.as_str()), (400, "BadRequest"));
     assert_eq!(s.message, "metadata.managedFields must be nil");
 }
+
+/// `PatchOptions`/`CreateOptions` the real server refuses (apimachinery
+/// `ValidatePatchOptions`, `ValidateFieldManager`): 422, not 400.
+#[tokio::test]
+async fn force_on_a_merge_patch_and_an_overlong_field_manager_are_invalid_options() {
+    let env = with_our_crds().await;
+    let domains = api(&env, "OpenstackDomain", "openstackdomains", None);
+    let good = json!({"apiVersion": "sunet.se/v1alpha1", "kind": "OpenstackDomain",
+        "metadata": {"name": "d"}, "spec": {"name": "d"}});
+    domains
+        .patch(
+            "d",
+            &PatchParams::apply("conformance"),
+            &Patch::Apply(&good),
+        )
+        .await
+        .expect("applied");
+    // kube-rs refuses this client-side, so it goes over plain HTTP
+    let resp = reqwest::Client::new()
+        .patch(format!(
+            "{}/apis/sunet.se/v1alpha1/openstackdomains/d?force=true",
+            env.handle.url()
+        ))
+        .header("content-type", "application/merge-patch+json")
+        .body(r#"{"spec": {"description": "x"}}"#)
+        .send()
+        .await
+        .expect("request sent");
+    assert_eq!(resp.status().as_u16(), 422);
+    let s: Value = resp.json().await.expect("a Status");
+    assert_eq!(s["reason"], "Invalid");
+    assert_eq!(
+        s["message"],
+        "PatchOptions.meta.k8s.io \"\" is invalid: force: Forbidden: may not be specified for non-apply patch"
+    );
+    let long = "m".repeat(129);
+    let resp = reqwest::Client::new()
+        .patch(format!(
+            "{}/apis/sunet.se/v1alpha1/openstackdomains/d?fieldManager={long}",
+            env.handle.url()
+        ))
+        .header("content-type", "application/apply-patch+yaml")
+        .body(good.to_string())
+        .send()
+        .await
+        .expect("request sent");
+    assert_eq!(resp.status().as_u16(), 422);
+    let s: Value = resp.json().await.expect("a Status");
+    let message = s["message"].as_str().unwrap_or_default();
+    assert!(
+        message.starts_with("PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Too long"),
+        "{message}"
+    );
+}
