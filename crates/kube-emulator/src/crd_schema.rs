@@ -18,18 +18,32 @@ const REASONS: [&str; 4] = [
 /// (`spec.validation.openAPIV3Schema` or `spec.versions[i].schema.openAPIV3Schema`).
 pub fn schema_causes(schema: &Value, path: &str) -> Vec<Cause> {
     let mut out = Vec::new();
-    walk(schema, path, &mut out);
+    walk(schema, path, None, &mut out);
     out
+}
+
+/// Whether a rule reads `oldSelf` (a transition rule).
+fn uses_old_self(rule: &str) -> bool {
+    let b = rule.as_bytes();
+    rule.match_indices("oldSelf").any(|(i, _)| {
+        let before = i.checked_sub(1).map(|j| b[j]);
+        let after = b.get(i + "oldSelf".len()).copied();
+        let ident = |c: u8| c.is_ascii_alphanumeric() || c == b'_';
+        !before.is_some_and(|c| ident(c) || c == b'.') && !after.is_some_and(ident)
+    })
 }
 
 fn has_newline(s: &str) -> bool {
     s.contains('\n') || s.contains('\r')
 }
 
-fn walk(s: &Value, path: &str, out: &mut Vec<Cause>) {
+/// `uncorrelatable`: the highest list above this node whose items cannot be paired
+/// between the old and the new object (any list but `x-kubernetes-list-type: map`).
+fn walk(s: &Value, path: &str, uncorrelatable: Option<&str>, out: &mut Vec<Cause>) {
     let Some(obj) = s.as_object() else {
         return;
     };
+    node_rules(obj, path, out);
     list_rules(obj, path, out);
     if let Some(rules) = obj
         .get("x-kubernetes-validations")
@@ -37,18 +51,87 @@ fn walk(s: &Value, path: &str, out: &mut Vec<Cause>) {
     {
         for (i, r) in rules.iter().enumerate() {
             rule_entry(r, &format!("{path}.x-kubernetes-validations[{i}]"), out);
+            let rule = r.get("rule").and_then(Value::as_str).unwrap_or("");
+            if let Some(within) = uncorrelatable
+                && uses_old_self(rule)
+            {
+                out.push(Cause::new(
+                    "FieldValueInvalid",
+                    format!("{path}.x-kubernetes-validations[{i}].rule"),
+                    format!("Invalid value: {rule:?}: oldSelf cannot be used on the uncorrelatable portion of the schema within {within}"),
+                ));
+            }
         }
     }
     if let Some(props) = obj.get("properties").and_then(Value::as_object) {
+        // the fields of an atomic map cannot be paired between old and new either
+        let atomic = obj.get("x-kubernetes-map-type").and_then(Value::as_str) == Some("atomic");
+        let within = match uncorrelatable {
+            Some(u) => Some(u),
+            None if atomic => Some(path),
+            None => None,
+        };
         for (k, v) in props {
-            walk(v, &format!("{path}.properties[{k}]"), out);
+            walk(v, &format!("{path}.properties[{k}]"), within, out);
         }
     }
     if let Some(items) = obj.get("items") {
-        walk(items, &format!("{path}.items"), out);
+        let list_map = obj.get("x-kubernetes-list-type").and_then(Value::as_str) == Some("map");
+        let within = match uncorrelatable {
+            Some(u) => Some(u),
+            None if !list_map => Some(path),
+            None => None,
+        };
+        walk(items, &format!("{path}.items"), within, out);
     }
     if let Some(ap) = obj.get("additionalProperties").filter(|a| a.is_object()) {
-        walk(ap, &format!("{path}.additionalProperties"), out);
+        walk(
+            ap,
+            &format!("{path}.additionalProperties"),
+            uncorrelatable,
+            out,
+        );
+    }
+}
+
+fn node_rules(obj: &serde_json::Map<String, Value>, path: &str, out: &mut Vec<Cause>) {
+    if obj.get("uniqueItems").and_then(Value::as_bool) == Some(true) {
+        out.push(Cause::new(
+            "FieldValueForbidden",
+            format!("{path}.uniqueItems"),
+            "Forbidden: uniqueItems cannot be set to true since the runtime complexity becomes quadratic",
+        ));
+    }
+    let has_props = obj
+        .get("properties")
+        .and_then(Value::as_object)
+        .is_some_and(|p| !p.is_empty());
+    if has_props
+        && obj
+            .get("additionalProperties")
+            .is_some_and(|a| a.is_object() || a == &Value::Bool(false))
+    {
+        out.push(Cause::new(
+            "FieldValueForbidden",
+            format!("{path}.additionalProperties"),
+            "Forbidden: additionalProperties and properties are mutual exclusive",
+        ));
+    }
+    if obj.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(false)) {
+        out.push(Cause::new(
+            "FieldValueInvalid",
+            format!("{path}.x-kubernetes-preserve-unknown-fields"),
+            "Invalid value: false: must be true or undefined",
+        ));
+    }
+    if let Some(t) = obj.get("x-kubernetes-map-type").and_then(Value::as_str)
+        && !matches!(t, "atomic" | "granular")
+    {
+        out.push(Cause::new(
+            "FieldValueNotSupported",
+            format!("{path}.x-kubernetes-map-type"),
+            format!("Unsupported value: {t:?}: supported values: \"atomic\", \"granular\""),
+        ));
     }
 }
 
@@ -65,7 +148,7 @@ fn list_rules(obj: &serde_json::Map<String, Value>, path: &str, out: &mut Vec<Ca
         out.push(Cause::new(
             "FieldValueNotSupported",
             format!("{path}.x-kubernetes-list-type"),
-            format!("Unsupported value: {t:?}: supported values: \"atomic\", \"map\", \"set\""),
+            format!("Unsupported value: {t:?}: supported values: \"atomic\", \"set\", \"map\""),
         ));
     }
     if !keys.is_empty() {
@@ -257,6 +340,42 @@ mod tests {
         let ok = json!({"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"],
             "items": {"type": "object", "required": ["name"], "properties": {"name": {"type": "string"}}}});
         assert!(fields(ok).is_empty());
+    }
+
+    #[test]
+    fn transition_rules_need_correlatable_items() {
+        let s = json!({"type": "object", "properties": {
+            "atomic": {"type": "array", "items": {"type": "string",
+                "x-kubernetes-validations": [{"rule": "self == oldSelf"}]}},
+            "keyed": {"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["k"],
+                "items": {"type": "object", "required": ["k"], "properties": {"k": {"type": "string"}},
+                    "x-kubernetes-validations": [{"rule": "self.k == oldSelf.k"}, {"rule": "self.k != 'oldSelfish'"}]}}
+        }});
+        let f = fields(s);
+        assert_eq!(
+            f,
+            vec!["s.properties[atomic].items.x-kubernetes-validations[0].rule: Invalid value: \"self == oldSelf\": oldSelf cannot be used on the uncorrelatable portion of the schema within s.properties[atomic]".to_string()]
+        );
+        assert!(!uses_old_self("self.oldSelfish") && uses_old_self("oldSelf.x == 1"));
+    }
+
+    #[test]
+    fn structural_rules_of_a_node() {
+        let s = json!({"type": "object", "x-kubernetes-preserve-unknown-fields": false,
+            "properties": {"a": {"type": "array", "uniqueItems": true, "items": {"type": "string"}}},
+            "additionalProperties": {"type": "string"}});
+        let f = fields(s);
+        assert!(f.iter().any(|e| e == "s.properties[a].uniqueItems: Forbidden: uniqueItems cannot be set to true since the runtime complexity becomes quadratic"), "{f:?}");
+        assert!(f.iter().any(|e| e == "s.additionalProperties: Forbidden: additionalProperties and properties are mutual exclusive"), "{f:?}");
+        assert!(
+            f.iter()
+                .any(|e| e
+                    .starts_with("s.x-kubernetes-preserve-unknown-fields: Invalid value: false")),
+            "{f:?}"
+        );
+        let atomic = json!({"type": "object", "x-kubernetes-map-type": "atomic", "properties": {
+            "x": {"type": "string", "x-kubernetes-validations": [{"rule": "self == oldSelf"}]}}});
+        assert!(fields(atomic)[0].ends_with("within s"));
     }
 
     #[test]

@@ -203,7 +203,8 @@ fn rule_costs_of_our_crds_stay_within_half_the_budget() {
 }
 
 /// Schema rules the real server checks beside the cost (apiextensions `validation.go`):
-/// a list-map key must be required or defaulted, a rule's `reason` must be one of four.
+/// a list-map key must be required or defaulted, a rule's `reason` must be one of four,
+/// `oldSelf` only where old and new items can be paired.
 #[tokio::test]
 async fn list_map_keys_and_rule_reasons_are_checked() {
     let env = start().await;
@@ -215,6 +216,9 @@ async fn list_map_keys_and_rule_reasons_are_checked() {
         "items": {"type": "object", "properties": {"port": {"type": "integer"}}}
     });
     spec["x-kubernetes-validations"][0]["reason"] = serde_json::json!("Nope");
+    // a transition rule on the items of an atomic list: old and new items cannot be paired
+    spec["properties"]["tags"]["items"]["x-kubernetes-validations"] =
+        serde_json::json!([{"rule": "self == oldSelf"}]);
     let s = refusal(&env, crd).await;
     assert_eq!(
         (s.code, s.reason.as_str()),
@@ -238,6 +242,10 @@ async fn list_map_keys_and_rule_reasons_are_checked() {
         fields.iter().any(|f| f.starts_with(&format!(
             "{root}.x-kubernetes-validations[0].reason: Unsupported value: \"Nope\""
         ))),
+        "{fields:?}"
+    );
+    assert!(
+        fields.contains(&format!("{root}.properties[tags].items.x-kubernetes-validations[0].rule: Invalid value: \"self == oldSelf\": oldSelf cannot be used on the uncorrelatable portion of the schema within {root}.properties[tags]")),
         "{fields:?}"
     );
 }
