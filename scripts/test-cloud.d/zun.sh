@@ -380,6 +380,10 @@ zun_start_kuryr() { # then dockerd; after Keystone and Neutron answer (kuryr ask
     start_bg docker nsenter --net="$NETNS" -- dockerd --config-file "$ETC/docker/daemon.json"
   fi
   wait_up docker
+  # zun-compute's host must be Docker's info.Name, or its resource tracker silently disables itself
+  local name
+  name=$(dk info -f '{{.Name}}' 2>/dev/null || true)
+  [ "$name" = "$(hostname)" ] || die "Docker's info.Name is '$name', not the hostname '$(hostname)' that zun.conf names as zun-compute's host"
 }
 
 zun_images() { # busybox and pause, built from busybox-static, pushed to the in-namespace registry
@@ -451,6 +455,7 @@ ZUN_NETWORK=zun-pods
 zun_env() { # exports for Zun users (the virtual kubelet's tests): see docs/test-cloud.md
   local ids=$DATA/zun-networks
   printf 'export ZUN_API_URL=%q\n' "http://$HOST:9517/v1"
+  printf 'export ZUN_API_VERSION=1.40\n'  # the newest microversion of zun 18 (header: container 1.40)
   printf 'export ZUN_TENANT_CLOUD=local-demo\n'
   printf 'export ZUN_NETWORK=%q\n' "$ZUN_NETWORK"
   printf 'export ZUN_NETWORK_ID=%q\n' "$(awk '$1 == "zun-pods" {print $2}' "$ids" 2>/dev/null)"
