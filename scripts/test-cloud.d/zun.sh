@@ -68,6 +68,31 @@ zun_need_cmds() { # apt packages for missing commands (added to need_cmds' list)
   dpkg -s busybox-static >/dev/null 2>&1 || pkgs+=(busybox-static)
 }
 
+# What Zun 18 needs against the 2026.1 upper-constraints: oslo.versionedobjects>=3.10.0 (2026.1
+# pins 3.9.0), and tenacity with Retrying.call (capsule init containers; gone since tenacity 8)
+ZUN_UC_OVERRIDES=(oslo.versionedobjects===3.10.0 tenacity===7.0.0)
+
+zun_lock() { # UPPER_CONSTRAINTS_FILE: resolve ZUN_PKGS with the overrides, freeze into constraints-zun.txt
+  local uc=$1 tmp o
+  tmp=$(mktemp -d)
+  cp "$uc" "$tmp/uc.txt"
+  for o in "${ZUN_UC_OVERRIDES[@]}"; do
+    sed -i "/^${o%%===*}===/d" "$tmp/uc.txt"
+    echo "$o" >>"$tmp/uc.txt"
+  done
+  "$PYTHON" -m venv "$tmp/venv"
+  "$tmp/venv/bin/pip" install -q -U pip wheel 'setuptools<81'
+  "$tmp/venv/bin/pip" install -q -c "$tmp/uc.txt" "${ZUN_PKGS[@]}"
+  "$tmp/venv/bin/pip" check
+  {
+    sed -n '/^#/p' "$ZUN_CONSTRAINTS"
+    "$tmp/venv/bin/pip" freeze --all
+  } >"$ZUN_CONSTRAINTS.new"
+  mv "$ZUN_CONSTRAINTS.new" "$ZUN_CONSTRAINTS"
+  rm -rf "$tmp"
+  echo "wrote $ZUN_CONSTRAINTS"
+}
+
 zun_install_hash() {
   { echo "${ZUN_PKGS[*]}"; cat "$ZUN_CONSTRAINTS"; readlink -f "$ZB/python" 2>/dev/null || true; } | sha256sum | cut -c1-16
 }
