@@ -23,14 +23,13 @@ ZUN_PKGS=(zun==18.0.0 kuryr-libnetwork==18.0.0 python-zunclient python-openstack
 NETNS=$RUN/netns
 DOCKER_SOCK=$RUN/docker.sock
 KURYR_SOCK=$RUN/kuryr.sock
-RABBIT_PW=${TEST_CLOUD_RABBIT_PASSWORD:-tc-rabbit-Pw-7q2x}
-DEMO_PW=${TEST_CLOUD_DEMO_PASSWORD:-tc-demo-Pw-7q2x}
 ZUN_IMAGES=$TC_DIR/images
 # the registry inside the namespace (5000 there is the forwarded Keystone)
 REG_PORT=5050
 # Debian's docker CLI (a different `docker` may come first on PATH)
 DOCKER_CLI=/usr/bin/docker
 
+# shellcheck disable=SC2034 # used by scripts/test-cloud, which sources this file
 ZUN_SERVICES=(epmd rabbitmq docker registry netns-fwd kuryr zun-api zun-compute zun-wsproxy)
 PORT+=([epmd]=4369 [rabbitmq]=5672 [docker]=- [registry]=- [netns-fwd]=- [kuryr]=-
   [zun-api]=9517 [zun-compute]=- [zun-wsproxy]=6784)
