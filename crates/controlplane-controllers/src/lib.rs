@@ -1,0 +1,1 @@
+//! Reconcilers of the control-plane operator.
