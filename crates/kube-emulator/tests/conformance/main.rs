@@ -12,3 +12,4 @@ mod faults;
 mod kubectl;
 mod patching;
 mod watching;
+mod workloads;
