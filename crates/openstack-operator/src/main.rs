@@ -1,6 +1,7 @@
 //! `openstack-operator`: Kubernetes-native OpenStack. `run` starts the controllers; `crds`
 //! prints the CustomResourceDefinitions.
 
+mod control_plane;
 mod run;
 
 use std::path::PathBuf;
@@ -25,6 +26,9 @@ enum Command {
     /// Run the controllers against the cluster in KUBECONFIG (or in-cluster) and the cloud
     /// named by OS_CLOUD in OS_CLIENT_CONFIG_FILE.
     Run(Box<run::RunArgs>),
+    /// Run the control-plane operator (OpenStackCluster, Keystone, OpenStackExternalService)
+    /// against the cluster in KUBECONFIG (or in-cluster). Needs no OpenStack credentials.
+    ControlPlane(Box<control_plane::ControlPlaneArgs>),
     /// Print every CRD as YAML, the resource operator's and the control plane's (or write one
     /// file per CRD with --out-dir / --control-plane-out-dir).
     Crds {
@@ -51,6 +55,13 @@ fn main() -> anyhow::Result<()> {
                 .build()
                 .context("starting the async runtime")?;
             rt.block_on(run::run(*args))
+        }
+        Command::ControlPlane(args) => {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .context("starting the async runtime")?;
+            rt.block_on(control_plane::run(*args))
         }
     }
 }
