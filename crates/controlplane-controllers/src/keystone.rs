@@ -811,9 +811,18 @@ fn step_state(s: StepState) -> Option<State> {
     }
 }
 
-async fn reconcile(obj: Arc<Keystone>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+async fn reconcile(cached: Arc<Keystone>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     let started = Instant::now();
-    let ns = obj.namespace().ok_or(Error::Incomplete("namespace"))?;
+    let ns = cached.namespace().ok_or(Error::Incomplete("namespace"))?;
+    // The Job records in status drive what is created next; the watch cache can lag behind
+    // our own last status write, so read the object fresh (one GET per pass).
+    let Some(obj) = Api::<Keystone>::namespaced(ctx.client.clone(), &ns)
+        .get_opt(&cached.name_any())
+        .await?
+    else {
+        return Ok(Action::await_change());
+    };
+    let obj = Arc::new(obj);
     let reference = obj
         .controller_owner_ref(&())
         .ok_or(Error::Incomplete("uid"))?;
