@@ -27,11 +27,14 @@ fn schema_of(kind: &str) -> Value {
 }
 
 fn check<S: DeserializeOwned + Serialize + Validate>(doc: &Value, file: &str) {
-    let spec: S = serde_json::from_value(doc["spec"].clone())
-        .unwrap_or_else(|e| panic!("{file}: {e}"));
+    let spec: S =
+        serde_json::from_value(doc["spec"].clone()).unwrap_or_else(|e| panic!("{file}: {e}"));
     let back = serde_json::to_value(&spec).expect("json");
     for (k, v) in doc["spec"].as_object().into_iter().flatten() {
-        assert!(back.get(k).is_some() || v.is_null(), "{file}: field spec.{k} lost");
+        assert!(
+            back.get(k).is_some() || v.is_null(),
+            "{file}: field spec.{k} lost"
+        );
     }
     let errs = spec.validate();
     assert!(errs.is_empty(), "{file}: {}", summarize(&errs));
@@ -64,8 +67,18 @@ fn control_plane_examples_are_valid() {
             kinds.push(doc["spec"]["type"].as_str().unwrap_or(&kind).to_string());
         }
     }
-    for want in ["OpenStackCluster", "database", "messaging", "cache", "objectStorage", "ovn"] {
-        assert!(kinds.iter().any(|k| k == want), "examples/control-plane has no {want}");
+    for want in [
+        "OpenStackCluster",
+        "database",
+        "messaging",
+        "cache",
+        "objectStorage",
+        "ovn",
+    ] {
+        assert!(
+            kinds.iter().any(|k| k == want),
+            "examples/control-plane has no {want}"
+        );
     }
     let _ = controlplane_api::Keystone::crd();
 }

@@ -317,6 +317,7 @@ async fn control_plane_keystone_end_to_end() -> anyhow::Result<()> {
     // The operator.
     let log_path = std::env::temp_dir().join(format!("e2e_control_plane-{ns}.log"));
     let log = std::fs::File::create(&log_path)?;
+    let metrics_port = free_port();
     let _op = Proc(
         Command::new(BIN)
             .args([
@@ -324,7 +325,7 @@ async fn control_plane_keystone_end_to_end() -> anyhow::Result<()> {
                 "--health-addr",
                 &format!("127.0.0.1:{}", free_port()),
                 "--metrics-addr",
-                &format!("127.0.0.1:{}", free_port()),
+                &format!("127.0.0.1:{metrics_port}"),
                 "--watch-namespace",
                 &ns,
                 "--check-interval-seconds",
@@ -636,6 +637,44 @@ async fn control_plane_keystone_end_to_end() -> anyhow::Result<()> {
         dep_gen,
         "rotation does not touch the Deployment"
     );
+
+    // 6. Events on the transitions and on bootstrap completion; metrics per kind.
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), &ns);
+    let evs = events.list(&ListParams::default()).await?.items;
+    let has = |kind: &str, reason: &str| {
+        evs.iter().any(|e| {
+            e.involved_object.kind.as_deref() == Some(kind) && e.reason.as_deref() == Some(reason)
+        })
+    };
+    assert!(
+        has("OpenStackCluster", "Blocked"),
+        "a Blocked Event on the cluster"
+    );
+    assert!(
+        has("Keystone", "Blocked") && has("Keystone", "Degraded"),
+        "Blocked and Degraded Events on Keystone"
+    );
+    assert!(
+        has("Keystone", "BootstrapComplete"),
+        "a BootstrapComplete Event"
+    );
+    assert!(
+        has("OpenStackExternalService", "Degraded"),
+        "a Degraded Event on the database service"
+    );
+    let text = reqwest::get(format!("http://127.0.0.1:{metrics_port}/metrics"))
+        .await?
+        .text()
+        .await?;
+    for kind in ["OpenStackCluster", "Keystone", "OpenStackExternalService"] {
+        assert!(
+            text.contains(&format!(
+                "controlplane_reconcile_total{{kind=\"{kind}\",result=\"success\"}}"
+            )),
+            "reconcile counter of {kind}:\n{text}"
+        );
+    }
+    assert!(text.contains(&format!("controlplane_condition{{kind=\"Keystone\",namespace=\"{ns}\",name=\"{ks_name}\",condition=\"Ready\"}} 1")), "{text}");
 
     cm.abort();
     let _ = nss.delete(&ns, &Default::default()).await;
