@@ -10,7 +10,7 @@
 //! |---|---|---|
 //! | `Database` | `host:port` | MySQL/MariaDB handshake (TLS through `SSLRequest`), `mysql_native_password` auth (cleartext over TLS when the server asks), optional database |
 //! | `Messaging` | `host:port` | AMQP 0-9-1 connection with PLAIN auth, opening the vhost (`extra["vhost"]`, default `/`); amqps when TLS |
-//! | `Cache` | `host:port` | memcached `version` (TLS when configured), ASCII authentication when a username is given |
+//! | `Cache` | `host:port` | memcached `version` (TLS when configured); with a username, SASL PLAIN over the binary protocol (memcached `-S`, oslo.cache's SASL mode) |
 //! | `ObjectStorage` | `http(s)://host:port` | a SigV4-signed `ListBuckets`, or `HeadBucket` of `extra["bucket"]` |
 //! | `Ovn` | `tcp:host:port` / `ssl:host:port` | OVSDB JSON-RPC `list_dbs`; all endpoints together must serve `OVN_Northbound` and `OVN_Southbound` |
 //!
@@ -82,7 +82,9 @@ pub struct Target {
     pub username: Option<String>,
     /// Database or messaging password, memcached password, S3 secret key.
     pub password: Option<SecretString>,
-    /// TLS to use; `None` is plain TCP (for object storage the URL scheme decides).
+    /// TLS to use; `None` is plain TCP. For object storage and OVN the endpoint's scheme
+    /// (`https://`, `ssl:`) decides whether TLS is spoken, and these settings (or, when `None`,
+    /// the system trust store without a client certificate) say how.
     pub tls: Option<TlsSettings>,
     /// Kind-specific settings: `vhost` (messaging, default `/`), `bucket` (object storage,
     /// optional), `database` (database, optional), `region` (object storage, default `us-east-1`).
@@ -182,15 +184,23 @@ impl Report {
         self.endpoint_reachable.is_passed() && self.first_failure().is_none()
     }
 
-    /// The first failed step as (condition type, outcome), in the order the steps run.
-    pub fn first_failure(&self) -> Option<(&'static str, &Outcome)> {
+    /// (condition type, outcome) in the order the steps run: `EndpointReachable`, `TLSReady`,
+    /// `Authenticated`.
+    ///
+    /// A controller maps `Passed` to status True, `Failed` to False with its reason, and
+    /// `NotChecked` to False (step not reached) or, for `TLSReady` when no TLS is configured,
+    /// to whatever it reports for "not applicable"; [`Report::is_ready`] is the `Ready` verdict.
+    pub fn conditions(&self) -> [(&'static str, &Outcome); 3] {
         [
             ("EndpointReachable", &self.endpoint_reachable),
             ("TLSReady", &self.tls_ready),
             ("Authenticated", &self.authenticated),
         ]
-        .into_iter()
-        .find(|(_, o)| o.is_failed())
+    }
+
+    /// The first failed step as (condition type, outcome), in the order the steps run.
+    pub fn first_failure(&self) -> Option<(&'static str, &Outcome)> {
+        self.conditions().into_iter().find(|(_, o)| o.is_failed())
     }
 }
 
@@ -234,6 +244,12 @@ pub mod reason {
     pub const DATABASE_NOT_SERVED: &str = "DatabaseNotServed";
     /// The server uses an authentication method this checker cannot speak.
     pub const UNSUPPORTED_AUTH: &str = "UnsupportedAuthentication";
+}
+
+/// Whether `endpoint` has the form `kind` expects; the error says what form was expected, for
+/// an `InvalidSpec` condition or an admission message that names the field.
+pub fn validate_endpoint(kind: ServiceKind, endpoint: &str) -> Result<(), String> {
+    endpoint::parse(kind, endpoint).map(|_| ())
 }
 
 /// Checks every endpoint of `target` (concurrently); each endpoint's exchange gets `timeout`.
@@ -360,8 +376,72 @@ async fn probe(
     match target.kind {
         ServiceKind::Messaging => amqp::probe(io, target, steps).await,
         ServiceKind::Cache => memcached::probe(io, target, steps).await,
-        ServiceKind::ObjectStorage => s3::probe(io, ep, target, steps).await,
+        ServiceKind::ObjectStorage => {
+            // For a server that closes the connection after an answer.
+            let reopen = async || -> Result<Box<dyn net::Io>, Failure> {
+                let tcp = net::connect(&ep.host, ep.port).await?;
+                Ok(match tls {
+                    None => Box::new(tcp) as Box<dyn net::Io>,
+                    Some(Ok(config)) => {
+                        Box::new(net::handshake(tcp, config.clone(), &ep.host).await?)
+                    }
+                    Some(Err(m)) => {
+                        return Err(Failure::new(Stage::Tls, reason::INVALID_TARGET, m.clone()));
+                    }
+                })
+            };
+            s3::probe(io, ep, target, steps, reopen).await
+        }
         ServiceKind::Ovn => ovsdb::probe(io, steps).await,
         ServiceKind::Database => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn target(kind: ServiceKind, endpoints: &[&str]) -> Target {
+        Target {
+            kind,
+            endpoints: endpoints.iter().map(|e| e.to_string()).collect(),
+            username: None,
+            password: None,
+            tls: None,
+            extra: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn the_check_future_is_send_so_controllers_can_spawn_it() {
+        fn assert_send<T: Send>(_: &T) {}
+        let t = target(ServiceKind::Cache, &["127.0.0.1:1"]);
+        let fut = check(&t, Duration::from_secs(1));
+        assert_send(&fut);
+    }
+
+    #[tokio::test]
+    async fn no_endpoints_is_an_invalid_target() {
+        let r = check(&target(ServiceKind::Database, &[]), Duration::from_secs(1)).await;
+        assert_eq!(r.endpoint_reachable.reason(), Some(reason::INVALID_TARGET));
+        assert!(!r.is_ready());
+    }
+
+    #[test]
+    fn kinds_are_named_as_in_the_spec() {
+        let names: Vec<String> = [
+            ServiceKind::Database,
+            ServiceKind::Messaging,
+            ServiceKind::Cache,
+            ServiceKind::ObjectStorage,
+            ServiceKind::Ovn,
+        ]
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+        assert_eq!(
+            names,
+            ["database", "messaging", "cache", "objectStorage", "ovn"]
+        );
     }
 }

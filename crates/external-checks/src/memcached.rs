@@ -22,7 +22,10 @@ pub(crate) async fn probe(
     match target.username.as_deref().filter(|u| !u.is_empty()) {
         None => {
             let doing = "asking for the version";
-            s.write_all(b"version\r\n")
+            // Padded to a binary header's 24 bytes: a binary-only (SASL) server then reads a
+            // whole header, sees a bad magic byte and closes at once instead of waiting for
+            // more; a text-protocol server answers VERSION and, for the blank line, ERROR.
+            s.write_all(b"version\r\n             \r\n")
                 .await
                 .map_err(|e| io_failure(Stage::Reachable, doing, &e))?;
             s.flush()

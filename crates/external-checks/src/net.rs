@@ -51,22 +51,25 @@ pub(crate) async fn connect(host: &str, port: u16) -> Result<TcpStream, Failure>
             format!("host name {host} resolves to no address"),
         ));
     };
-    let (r, what) = match e.kind() {
+    let (r, message) = match e.kind() {
         io::ErrorKind::ConnectionRefused => (
             reason::CONNECTION_REFUSED,
-            "connection refused: nothing listens on that port",
+            format!("connection refused: nothing listens on {addr}"),
         ),
-        io::ErrorKind::HostUnreachable | io::ErrorKind::NetworkUnreachable => {
-            (reason::HOST_UNREACHABLE, "host unreachable")
-        }
-        io::ErrorKind::TimedOut => (reason::TIMEOUT, "TCP connection timed out"),
-        _ => (reason::HOST_UNREACHABLE, "TCP connection failed"),
+        io::ErrorKind::HostUnreachable | io::ErrorKind::NetworkUnreachable => (
+            reason::HOST_UNREACHABLE,
+            format!("{addr} is unreachable ({e})"),
+        ),
+        io::ErrorKind::TimedOut => (
+            reason::TIMEOUT,
+            format!("TCP connection to {addr} timed out"),
+        ),
+        _ => (
+            reason::HOST_UNREACHABLE,
+            format!("TCP connection to {addr} failed: {e}"),
+        ),
     };
-    Err(Failure::new(
-        Stage::Reachable,
-        r,
-        format!("{what} ({addr}: {e})"),
-    ))
+    Err(Failure::new(Stage::Reachable, r, message))
 }
 
 /// Builds the rustls client configuration: trust, verification mode and client certificate.

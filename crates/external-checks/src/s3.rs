@@ -22,6 +22,7 @@ pub(crate) async fn probe(
     ep: &Endpoint,
     target: &Target,
     steps: &mut Steps,
+    reopen: impl AsyncFnOnce() -> Result<Box<dyn Io>, Failure>,
 ) -> Result<(), Failure> {
     let (Some(key_id), Some(secret)) = (
         target.username.as_deref().filter(|u| !u.is_empty()),
@@ -86,10 +87,19 @@ pub(crate) async fn probe(
             | "ExpiredToken"
             | "RequestTimeTooSkewed",
         ) => {
+            let hint = match code.as_str() {
+                "InvalidAccessKeyId" => " (the server does not know this access key)",
+                "SignatureDoesNotMatch" => " (wrong secret key)",
+                "RequestTimeTooSkewed" => " (this machine's clock differs from the server's)",
+                _ => "",
+            };
             return Err(Failure::new(
                 Stage::Auth,
                 reason::ACCESS_DENIED,
-                format!("access key {key_id} refused: {code}: {message}"),
+                format!(
+                    "access key {key_id} refused: {}{hint}",
+                    with_message(&code, &message)
+                ),
             ));
         }
         // A policy may forbid listing buckets but allow the one named: ask for that one.
@@ -99,8 +109,8 @@ pub(crate) async fn probe(
                 Stage::Auth,
                 reason::ACCESS_DENIED,
                 format!(
-                    "access key {key_id} refused: {}: {message}",
-                    if code.is_empty() { "HTTP 403" } else { &code }
+                    "access key {key_id} refused: {}",
+                    with_message(if code.is_empty() { "HTTP 403" } else { &code }, &message)
                 ),
             ));
         }
@@ -117,6 +127,11 @@ pub(crate) async fn probe(
     let Some(bucket) = bucket else {
         return Ok(());
     };
+    if r.header("connection")
+        .is_some_and(|v| v.eq_ignore_ascii_case("close"))
+    {
+        s = reopen().await?;
+    }
     let path = format!("{}/{}", ep.path, uri_encode(bucket, true));
     let r = send(&mut s, &signer, "HEAD", &path, Stage::Auth).await?;
     match r.status {
@@ -147,6 +162,15 @@ pub(crate) async fn probe(
             reason::PROTOCOL_ERROR,
             format!("HeadBucket {bucket} answered HTTP {status}"),
         )),
+    }
+}
+
+/// `Code: Message`, or just the code when the server sent no message.
+fn with_message(code: &str, message: &str) -> String {
+    if message.is_empty() {
+        code.to_string()
+    } else {
+        format!("{code}: {message}")
     }
 }
 
