@@ -339,3 +339,50 @@ pub fn conditions_by_type(status: &ControlPlaneStatus) -> BTreeMap<String, (bool
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn failed(reason: &str, message: &str) -> Outcome {
+        Outcome::Failed {
+            reason: reason.into(),
+            message: message.into(),
+        }
+    }
+
+    #[test]
+    fn a_report_becomes_sub_conditions_and_names_the_first_failure() {
+        let report = Report {
+            endpoint_reachable: Outcome::Passed {
+                detail: "127.0.0.1:13306 answered (MariaDB 10.11)".into(),
+            },
+            tls_ready: Outcome::NotChecked {
+                why: "no TLS configured".into(),
+            },
+            authenticated: failed("AuthenticationFailed", "Access denied for user 'x'"),
+        };
+        let (conds, state) = from_report(&report, false);
+        let by: BTreeMap<_, _> = conds.iter().map(|c| (c.type_.as_str(), c)).collect();
+        assert!(by[ct::ENDPOINT_REACHABLE].is_true());
+        assert!(
+            by[ct::TLS_READY].is_true(),
+            "no tls block: TLS is not required"
+        );
+        assert!(!by[ct::AUTHENTICATED].is_true());
+        assert_eq!(
+            state,
+            State::Degraded {
+                reason: "AuthenticationFailed".into(),
+                message: "Authenticated failed: Access denied for user 'x'".into()
+            }
+        );
+        // With a tls block, a TLS step that did not run is Unknown, not True.
+        let (conds, _) = from_report(&report, true);
+        let tls = conds
+            .iter()
+            .find(|c| c.type_ == ct::TLS_READY)
+            .expect("TLSReady");
+        assert_eq!(tls.status, api::ConditionStatus::Unknown);
+    }
+}

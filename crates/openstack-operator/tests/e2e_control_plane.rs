@@ -60,15 +60,20 @@ fn free_port() -> u16 {
         .unwrap_or(0)
 }
 
-fn test_cloud_admin_password() -> anyhow::Result<String> {
+/// The admin password and identity URL of the test cloud's Keystone (from its clouds.yaml).
+fn test_cloud_keystone() -> anyhow::Result<(String, String)> {
     let path = std::env::var("OS_CLIENT_CONFIG_FILE")
         .unwrap_or_else(|_| "/var/cache/openstack-operator/test-cloud/clouds.yaml".into());
     let text = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
     let v: Value = serde_saphyr::from_str(&text).context("parsing clouds.yaml")?;
-    v["clouds"]["local-admin"]["auth"]["password"]
+    let auth = &v["clouds"]["local-admin"]["auth"];
+    let password = auth["password"]
         .as_str()
-        .map(str::to_string)
-        .context("no local-admin password in clouds.yaml")
+        .context("no local-admin password in clouds.yaml")?;
+    let url = auth["auth_url"]
+        .as_str()
+        .context("no local-admin auth_url in clouds.yaml")?;
+    Ok((password.to_string(), url.trim_end_matches('/').to_string()))
 }
 
 fn secret(name: &str, data: &[(&str, &str)]) -> Secret {
@@ -284,7 +289,7 @@ async fn control_plane_keystone_end_to_end() -> anyhow::Result<()> {
             &PostParams::default(),
             &secret(
                 &format!("{ks_name}-keystone-admin"),
-                &[("password", &test_cloud_admin_password()?)],
+                &[("password", &test_cloud_keystone()?.0)],
             ),
         )
         .await?;
@@ -337,7 +342,7 @@ async fn control_plane_keystone_end_to_end() -> anyhow::Result<()> {
                 "--resync-seconds",
                 "5",
                 "--keystone-url",
-                &format!("{ns}/{ks_name}=http://127.0.0.1:5000/v3"),
+                &format!("{ns}/{ks_name}={}", test_cloud_keystone()?.1),
             ])
             .env("KUBECONFIG", target.kubeconfig())
             .stdout(Stdio::from(log.try_clone()?))
