@@ -14,3 +14,4 @@ mod faults;
 mod kubectl;
 mod patching;
 mod watching;
+mod workloads;
