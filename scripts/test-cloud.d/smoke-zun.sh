@@ -49,6 +49,20 @@ ok zosc appcontainer run --name "zhello$SFX" --net "network=$NET" busybox echo h
 ok zwait appcontainer "zhello$SFX" '^(Stopped|Error)$'
 ok has '^Stopped$' zosc appcontainer show "zhello$SFX" -f value -c status
 ok has '^hello$' zosc appcontainer logs "zhello$SFX"
+# the exit code is only in status_detail
+ok has '^Exited\(0\)' zosc appcontainer show "zhello$SFX" -f value -c status_detail
+# a Neutron port created first: the container gets its IP, and the port survives the delete
+PORTJ=$(zosc port create --network "$NET" "zport$SFX" -f json)
+ZPORT=$(echo "$PORTJ" | jget 'd["id"]')
+ZPORT_IP=$(echo "$PORTJ" | jget 'd["fixed_ips"][0]["ip_address"]')
+ok zosc appcontainer run --name "zport$SFX" --net "port=$ZPORT" busybox true
+ok zwait appcontainer "zport$SFX" '^(Stopped|Error)$'
+ok has "^${ZPORT_IP//./\\.}\$" zosc appcontainer show "zport$SFX" -f value -c addresses
+ZPC=$(zosc appcontainer show "zport$SFX" -f value -c uuid)
+ok zosc appcontainer delete "zport$SFX"
+ok zgone containers "$ZPC"
+ok zosc port show "$ZPORT"
+ok zosc port delete "$ZPORT"
 ok zosc appcontainer run --name "zsleep$SFX" --net "network=$NET" --cpu 0.5 --memory 64 busybox sleep 600
 ok zwait appcontainer "zsleep$SFX" '^(Running|Error)$'
 ok has '^10\.240\.0\.' zosc appcontainer show "zsleep$SFX" -f value -c addresses
@@ -107,5 +121,7 @@ zun_cleanup() { # best effort, after a failed check
   local c
   for c in "${ZSLEEP:-}" "${ZHELLO:-}"; do [ -z "$c" ] || zosc appcontainer delete --stop "$c"; done
   [ -z "${ZT2:-}" ] || zosc --os-cloud local-demo2 appcontainer delete --stop "$ZT2"
+  zosc appcontainer delete --stop "zport${SFX:-}"
+  [ -z "${ZPORT:-}" ] || { sleep 5; zosc port delete "$ZPORT"; }
   [ -z "${CAP:-}" ] || zapi -X DELETE "$ZUN/capsules/$CAP"
 }

@@ -23,14 +23,13 @@ ZUN_PKGS=(zun==18.0.0 kuryr-libnetwork==18.0.0 python-zunclient python-openstack
 NETNS=$RUN/netns
 DOCKER_SOCK=$RUN/docker.sock
 KURYR_SOCK=$RUN/kuryr.sock
-RABBIT_PW=${TEST_CLOUD_RABBIT_PASSWORD:-tc-rabbit-Pw-7q2x}
-DEMO_PW=${TEST_CLOUD_DEMO_PASSWORD:-tc-demo-Pw-7q2x}
 ZUN_IMAGES=$TC_DIR/images
 # the registry inside the namespace (5000 there is the forwarded Keystone)
 REG_PORT=5050
 # Debian's docker CLI (a different `docker` may come first on PATH)
 DOCKER_CLI=/usr/bin/docker
 
+# shellcheck disable=SC2034 # used by scripts/test-cloud, which sources this file
 ZUN_SERVICES=(epmd rabbitmq docker registry netns-fwd kuryr zun-api zun-compute zun-wsproxy)
 PORT+=([epmd]=4369 [rabbitmq]=5672 [docker]=- [registry]=- [netns-fwd]=- [kuryr]=-
   [zun-api]=9517 [zun-compute]=- [zun-wsproxy]=6784)
@@ -68,11 +67,36 @@ zun_need_cmds() { # apt packages for missing commands (added to need_cmds' list)
   dpkg -s busybox-static >/dev/null 2>&1 || pkgs+=(busybox-static)
 }
 
+# What Zun 18 needs against the 2026.1 upper-constraints: oslo.versionedobjects>=3.10.0 (2026.1
+# pins 3.9.0), and tenacity with Retrying.call (capsule init containers; gone since tenacity 8)
+ZUN_UC_OVERRIDES=(oslo.versionedobjects===3.10.0 tenacity===7.0.0)
+
+zun_lock() { # UPPER_CONSTRAINTS_FILE: resolve ZUN_PKGS with the overrides, freeze into constraints-zun.txt
+  local uc=$1 tmp o
+  tmp=$(mktemp -d)
+  cp "$uc" "$tmp/uc.txt"
+  for o in "${ZUN_UC_OVERRIDES[@]}"; do
+    sed -i "/^${o%%===*}===/d" "$tmp/uc.txt"
+    echo "$o" >>"$tmp/uc.txt"
+  done
+  "$PYTHON" -m venv "$tmp/venv"
+  "$tmp/venv/bin/pip" install -q -U pip wheel 'setuptools<81'
+  "$tmp/venv/bin/pip" install -q -c "$tmp/uc.txt" "${ZUN_PKGS[@]}"
+  "$tmp/venv/bin/pip" check
+  {
+    sed -n '/^#/p' "$ZUN_CONSTRAINTS"
+    "$tmp/venv/bin/pip" freeze --all
+  } >"$ZUN_CONSTRAINTS.new"
+  mv "$ZUN_CONSTRAINTS.new" "$ZUN_CONSTRAINTS"
+  rm -rf "$tmp"
+  echo "wrote $ZUN_CONSTRAINTS"
+}
+
 zun_install_hash() {
   { echo "${ZUN_PKGS[*]}"; cat "$ZUN_CONSTRAINTS"; readlink -f "$ZB/python" 2>/dev/null || true; } | sha256sum | cut -c1-16
 }
 
-zun_ensure_venv() {
+zun_ensure_venv() { # run in a subshell by `up`, beside ensure_venv
   ZUN_HASH=$(zun_install_hash)
   [ -x "$ZB/python" ] && [ "$(cat "$ZUN_VENV/.installed" 2>/dev/null)" = "$ZUN_HASH" ] && return 0
   if [ -d "$ZUN_VENV" ] && ! "$ZB/python" -c '' 2>/dev/null; then
@@ -90,8 +114,6 @@ zun_ensure_venv() {
   }
   ZUN_HASH=$(zun_install_hash)
   echo "$ZUN_HASH" >"$ZUN_VENV/.installed"
-  # running services keep the old code: restart them
-  CHANGED[kuryr]=1 CHANGED[zun-api]=1 CHANGED[zun-compute]=1 CHANGED[zun-wsproxy]=1
   log "pip install (zun) done"
 }
 
@@ -334,7 +356,7 @@ ensure_plugin_spec() {
   echo "$want" >"$KURYR_SPEC"
 }
 
-zun_start_infra() { # rabbitmq, the namespace, dockerd, the registry, forwarders (no waiting)
+zun_start_infra() { # rabbitmq, the namespace, the registry, forwarders (no waiting)
   if zun_restart_if_changed epmd; then
     STARTED+=(epmd)
     # ERL_EPMD_ADDRESS: epmd listens on all interfaces by default
@@ -350,16 +372,6 @@ zun_start_infra() { # rabbitmq, the namespace, dockerd, the registry, forwarders
   fi
   ensure_netns
   ensure_plugin_spec
-  if zun_restart_if_changed docker; then
-    # dockerd keeps its default exec-root /var/run/docker: kuryr accepts only sandbox keys
-    # under /var/run/docker/netns. So no other dockerd may run on this machine.
-    local other
-    other=$(pgrep -x dockerd | tr '\n' ' ' || true)
-    [ -z "$other" ] || die "another dockerd runs on this machine (pid $other); the test cloud's dockerd needs its exec-root /var/run/docker: stop that one first"
-    STARTED+=(docker)
-    rm -f "$DOCKER_SOCK"
-    start_bg docker nsenter --net="$NETNS" -- dockerd --config-file "$ETC/docker/daemon.json"
-  fi
   if zun_restart_if_changed registry; then
     STARTED+=(registry)
     start_bg registry nsenter --net="$NETNS" -- docker-registry serve "$ETC/registry/config.yml"
@@ -370,14 +382,32 @@ zun_start_infra() { # rabbitmq, the namespace, dockerd, the registry, forwarders
   fi
 }
 
-zun_start_kuryr() { # after Keystone and Neutron answer (kuryr asks Neutron when it loads)
+zun_start_kuryr() { # then dockerd; after Keystone and Neutron answer (kuryr asks Neutron when it loads)
   local s
-  for s in rabbitmq docker registry netns-fwd; do wait_up "$s"; done
+  for s in registry netns-fwd; do wait_up "$s"; done
   if zun_restart_if_changed kuryr; then
     STARTED+=(kuryr)
     rm -f "$KURYR_SOCK"
     start_bg kuryr nsenter --net="$NETNS" -- "$B/uwsgi" --ini "$ETC/uwsgi/kuryr.ini"
   fi
+  # dockerd after kuryr: at start it asks the plugin about its kuryr networks and, with the
+  # plugin not answering yet, retries for ~30 s
+  wait_up kuryr
+  if zun_restart_if_changed docker; then
+    # dockerd keeps its default exec-root /var/run/docker: kuryr accepts only sandbox keys
+    # under /var/run/docker/netns. So no other dockerd may run on this machine.
+    local other
+    other=$(pgrep -x dockerd | tr '\n' ' ' || true)
+    [ -z "$other" ] || die "another dockerd runs on this machine (pid $other); the test cloud's dockerd needs its exec-root /var/run/docker: stop that one first"
+    STARTED+=(docker)
+    rm -f "$DOCKER_SOCK"
+    start_bg docker nsenter --net="$NETNS" -- dockerd --config-file "$ETC/docker/daemon.json"
+  fi
+  wait_up docker
+  # zun-compute's host must be Docker's info.Name, or its resource tracker silently disables itself
+  local name
+  name=$(dk info -f '{{.Name}}' 2>/dev/null || true)
+  [ "$name" = "$(hostname)" ] || die "Docker's info.Name is '$name', not the hostname '$(hostname)' that zun.conf names as zun-compute's host"
 }
 
 zun_images() { # busybox and pause, built from busybox-static, pushed to the in-namespace registry
@@ -424,20 +454,23 @@ zun_images() { # busybox and pause, built from busybox-static, pushed to the in-
   echo "$stamp" >"$DATA/registry/.pushed"
 }
 
-zun_start_services() {
+zun_start_services() { # zun-api, zun-wsproxy, the images meanwhile, zun-compute once RabbitMQ answers
   local s
   for s in zun-api zun-compute zun-wsproxy; do zun_restart_if_changed "$s" || true; done
   if ! alive zun-api; then
     STARTED+=(zun-api)
     start_bg zun-api "$B/uwsgi" --ini "$ETC/uwsgi/zun-api.ini"
   fi
-  if ! alive zun-compute; then
-    STARTED+=(zun-compute)
-    start_bg zun-compute "$ZB/zun-compute" --config-file "$ETC/zun/zun.conf" --log-file "$LOGS/zun-compute.log"
-  fi
   if ! alive zun-wsproxy; then
     STARTED+=(zun-wsproxy)
     start_bg zun-wsproxy "$ZB/zun-wsproxy" --config-file "$ETC/zun/zun.conf" --log-file "$LOGS/zun-wsproxy.log"
+  fi
+  zun_images
+  # RabbitMQ takes the longest to boot (20-30 s on 2 busy cores); zun-compute would only retry
+  wait_up rabbitmq
+  if ! alive zun-compute; then
+    STARTED+=(zun-compute)
+    start_bg zun-compute "$ZB/zun-compute" --config-file "$ETC/zun/zun.conf" --log-file "$LOGS/zun-compute.log"
   fi
   for s in kuryr zun-api zun-compute zun-wsproxy; do wait_up "$s"; done
 }
@@ -446,6 +479,7 @@ ZUN_NETWORK=zun-pods
 zun_env() { # exports for Zun users (the virtual kubelet's tests): see docs/test-cloud.md
   local ids=$DATA/zun-networks
   printf 'export ZUN_API_URL=%q\n' "http://$HOST:9517/v1"
+  printf 'export ZUN_API_VERSION=1.40\n'  # the newest microversion of zun 18 (header: container 1.40)
   printf 'export ZUN_TENANT_CLOUD=local-demo\n'
   printf 'export ZUN_NETWORK=%q\n' "$ZUN_NETWORK"
   printf 'export ZUN_NETWORK_ID=%q\n' "$(awk '$1 == "zun-pods" {print $2}' "$ids" 2>/dev/null)"
