@@ -196,7 +196,16 @@ impl Health {
 }
 
 /// The operator's own crates: a bare level in the log filter applies to these.
-const OWN_TARGETS: [&str; 4] = ["openstack_operator", "controllers", "openstack", "api"];
+const OWN_TARGETS: [&str; 8] = [
+    "openstack_operator",
+    "controllers",
+    "openstack",
+    "api",
+    "controlplane_api",
+    "controlplane_controllers",
+    "controlplane_render",
+    "external_checks",
+];
 /// Dependencies whose target starts with one of ours (tracing matches targets by prefix), so
 /// they need their own `warn` to stay out of `openstack=...`.
 const SHADOWED_DEPENDENCIES: [&str; 2] = ["openstack_sdk", "openstack_types"];
@@ -241,17 +250,19 @@ fn log_filter(spec: &str) -> String {
     out.join(",")
 }
 
-fn init_logging(args: &RunArgs) -> anyhow::Result<()> {
+/// Sets up logging in the given format and filter (`RUST_LOG` wins over `level`; either goes
+/// through [`log_filter`]).
+pub(crate) fn init_logging_with(format: LogFormat, level: &str) -> anyhow::Result<()> {
     let (source, spec) = match std::env::var("RUST_LOG") {
         Ok(v) if !v.trim().is_empty() => ("RUST_LOG", v),
-        _ => ("--log-level", args.log_level.clone()),
+        _ => ("--log-level", level.to_string()),
     };
     let filter = tracing_subscriber::EnvFilter::try_new(log_filter(&spec))
         .with_context(|| format!("parsing {source} {spec:?}"))?;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
-    match args.log_format {
+    match format {
         LogFormat::Json => builder
             .json()
             .flatten_event(true)
@@ -262,7 +273,11 @@ fn init_logging(args: &RunArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn healthz() -> &'static str {
+fn init_logging(args: &RunArgs) -> anyhow::Result<()> {
+    init_logging_with(args.log_format, &args.log_level)
+}
+
+pub(crate) async fn healthz() -> &'static str {
     "ok"
 }
 
@@ -274,7 +289,7 @@ async fn readyz(State(h): State<Arc<Health>>) -> impl IntoResponse {
     }
 }
 
-async fn metrics(State(r): State<Arc<Registry>>) -> impl IntoResponse {
+pub(crate) async fn metrics(State(r): State<Arc<Registry>>) -> impl IntoResponse {
     let mut out = String::new();
     match prometheus_client::encoding::text::encode(&mut out, &r) {
         Ok(()) => (
@@ -290,7 +305,11 @@ async fn metrics(State(r): State<Arc<Registry>>) -> impl IntoResponse {
     }
 }
 
-async fn serve(addr: SocketAddr, app: Router, token: CancellationToken) -> anyhow::Result<()> {
+pub(crate) async fn serve(
+    addr: SocketAddr,
+    app: Router,
+    token: CancellationToken,
+) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .with_context(|| format!("binding {addr}"))?;
@@ -302,7 +321,7 @@ async fn serve(addr: SocketAddr, app: Router, token: CancellationToken) -> anyho
 }
 
 /// Waits until the CRD is served, so a controller never watches a kind the server lacks.
-async fn wait_for_crd(
+pub(crate) async fn wait_for_crd(
     client: &Client,
     crd: &CustomResourceDefinition,
     token: &CancellationToken,
@@ -361,7 +380,7 @@ async fn connect_cloud(options: ClientOptions, token: &CancellationToken) -> any
     }
 }
 
-fn shutdown_on_signal(token: CancellationToken) {
+pub(crate) fn shutdown_on_signal(token: CancellationToken) {
     tokio::spawn(async move {
         let term = async {
             match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
@@ -635,7 +654,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn instance_name() -> String {
+pub(crate) fn instance_name() -> String {
     std::env::var("POD_NAME")
         .or_else(|_| std::env::var("HOSTNAME"))
         .unwrap_or_else(|_| "openstack-operator".to_string())
