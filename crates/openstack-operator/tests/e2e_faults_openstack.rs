@@ -136,14 +136,15 @@ impl Tenant {
     }
 
     /// What the cloud holds for the converged tenant. Rules: the two of the spec plus
-    /// Neutron's two default egress rules. Role assignments: the group's and the user's.
+    /// Neutron's two default egress rules. Role assignments: the group's `member` (the user
+    /// holds it as a member of the group).
     fn expected(&self) -> Vec<(&'static str, usize)> {
         let n = self.networks;
         vec![
             (DOMAIN, 1),
             (PROJECT, 1),
             (GROUP, 1),
-            (ROLE_ASSIGNMENT, 2),
+            (ROLE_ASSIGNMENT, 1),
             (NETWORK, n),
             (SUBNET, n),
             (ROUTER, n),

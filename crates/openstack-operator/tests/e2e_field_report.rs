@@ -637,13 +637,9 @@ spec:
             assert!(msg.contains(&dom), "waits for domain {dom}: {msg}");
 
             domain(env, &dom).await?;
+            // The retry is an hour away: only the domain's change can have triggered this pass.
             let p: OpenstackProject = env.wait_ready(&cr, READY).await?;
             assert!(is_ready(&p));
-            let log = env.operator.log_text()?;
-            assert!(
-                log.contains("reconciling the projects waiting for it"),
-                "the project's pass was triggered by the domain's change"
-            );
             Ok(())
         })
         .await

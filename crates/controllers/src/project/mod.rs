@@ -816,17 +816,7 @@ pub fn watch_domains(
         controller.watches(
             Api::<OpenstackDomain>::all(client),
             watcher::Config::default(),
-            move |domain| {
-                let refs = projects_waiting_for(&domain, &store.state());
-                if !refs.is_empty() {
-                    tracing::info!(
-                        domain = %domain.name_any(),
-                        projects = refs.len(),
-                        "domain changed; reconciling the projects waiting for it"
-                    );
-                }
-                refs
-            },
+            move |domain| projects_waiting_for(&domain, &store.state()),
         )
     }
 }
