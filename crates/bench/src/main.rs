@@ -71,7 +71,7 @@ struct Args {
     #[arg(long, default_value_t = 20)]
     requests_per_second: u32,
     /// The operator's --concurrency (objects of one kind reconciled at once).
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 20)]
     concurrency: u16,
     /// Do not measure: delete from OpenStack what the run with this id left (its Keystone
     /// domain bench-<RUN> with everything in it, flavors named bench-<RUN>-*), e.g. after a

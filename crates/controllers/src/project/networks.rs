@@ -843,9 +843,19 @@ pub(crate) async fn apply(
         .map(|(i, n)| plan_entry(i, n, project_id, &obs, &marks))
         .collect();
     let sweep = plan_sweep(&obs, &kept(&plans), &env.owner);
-    let mut statuses = Vec::with_capacity(plans.len());
-    for plan in plans {
-        statuses.push(run_entry(env, plan, &mut out).await);
+    // Entries are independent of one another (each its own network, subnet and router):
+    // they run at the same time, each with its own outcome, merged in spec order.
+    let ran = futures::future::join_all(plans.into_iter().map(|plan| async {
+        let mut own = AreaOutcome::default();
+        let st = run_entry(env, plan, &mut own).await;
+        (st, own)
+    }))
+    .await;
+    let mut statuses = Vec::with_capacity(ran.len());
+    for (st, own) in ran {
+        out.changed |= own.changed;
+        out.errors.extend(own.errors);
+        statuses.push(st);
     }
     status.networks = statuses;
     run_sweep(env, sweep, &mut out).await;

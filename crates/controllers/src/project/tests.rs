@@ -1652,3 +1652,82 @@ async fn network_quota_usage_counts_what_the_pass_built() {
     w.pass(&obj, &mut st, fed(&obj)).await.unwrap();
     assert_eq!(w.fake.writes(), 0, "{:?}", w.fake.write_calls());
 }
+
+/// The rules of all of a project's groups; (group name, rule key) pairs with repeats kept.
+async fn rule_keys(
+    w: &World,
+    st: &OpenstackProjectStatus,
+) -> Vec<(String, security_groups::RuleKey)> {
+    let mut out = Vec::new();
+    for g in &st.security_groups {
+        let id = g.id.clone().unwrap();
+        for r in w
+            .cloud
+            .network
+            .list_security_group_rules(&id)
+            .await
+            .unwrap()
+        {
+            out.push((g.name.clone(), security_groups::RuleKey::observed(&r)));
+        }
+    }
+    out.sort();
+    out
+}
+
+#[tokio::test]
+async fn rules_of_every_group_are_created_in_one_bulk_request() {
+    let w = World::new().await;
+    let obj = from_yaml(BIG, "uid-bulk");
+    let mut st = OpenstackProjectStatus::default();
+    let res = w.pass(&obj, &mut st, fed(&obj)).await;
+    assert!(res.is_ok(), "{res:?}");
+    assert_eq!(w.fake.call_count("network.create_security_group_rules"), 1);
+    assert_eq!(w.fake.call_count("network.create_security_group_rule"), 0);
+    // 10 spec rules plus Neutron's two default egress rules of each of the three groups.
+    let keys = rule_keys(&w, &st).await;
+    assert_eq!(keys.len(), 10 + 3 * 2, "{keys:?}");
+    assert_all_true(&st);
+}
+
+#[tokio::test]
+async fn a_lost_bulk_rule_response_creates_nothing_twice() {
+    let w = World::new().await;
+    let obj = from_yaml(BIG, "uid-bulk-lost");
+    w.fake
+        .lose_next_response("network.create_security_group_rules", 1);
+    let mut st = OpenstackProjectStatus::default();
+    let first = w.pass(&obj, &mut st, fed(&obj)).await;
+    assert!(
+        first.is_err(),
+        "the lost response fails the pass: {first:?}"
+    );
+    let res = w.converge(&obj, &mut st, 3).await;
+    assert!(res.is_ok(), "{res:?}");
+    // The next pass found the rules the lost request made: no second create of any kind.
+    assert_eq!(w.fake.call_count("network.create_security_group_rules"), 1);
+    assert_eq!(w.fake.call_count("network.create_security_group_rule"), 0);
+    let keys = rule_keys(&w, &st).await;
+    let unique: BTreeSet<_> = keys.iter().cloned().collect();
+    assert_eq!(keys.len(), unique.len(), "no duplicate rule: {keys:?}");
+    assert_eq!(keys.len(), 16);
+    assert_all_true(&st);
+}
+
+#[tokio::test]
+async fn a_refused_bulk_falls_back_to_single_creates() {
+    let w = World::new().await;
+    let obj = from_yaml(BIG, "uid-bulk-conflict");
+    // As if another writer created one of the rules between our list and our create.
+    w.fake.fail_next(
+        "network.create_security_group_rules",
+        1,
+        openstack::Error::conflict("Security group rule already exists."),
+    );
+    let mut st = OpenstackProjectStatus::default();
+    let res = w.pass(&obj, &mut st, fed(&obj)).await;
+    assert!(res.is_ok(), "{res:?}");
+    assert_eq!(w.fake.call_count("network.create_security_group_rule"), 10);
+    assert_eq!(rule_keys(&w, &st).await.len(), 16);
+    assert_all_true(&st);
+}
