@@ -276,8 +276,8 @@ pub trait Network: Send + Sync {
         &self,
         req: &SecurityGroupRuleCreate,
     ) -> Result<SecurityGroupRule>;
-    /// Create several rules in one request (Neutron bulk create): all or none, Conflict if
-    /// any of them exists already.
+    /// Create several rules of one security group in one request (Neutron bulk create): all
+    /// or none, Conflict if any of them exists already, BadRequest if they span groups.
     async fn create_security_group_rules(
         &self,
         reqs: &[SecurityGroupRuleCreate],

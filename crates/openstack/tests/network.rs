@@ -1290,6 +1290,12 @@ async fn security_groups_and_rules() {
             .unwrap_err();
         assert!(e.is_not_found(), "{e}");
 
+        // Neutron's own `default` group of the project: a second group for a mixed bulk.
+        let other_group = by_proj
+            .iter()
+            .find(|g| g.name == "default")
+            .map(|g| g.id.clone())
+            .expect("Neutron's default group of the project");
         // Bulk create: several rules in one request, all or none. A batch holding a
         // duplicate of an existing rule is refused as a whole and creates nothing.
         let bulk_rule = |port: i32| SecurityGroupRuleCreate {
@@ -1333,6 +1339,22 @@ async fn security_groups_and_rules() {
             .await
             .unwrap_err();
         assert!(e.is_conflict(), "{e}");
+        // One group per bulk request: Neutron refuses rules of two groups together.
+        let e = n
+            .create_security_group_rules(&[
+                bulk_rule(9000),
+                SecurityGroupRuleCreate {
+                    security_group_id: other_group.clone(),
+                    ..bulk_rule(9001)
+                },
+            ])
+            .await
+            .unwrap_err();
+        assert!(matches!(e, Error::BadRequest { .. }), "{e}");
+        assert!(
+            e.message().contains("one security profile at a time"),
+            "{e}"
+        );
         assert!(n.create_security_group_rules(&[]).await.unwrap().is_empty());
         for r in &made {
             n.delete_security_group_rule(&r.id).await.unwrap();

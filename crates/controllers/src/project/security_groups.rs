@@ -429,17 +429,42 @@ async fn run_group_step(env: &Env<'_>, i: usize, step: GroupStep) -> GroupResult
     r
 }
 
-/// Creates the missing rules (of any group; `usize` = the spec index of the group) in one
-/// Neutron bulk request. Bulk is all or none: when it is refused because one of the rules
-/// exists already (a concurrent writer, or a lost response Neutron had not yet listed), each
-/// rule is created on its own, and one that exists counts as converged.
+/// Creates the missing rules (`usize` = the spec index of their group): one Neutron bulk
+/// request per group (Neutron refuses a bulk spanning groups: "Only allowed to update rules
+/// for one security profile at a time"), the groups' requests at the same time.
 async fn create_rules(
     env: &Env<'_>,
     creates: Vec<(usize, SecurityGroupRuleCreate)>,
     out: &mut AreaOutcome,
 ) {
+    let mut by_group: BTreeMap<usize, Vec<SecurityGroupRuleCreate>> = BTreeMap::new();
+    for (i, req) in creates {
+        by_group.entry(i).or_default().push(req);
+    }
+    let results = futures::future::join_all(
+        by_group
+            .into_iter()
+            .map(|(i, reqs)| create_group_rules(env, i, reqs)),
+    )
+    .await;
+    for r in results {
+        out.changed |= r.changed;
+        out.errors.extend(r.errors);
+    }
+}
+
+/// Creates the missing rules of the group at spec index `i` in one bulk request. Bulk is all
+/// or none: when it is refused because one of the rules exists already (a concurrent writer,
+/// or a lost response Neutron had not yet listed), each rule is created on its own, and one
+/// that exists counts as converged.
+async fn create_group_rules(
+    env: &Env<'_>,
+    i: usize,
+    reqs: Vec<SecurityGroupRuleCreate>,
+) -> AreaOutcome {
     let net = &env.cloud.network;
-    let describe = |i: usize, req: &SecurityGroupRuleCreate| {
+    let mut out = AreaOutcome::default();
+    let describe = |req: &SecurityGroupRuleCreate| {
         format!(
             "spec.securityGroups[{i}].rules: creating {} {} {} rule",
             req.direction,
@@ -447,46 +472,34 @@ async fn create_rules(
             req.protocol.as_deref().unwrap_or("any")
         )
     };
-    match creates.as_slice() {
-        [] => return,
-        [(i, req)] => {
-            match net.create_security_group_rule(req).await {
-                Ok(_) => out.changed = true,
-                // Already there (e.g. a lost response on the last pass): converged.
-                Err(e) if e.is_conflict() => {}
-                Err(e) => out.errors.push(os(describe(*i, req), e)),
+    if reqs.len() > 1 {
+        match net.create_security_group_rules(&reqs).await {
+            Ok(_) => {
+                out.changed = true;
+                return out;
             }
-            return;
-        }
-        _ => {}
-    }
-    let reqs: Vec<SecurityGroupRuleCreate> = creates.iter().map(|(_, r)| r.clone()).collect();
-    match net.create_security_group_rules(&reqs).await {
-        Ok(_) => {
-            out.changed = true;
-            return;
-        }
-        Err(e) if e.is_conflict() => {}
-        Err(e) => {
-            let groups: BTreeSet<usize> = creates.iter().map(|(i, _)| *i).collect();
-            let fields: Vec<String> = groups
-                .iter()
-                .map(|i| format!("spec.securityGroups[{i}].rules"))
-                .collect();
-            out.errors.push(os(
-                format!("{}: creating {} rules", fields.join(", "), reqs.len()),
-                e,
-            ));
-            return;
+            Err(e) if e.is_conflict() => {}
+            Err(e) => {
+                out.errors.push(os(
+                    format!(
+                        "spec.securityGroups[{i}].rules: creating {} rules",
+                        reqs.len()
+                    ),
+                    e,
+                ));
+                return out;
+            }
         }
     }
-    for (i, req) in &creates {
+    for req in &reqs {
         match net.create_security_group_rule(req).await {
             Ok(_) => out.changed = true,
+            // Already there (e.g. a lost response on the last pass): converged.
             Err(e) if e.is_conflict() => {}
-            Err(e) => out.errors.push(os(describe(*i, req), e)),
+            Err(e) => out.errors.push(os(describe(req), e)),
         }
     }
+    out
 }
 
 /// Makes the project's security groups match `spec.securityGroups`; writes
@@ -554,8 +567,8 @@ pub(crate) async fn apply(
     }
     status.security_groups = statuses;
 
-    // Pass 2: rules. Deletions first (rare: a rule removed from the spec), then every missing
-    // rule of every group in one bulk create.
+    // Pass 2: rules. Deletions first (rare: a rule removed from the spec), then the missing
+    // rules, one bulk create per group.
     let mut creates: Vec<(usize, SecurityGroupRuleCreate)> = Vec::new();
     for (i, g) in groups.iter().enumerate() {
         let Some(gid) = ids.get(&g.name) else {

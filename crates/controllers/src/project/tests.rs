@@ -1676,13 +1676,14 @@ async fn rule_keys(
 }
 
 #[tokio::test]
-async fn rules_of_every_group_are_created_in_one_bulk_request() {
+async fn rules_of_each_group_are_created_in_one_bulk_request() {
     let w = World::new().await;
     let obj = from_yaml(BIG, "uid-bulk");
     let mut st = OpenstackProjectStatus::default();
     let res = w.pass(&obj, &mut st, fed(&obj)).await;
     assert!(res.is_ok(), "{res:?}");
-    assert_eq!(w.fake.call_count("network.create_security_group_rules"), 1);
+    // One request per group (Neutron refuses a bulk spanning groups).
+    assert_eq!(w.fake.call_count("network.create_security_group_rules"), 3);
     assert_eq!(w.fake.call_count("network.create_security_group_rule"), 0);
     // 10 spec rules plus Neutron's two default egress rules of each of the three groups.
     let keys = rule_keys(&w, &st).await;
@@ -1705,7 +1706,7 @@ async fn a_lost_bulk_rule_response_creates_nothing_twice() {
     let res = w.converge(&obj, &mut st, 3).await;
     assert!(res.is_ok(), "{res:?}");
     // The next pass found the rules the lost request made: no second create of any kind.
-    assert_eq!(w.fake.call_count("network.create_security_group_rules"), 1);
+    assert_eq!(w.fake.call_count("network.create_security_group_rules"), 3);
     assert_eq!(w.fake.call_count("network.create_security_group_rule"), 0);
     let keys = rule_keys(&w, &st).await;
     let unique: BTreeSet<_> = keys.iter().cloned().collect();
@@ -1727,7 +1728,10 @@ async fn a_refused_bulk_falls_back_to_single_creates() {
     let mut st = OpenstackProjectStatus::default();
     let res = w.pass(&obj, &mut st, fed(&obj)).await;
     assert!(res.is_ok(), "{res:?}");
-    assert_eq!(w.fake.call_count("network.create_security_group_rule"), 10);
+    // The refused group's rules (web: 4, or 3 for another group) were created one by one.
+    let singles = w.fake.call_count("network.create_security_group_rule");
+    assert!((3..=4).contains(&singles), "{singles}");
+    assert_eq!(w.fake.call_count("network.create_security_group_rules"), 3);
     assert_eq!(rule_keys(&w, &st).await.len(), 16);
     assert_all_true(&st);
 }

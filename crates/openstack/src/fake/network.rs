@@ -878,6 +878,14 @@ impl Network for FakeCloud {
         reqs: &[SecurityGroupRuleCreate],
     ) -> Result<Vec<SecurityGroupRule>> {
         self.run("network.create_security_group_rules", |st| {
+            if reqs
+                .iter()
+                .any(|r| r.security_group_id != reqs[0].security_group_id)
+            {
+                return Err(Error::bad_request(
+                    "neutron create_security_group_rules: Only allowed to update rules for one security profile at a time",
+                ));
+            }
             // Neutron's bulk create is one transaction: a failing rule creates none.
             let saved = st.rules.clone();
             let mut out = Vec::with_capacity(reqs.len());
