@@ -1,6 +1,7 @@
 //! `openstack-operator`: Kubernetes-native OpenStack. `run` starts the controllers; `crds`
 //! prints the CustomResourceDefinitions.
 
+mod control_plane;
 mod run;
 
 use std::path::PathBuf;
@@ -25,18 +26,29 @@ enum Command {
     /// Run the controllers against the cluster in KUBECONFIG (or in-cluster) and the cloud
     /// named by OS_CLOUD in OS_CLIENT_CONFIG_FILE.
     Run(Box<run::RunArgs>),
-    /// Print every CRD as YAML (or write one file per CRD with --out-dir).
+    /// Run the control-plane operator (OpenStackCluster, Keystone, OpenStackExternalService)
+    /// against the cluster in KUBECONFIG (or in-cluster). Needs no OpenStack credentials.
+    ControlPlane(Box<control_plane::ControlPlaneArgs>),
+    /// Print every CRD as YAML, the resource operator's and the control plane's (or write one
+    /// file per CRD with --out-dir / --control-plane-out-dir).
     Crds {
-        /// Write `<crd name>.yaml` files into this directory instead of printing.
+        /// Write the resource operator's CRDs (`sunet.se`) as `<crd name>.yaml` files into this
+        /// directory instead of printing.
         #[arg(long)]
         out_dir: Option<PathBuf>,
+        /// Write the control-plane CRDs (`controlplane.sunet.se`) into this directory.
+        #[arg(long)]
+        control_plane_out_dir: Option<PathBuf>,
     },
 }
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
-        Command::Crds { out_dir } => print_crds(out_dir),
+        Command::Crds {
+            out_dir,
+            control_plane_out_dir,
+        } => print_crds(out_dir, control_plane_out_dir),
         Command::Run(args) => {
             let rt = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
@@ -44,24 +56,47 @@ fn main() -> anyhow::Result<()> {
                 .context("starting the async runtime")?;
             rt.block_on(run::run(*args))
         }
+        Command::ControlPlane(args) => {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .context("starting the async runtime")?;
+            rt.block_on(control_plane::run(*args))
+        }
     }
 }
 
-fn print_crds(out_dir: Option<PathBuf>) -> anyhow::Result<()> {
-    match out_dir {
-        None => {
-            print!("{}", api::all_crds_yaml().context("rendering the CRDs")?);
-        }
-        Some(dir) => {
-            std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-            for crd in api::all_crds() {
-                let name = crd.metadata.name.clone().unwrap_or_default();
-                let path = dir.join(format!("{name}.yaml"));
-                let yaml = api::crd_yaml(&crd).context("rendering a CRD")?;
-                std::fs::write(&path, yaml)
-                    .with_context(|| format!("writing {}", path.display()))?;
-            }
-        }
+fn print_crds(
+    out_dir: Option<PathBuf>,
+    control_plane_out_dir: Option<PathBuf>,
+) -> anyhow::Result<()> {
+    if out_dir.is_none() && control_plane_out_dir.is_none() {
+        print!("{}", api::all_crds_yaml().context("rendering the CRDs")?);
+        print!(
+            "{}",
+            controlplane_api::all_crds_yaml().context("rendering the control-plane CRDs")?
+        );
+        return Ok(());
+    }
+    if let Some(dir) = out_dir {
+        write_crds(&dir, api::all_crds())?;
+    }
+    if let Some(dir) = control_plane_out_dir {
+        write_crds(&dir, controlplane_api::all_crds())?;
+    }
+    Ok(())
+}
+
+fn write_crds(
+    dir: &std::path::Path,
+    crds: Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>,
+) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    for crd in crds {
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        let path = dir.join(format!("{name}.yaml"));
+        let yaml = api::crd_yaml(&crd).context("rendering a CRD")?;
+        std::fs::write(&path, yaml).with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
 }

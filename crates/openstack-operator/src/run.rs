@@ -187,14 +187,15 @@ impl Health {
     }
 }
 
-fn init_logging(args: &RunArgs) -> anyhow::Result<()> {
+/// Sets up logging in the given format and filter.
+pub(crate) fn init_logging_with(format: LogFormat, level: &str) -> anyhow::Result<()> {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .or_else(|_| tracing_subscriber::EnvFilter::try_new(&args.log_level))
+        .or_else(|_| tracing_subscriber::EnvFilter::try_new(level))
         .context("parsing --log-level")?;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
-    match args.log_format {
+    match format {
         LogFormat::Json => builder
             .json()
             .flatten_event(true)
@@ -205,7 +206,11 @@ fn init_logging(args: &RunArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn healthz() -> &'static str {
+fn init_logging(args: &RunArgs) -> anyhow::Result<()> {
+    init_logging_with(args.log_format, &args.log_level)
+}
+
+pub(crate) async fn healthz() -> &'static str {
     "ok"
 }
 
@@ -217,7 +222,7 @@ async fn readyz(State(h): State<Arc<Health>>) -> impl IntoResponse {
     }
 }
 
-async fn metrics(State(r): State<Arc<Registry>>) -> impl IntoResponse {
+pub(crate) async fn metrics(State(r): State<Arc<Registry>>) -> impl IntoResponse {
     let mut out = String::new();
     match prometheus_client::encoding::text::encode(&mut out, &r) {
         Ok(()) => (
@@ -233,7 +238,11 @@ async fn metrics(State(r): State<Arc<Registry>>) -> impl IntoResponse {
     }
 }
 
-async fn serve(addr: SocketAddr, app: Router, token: CancellationToken) -> anyhow::Result<()> {
+pub(crate) async fn serve(
+    addr: SocketAddr,
+    app: Router,
+    token: CancellationToken,
+) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .with_context(|| format!("binding {addr}"))?;
@@ -245,7 +254,7 @@ async fn serve(addr: SocketAddr, app: Router, token: CancellationToken) -> anyho
 }
 
 /// Waits until the CRD is served, so a controller never watches a kind the server lacks.
-async fn wait_for_crd(
+pub(crate) async fn wait_for_crd(
     client: &Client,
     crd: &CustomResourceDefinition,
     token: &CancellationToken,
@@ -304,7 +313,7 @@ async fn connect_cloud(options: ClientOptions, token: &CancellationToken) -> any
     }
 }
 
-fn shutdown_on_signal(token: CancellationToken) {
+pub(crate) fn shutdown_on_signal(token: CancellationToken) {
     tokio::spawn(async move {
         let term = async {
             match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
@@ -569,7 +578,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn instance_name() -> String {
+pub(crate) fn instance_name() -> String {
     std::env::var("POD_NAME")
         .or_else(|_| std::env::var("HOSTNAME"))
         .unwrap_or_else(|_| "openstack-operator".to_string())

@@ -3,8 +3,10 @@
 
 mod common;
 
+mod apply_types;
 mod core_kinds;
 mod crd;
+mod crd_cost;
 mod deletion;
 mod errors;
 mod events_leases;
@@ -12,3 +14,4 @@ mod faults;
 mod kubectl;
 mod patching;
 mod watching;
+mod workloads;

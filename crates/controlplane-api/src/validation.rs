@@ -1,0 +1,318 @@
+//! Pure validation of the control-plane kinds. It repeats what the schema and CEL check (a
+//! server that does not enforce them, or an object stored before a rule existed, still gets a
+//! clear `InvalidSpec` naming the field before anything rolls out) and adds what CEL cannot say
+//! cheaply: endpoint syntax and ports, options the operator owns, templates of unlisted services.
+
+use api::FieldError;
+pub use api::Validate;
+
+use crate::cluster::{OpenStackClusterSpec, ServiceName};
+use crate::common::ServiceTemplate;
+use crate::external::{OpenStackExternalServiceSpec, ServiceKind};
+use crate::keystone::KeystoneSpec;
+
+/// Options the operator renders itself; an override of one would break what it manages.
+pub const KEYSTONE_OWNED_OPTIONS: &[(&str, &str)] = &[
+    ("database", "connection"),
+    ("fernet_tokens", "key_repository"),
+    ("fernet_tokens", "max_active_keys"),
+    ("fernet_receipts", "key_repository"),
+    ("fernet_receipts", "max_active_keys"),
+    ("credential", "key_repository"),
+    ("token", "provider"),
+    ("token", "expiration"),
+    ("token", "allow_expired_window"),
+    ("cache", "memcache_servers"),
+];
+
+#[derive(Default)]
+struct Errors(Vec<FieldError>);
+
+impl Errors {
+    fn add(&mut self, path: impl Into<String>, message: impl Into<String>) {
+        self.0.push(FieldError {
+            path: path.into(),
+            message: message.into(),
+        });
+    }
+}
+
+fn release(e: &mut Errors, path: &str, release: &str) {
+    if !crate::RELEASES.contains(&release) {
+        e.add(
+            path,
+            format!(
+                "release {release:?} is not supported; supported: {}",
+                crate::RELEASES.join(", ")
+            ),
+        );
+    }
+}
+
+fn ident_ok(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 64
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.')
+}
+
+fn template(e: &mut Errors, path: &str, t: &ServiceTemplate, owned: &[(&str, &str)]) {
+    if let Some(r) = t.replicas
+        && r < 0
+    {
+        e.add(
+            format!("{path}.replicas"),
+            format!("must be at least 0, got {r}"),
+        );
+    }
+    for (section, options) in &t.config_overrides {
+        let spath = format!("{path}.configOverrides.{section}");
+        if !ident_ok(section) {
+            e.add(
+                &spath,
+                "section names are letters, digits, '_', '-' and '.' (at most 64)",
+            );
+        }
+        for (key, value) in options {
+            let kpath = format!("{spath}.{key}");
+            if !ident_ok(key) {
+                e.add(
+                    &kpath,
+                    "option names are letters, digits, '_', '-' and '.' (at most 64)",
+                );
+            }
+            if owned.iter().any(|(s, k)| s == section && k == key) {
+                e.add(
+                    &kpath,
+                    "is set by the operator and cannot be overridden (use the kind's own fields)",
+                );
+            }
+            if value.contains('\n') || value.contains('\r') {
+                e.add(&kpath, "values must be one line");
+            }
+        }
+    }
+    for (k, q) in t
+        .resources
+        .iter()
+        .flat_map(|r| r.requests.iter().chain(r.limits.iter()))
+    {
+        if q.is_empty() || q.starts_with('-') {
+            e.add(
+                format!("{path}.resources"),
+                format!("{k}: {q:?} is not a positive Kubernetes quantity"),
+            );
+        }
+    }
+}
+
+/// Splits an endpoint into host and port, or says what is wrong with it.
+pub fn parse_endpoint(endpoint: &str) -> Result<(String, Option<u16>), String> {
+    let rest = if let Some((scheme, rest)) = endpoint.split_once("://") {
+        if scheme.is_empty() {
+            return Err("has an empty scheme".into());
+        }
+        rest.split(['/', '?', '#']).next().unwrap_or("")
+    } else if let Some(rest) = endpoint
+        .strip_prefix("ssl:")
+        .or_else(|| endpoint.strip_prefix("tcp:"))
+    {
+        rest
+    } else {
+        endpoint
+    };
+    let rest = rest.rsplit_once('@').map_or(rest, |(_, h)| h);
+    let (host, port) = if let Some(v6) = rest.strip_prefix('[') {
+        let (host, after) = v6
+            .split_once(']')
+            .ok_or_else(|| "has an unclosed '[' in its IPv6 address".to_string())?;
+        (host.to_string(), after.strip_prefix(':'))
+    } else {
+        match rest.rsplit_once(':') {
+            Some((h, p)) => (h.to_string(), Some(p)),
+            None => (rest.to_string(), None),
+        }
+    };
+    if host.is_empty() || host.chars().any(|c| c.is_whitespace() || c == '/') {
+        return Err("has no valid host".into());
+    }
+    let port = match port {
+        None => None,
+        Some(p) => match p.parse::<u16>() {
+            Ok(0) | Err(_) => return Err(format!("has an invalid port {p:?} (1-65535)")),
+            Ok(n) => Some(n),
+        },
+    };
+    if port.is_none() && !endpoint.contains("://") {
+        return Err("needs a port (host:port)".into());
+    }
+    Ok((host, port))
+}
+
+impl Validate for OpenStackExternalServiceSpec {
+    fn validate(&self) -> Vec<FieldError> {
+        let mut e = Errors::default();
+        if self.endpoints.is_empty() {
+            e.add("spec.endpoints", "needs at least one endpoint");
+        }
+        for (i, ep) in self.endpoints.iter().enumerate() {
+            if let Err(why) = parse_endpoint(ep) {
+                e.add(format!("spec.endpoints[{i}]"), format!("{ep:?} {why}"));
+            }
+        }
+        if let Some(c) = &self.credentials {
+            if c.secret_name.is_empty() {
+                e.add("spec.credentials.secretName", "must not be empty");
+            }
+        } else if matches!(
+            self.type_,
+            ServiceKind::Database | ServiceKind::Messaging | ServiceKind::ObjectStorage
+        ) {
+            e.add(
+                "spec.credentials",
+                format!("a {} service needs credentials", self.type_),
+            );
+        }
+        if let Some(t) = &self.tls
+            && t.ca_secret.name.is_empty()
+        {
+            e.add(
+                "spec.tls.caSecret.name",
+                "a TLS block needs a CA bundle Secret",
+            );
+        }
+        e.0
+    }
+}
+
+impl Validate for KeystoneSpec {
+    fn validate(&self) -> Vec<FieldError> {
+        let mut e = Errors::default();
+        release(&mut e, "spec.release", &self.release);
+        template(&mut e, "spec", &self.template, KEYSTONE_OWNED_OPTIONS);
+        if self.database.service.name.is_empty() {
+            e.add(
+                "spec.database.service.name",
+                "must name a database external service",
+            );
+        }
+        let t = &self.tokens;
+        if t.fernet_rotation_interval_seconds < 60 {
+            e.add(
+                "spec.tokens.fernetRotationIntervalSeconds",
+                "must be at least 60",
+            );
+        }
+        if t.expiration_seconds < 60 {
+            e.add("spec.tokens.expirationSeconds", "must be at least 60");
+        }
+        if t.allow_expired_window_seconds < 0 {
+            e.add(
+                "spec.tokens.allowExpiredWindowSeconds",
+                "must not be negative",
+            );
+        }
+        if t.max_active_keys() > 62 {
+            e.add(
+                "spec.tokens",
+                "(expirationSeconds + allowExpiredWindowSeconds) / fernetRotationIntervalSeconds must be at most 60; rotate less often",
+            );
+        }
+        if let Some(url) = &self.public_endpoint
+            && !(url.starts_with("http://") || url.starts_with("https://"))
+        {
+            e.add(
+                "spec.publicEndpoint",
+                "must be an absolute http:// or https:// URL",
+            );
+        }
+        e.0
+    }
+}
+
+impl Validate for OpenStackClusterSpec {
+    fn validate(&self) -> Vec<FieldError> {
+        let mut e = Errors::default();
+        release(&mut e, "spec.release", &self.release);
+        for (i, s) in self.services.iter().enumerate() {
+            if self.services[..i].contains(s) {
+                e.add(
+                    format!("spec.services[{i}]"),
+                    format!("{} is listed twice", s.as_str()),
+                );
+            }
+        }
+        for (name, t) in &self.templates {
+            let path = format!("spec.templates.{name}");
+            match self.services.iter().find(|s| s.as_str() == name) {
+                None => e.add(
+                    &path,
+                    format!(
+                        "is a template for {name:?}, which is not in spec.services ({})",
+                        self.services
+                            .iter()
+                            .map(|s| s.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                ),
+                Some(ServiceName::Keystone) => template(&mut e, &path, t, KEYSTONE_OWNED_OPTIONS),
+                Some(_) => template(&mut e, &path, t, &[]),
+            }
+        }
+        if let Some(p) = &self.public_hostname_pattern {
+            let sample = p.replace("{service}", "keystone");
+            if !p.contains("{service}") {
+                e.add("spec.publicHostnamePattern", "must contain {service}");
+            } else if sample.contains(['{', '}', '/', ':', ' ']) || sample.len() > 253 {
+                e.add(
+                    "spec.publicHostnamePattern",
+                    "must be a DNS host name pattern such as {service}.cloud.example.org",
+                );
+            }
+        }
+        for (i, z) in self.availability_zones.iter().enumerate() {
+            if self.availability_zones[..i].contains(z) {
+                e.add(
+                    format!("spec.availabilityZones[{i}]"),
+                    format!("{z:?} is listed twice"),
+                );
+            }
+        }
+        e.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints() {
+        assert_eq!(
+            parse_endpoint("db.example.org:3306"),
+            Ok(("db.example.org".into(), Some(3306)))
+        );
+        assert_eq!(
+            parse_endpoint("127.0.0.1:13306"),
+            Ok(("127.0.0.1".into(), Some(13306)))
+        );
+        assert_eq!(
+            parse_endpoint("https://s3.example.org"),
+            Ok(("s3.example.org".into(), None))
+        );
+        assert_eq!(
+            parse_endpoint("ssl:10.0.0.1:6641"),
+            Ok(("10.0.0.1".into(), Some(6641)))
+        );
+        assert_eq!(
+            parse_endpoint("[::1]:11211"),
+            Ok(("::1".into(), Some(11211)))
+        );
+        assert!(parse_endpoint("db.example.org").is_err());
+        assert!(parse_endpoint("db:99999").is_err());
+        assert!(parse_endpoint("db:0").is_err());
+        assert!(parse_endpoint(":3306").is_err());
+        assert!(parse_endpoint("http://").is_err());
+    }
+}

@@ -1,0 +1,125 @@
+//! Bad specs: each one is refused by a CEL rule (as the apiserver would at admission) or by
+//! the pure validation the controllers run first (InvalidSpec naming the field).
+
+use api::validation::cel_errors_value;
+use controlplane_api::validation::Validate;
+use controlplane_api::{Keystone, OpenStackCluster, OpenStackExternalService};
+use kube::CustomResourceExt;
+use serde_json::{Value, json};
+
+fn schema<K: CustomResourceExt>() -> Value {
+    let crd = K::crd();
+    serde_json::to_value(
+        crd.spec.versions[0]
+            .schema
+            .as_ref()
+            .and_then(|s| s.open_api_v3_schema.as_ref())
+            .expect("schema"),
+    )
+    .expect("json")
+}
+
+fn cluster(spec: Value) -> Value {
+    json!({"apiVersion": "controlplane.sunet.se/v1alpha1", "kind": "OpenStackCluster",
+           "metadata": {"name": "c", "namespace": "n"}, "spec": spec})
+}
+
+fn keystone(spec: Value) -> Value {
+    json!({"apiVersion": "controlplane.sunet.se/v1alpha1", "kind": "Keystone",
+           "metadata": {"name": "k", "namespace": "n"}, "spec": spec})
+}
+
+fn cel_rejects<K: CustomResourceExt>(obj: Value, needle: &str) {
+    let errs = cel_errors_value(&schema::<K>(), &obj);
+    assert!(
+        errs.iter().any(|e| e.message.contains(needle)),
+        "expected a CEL error mentioning {needle:?}, got {errs:?}"
+    );
+}
+
+fn cel_accepts<K: CustomResourceExt>(obj: Value) {
+    let errs = cel_errors_value(&schema::<K>(), &obj);
+    assert!(errs.is_empty(), "unexpected CEL errors {errs:?}");
+}
+
+fn paths<S: Validate>(spec: &S) -> Vec<String> {
+    spec.validate().into_iter().map(|e| e.path).collect()
+}
+
+#[test]
+fn cluster_rules() {
+    let ok = json!({"services": ["keystone"], "externalServices": {"database": {"name": "db"}},
+                    "publicHostnamePattern": "{service}.cloud.example.org"});
+    cel_accepts::<OpenStackCluster>(cluster(ok.clone()));
+    let mut dup = ok.clone();
+    dup["services"] = json!(["keystone", "keystone"]);
+    cel_rejects::<OpenStackCluster>(cluster(dup), "must not repeat");
+    let mut pat = ok.clone();
+    pat["publicHostnamePattern"] = json!("keystone.example.org");
+    cel_rejects::<OpenStackCluster>(cluster(pat.clone()), "{service}");
+
+    let spec: controlplane_api::OpenStackClusterSpec = serde_json::from_value(pat).expect("parses");
+    assert_eq!(paths(&spec), vec!["spec.publicHostnamePattern"]);
+    let mut t = ok.clone();
+    t["templates"] = json!({"glance": {"replicas": 1}, "keystone": {"replicas": -1,
+        "configOverrides": {"database": {"connection": "sqlite://"}}}});
+    let spec: controlplane_api::OpenStackClusterSpec = serde_json::from_value(t).expect("parses");
+    assert_eq!(
+        paths(&spec),
+        vec![
+            "spec.templates.glance",
+            "spec.templates.keystone.replicas",
+            "spec.templates.keystone.configOverrides.database.connection"
+        ]
+    );
+    let mut r = ok;
+    r["release"] = json!("2023.1");
+    let spec: controlplane_api::OpenStackClusterSpec = serde_json::from_value(r).expect("parses");
+    assert_eq!(paths(&spec), vec!["spec.release"]);
+}
+
+#[test]
+fn keystone_rules() {
+    let ok = json!({"database": {"service": {"name": "db"}}});
+    cel_accepts::<Keystone>(keystone(ok.clone()));
+    let mut t = ok.clone();
+    t["tokens"] = json!({"expirationSeconds": 86400, "allowExpiredWindowSeconds": 172800,
+                         "fernetRotationIntervalSeconds": 60});
+    cel_rejects::<Keystone>(keystone(t.clone()), "rotate less often");
+    let spec: controlplane_api::KeystoneSpec = serde_json::from_value(t).expect("parses");
+    assert_eq!(paths(&spec), vec!["spec.tokens"]);
+    let mut u = ok;
+    u["publicEndpoint"] = json!("keystone.example.org");
+    cel_rejects::<Keystone>(keystone(u.clone()), "publicEndpoint");
+    let spec: controlplane_api::KeystoneSpec = serde_json::from_value(u).expect("parses");
+    assert_eq!(paths(&spec), vec!["spec.publicEndpoint"]);
+}
+
+#[test]
+fn external_service_rules() {
+    let parse = |v: Value| -> controlplane_api::OpenStackExternalServiceSpec {
+        serde_json::from_value(v).expect("parses")
+    };
+    let ok = parse(json!({"type": "database", "endpoints": ["127.0.0.1:13306"],
+                          "credentials": {"secretName": "db-admin"}}));
+    assert!(ok.validate().is_empty());
+    assert_eq!(
+        ok.credentials.as_ref().map(|c| c.password_key.as_str()),
+        Some("password")
+    );
+    let bad = parse(json!({"type": "database", "endpoints": ["127.0.0.1"]}));
+    assert_eq!(paths(&bad), vec!["spec.endpoints[0]", "spec.credentials"]);
+    let cache = parse(json!({"type": "cache", "endpoints": ["mc:99999"]}));
+    assert_eq!(paths(&cache), vec!["spec.endpoints[0]"]);
+    // A TLS block without a CA does not even parse: the schema requires caSecret.
+    assert!(
+        serde_json::from_value::<controlplane_api::OpenStackExternalServiceSpec>(json!({
+            "type": "cache", "endpoints": ["mc:11211"], "tls": {"verify": "Full"}}))
+        .is_err()
+    );
+    let crd = serde_json::to_string(&OpenStackExternalService::crd()).expect("json");
+    assert!(
+        crd.contains(r#""required":["caSecret"]"#),
+        "caSecret is required in the schema"
+    );
+}

@@ -1,0 +1,81 @@
+//! oslo.config files as data: the operator's defaults with the user's overrides merged over
+//! them, rendered in a stable order so equal inputs give equal bytes (and equal hashes).
+
+use std::collections::BTreeMap;
+
+/// An INI document: section → option → value.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Ini(pub BTreeMap<String, BTreeMap<String, String>>);
+
+impl Ini {
+    /// Sets one option.
+    pub fn set(&mut self, section: &str, key: &str, value: impl Into<String>) -> &mut Self {
+        self.0
+            .entry(section.to_string())
+            .or_default()
+            .insert(key.to_string(), value.into());
+        self
+    }
+
+    /// Gets one option.
+    pub fn get(&self, section: &str, key: &str) -> Option<&str> {
+        self.0.get(section)?.get(key).map(String::as_str)
+    }
+
+    /// Merges overrides over the current values.
+    pub fn merge(&mut self, overrides: &BTreeMap<String, BTreeMap<String, String>>) {
+        for (section, options) in overrides {
+            for (k, v) in options {
+                self.set(section, k, v.clone());
+            }
+        }
+    }
+
+    /// The file text; `[DEFAULT]` first, then sections alphabetically.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let mut write = |name: &str, opts: &BTreeMap<String, String>| {
+            out.push('[');
+            out.push_str(name);
+            out.push_str("]\n");
+            for (k, v) in opts {
+                out.push_str(k);
+                out.push_str(" = ");
+                out.push_str(v);
+                out.push('\n');
+            }
+            out.push('\n');
+        };
+        if let Some(d) = self.0.get("DEFAULT") {
+            write("DEFAULT", d);
+        }
+        for (name, opts) in &self.0 {
+            if name != "DEFAULT" {
+                write(name, opts);
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn overrides_win_and_default_comes_first() {
+        let mut ini = Ini::default();
+        ini.set("token", "expiration", "3600")
+            .set("DEFAULT", "debug", "false");
+        let mut o = BTreeMap::new();
+        o.insert(
+            "DEFAULT".to_string(),
+            BTreeMap::from([("debug".to_string(), "true".to_string())]),
+        );
+        ini.merge(&o);
+        assert_eq!(
+            ini.render(),
+            "[DEFAULT]\ndebug = true\n\n[token]\nexpiration = 3600\n\n"
+        );
+    }
+}

@@ -1,0 +1,346 @@
+//! Keystone's configuration: `keystone.conf`, the uwsgi configuration, the database-creation
+//! script and the commands of its Jobs. The same functions serve the pods (paths under
+//! `/etc/keystone` and `/var/lib/keystone`) and the boot proof (paths in a temporary directory).
+
+use std::collections::BTreeMap;
+
+use controlplane_api::KeystoneSpec;
+
+use crate::hash::InputHash;
+use crate::ini::Ini;
+
+/// Port the Keystone API listens on inside the pod and on its Service.
+pub const PORT: u16 = 5000;
+
+/// Where the rendered files are found by the processes that read them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Paths {
+    /// Directory holding `keystone.conf` and `uwsgi.ini`.
+    pub config_dir: String,
+    /// The fernet key repository (a mounted Secret in a pod).
+    pub fernet_keys: String,
+    /// The credential key repository.
+    pub credential_keys: String,
+    /// A log file; `None` logs to stderr (pods).
+    pub log_file: Option<String>,
+    /// uwsgi `home` (a virtualenv), when not the image's system Python.
+    pub python_home: Option<String>,
+}
+
+impl Paths {
+    /// The layout inside Keystone pods.
+    pub fn pod() -> Self {
+        Paths {
+            config_dir: "/etc/keystone".into(),
+            fernet_keys: "/var/lib/keystone/fernet-keys".into(),
+            credential_keys: "/var/lib/keystone/credential-keys".into(),
+            log_file: None,
+            python_home: None,
+        }
+    }
+}
+
+/// Keystone's database connection, resolved from the `database` external service and the
+/// generated credentials.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Database {
+    /// Host name or address.
+    pub host: String,
+    /// Port.
+    pub port: u16,
+    /// Database name.
+    pub name: String,
+    /// User Keystone connects as.
+    pub user: String,
+    /// That user's password (generated).
+    pub password: String,
+    /// Path of the CA bundle when the database is reached over TLS.
+    pub ca_file: Option<String>,
+}
+
+impl Database {
+    /// The SQLAlchemy URL (`mysql+pymysql://...`).
+    pub fn url(&self) -> String {
+        let host = if self.host.contains(':') {
+            format!("[{}]", self.host)
+        } else {
+            self.host.clone()
+        };
+        let mut url = format!(
+            "mysql+pymysql://{}:{}@{}:{}/{}?charset=utf8mb4",
+            self.user, self.password, host, self.port, self.name
+        );
+        if let Some(ca) = &self.ca_file {
+            url.push_str("&ssl_ca=");
+            url.push_str(ca);
+        }
+        url
+    }
+}
+
+/// Everything Keystone's configuration is rendered from.
+#[derive(Clone, Debug)]
+pub struct KeystoneInputs<'a> {
+    /// The spec.
+    pub spec: &'a KeystoneSpec,
+    /// Resolved database.
+    pub database: Database,
+    /// `host:port` of each memcached, empty without a cache.
+    pub memcache_servers: Vec<String>,
+    /// File locations.
+    pub paths: Paths,
+    /// Address uwsgi listens on, e.g. `0.0.0.0:5000`.
+    pub listen: String,
+    /// uwsgi worker processes.
+    pub workers: u32,
+}
+
+/// `keystone.conf`: the operator's settings with the user's overrides merged over them (the
+/// options the operator owns are refused by validation, so they cannot be overridden here).
+pub fn keystone_conf(i: &KeystoneInputs<'_>) -> String {
+    let t = &i.spec.tokens;
+    let mut ini = Ini::default();
+    ini.set("DEFAULT", "debug", "false");
+    match &i.paths.log_file {
+        Some(f) => ini.set("DEFAULT", "log_file", f.clone()),
+        None => ini.set("DEFAULT", "use_stderr", "true"),
+    };
+    ini.set("database", "connection", i.database.url())
+        .set("database", "max_retries", "-1")
+        .set("database", "connection_recycle_time", "600")
+        .set("token", "provider", "fernet")
+        .set("token", "expiration", t.expiration_seconds.to_string())
+        .set(
+            "token",
+            "allow_expired_window",
+            t.allow_expired_window_seconds.to_string(),
+        )
+        .set(
+            "fernet_tokens",
+            "key_repository",
+            i.paths.fernet_keys.clone(),
+        )
+        .set(
+            "fernet_tokens",
+            "max_active_keys",
+            t.max_active_keys().to_string(),
+        )
+        .set(
+            "fernet_receipts",
+            "key_repository",
+            i.paths.fernet_keys.clone(),
+        )
+        .set(
+            "fernet_receipts",
+            "max_active_keys",
+            t.max_active_keys().to_string(),
+        )
+        .set(
+            "credential",
+            "key_repository",
+            i.paths.credential_keys.clone(),
+        )
+        .set("oslo_middleware", "enable_proxy_headers_parsing", "true");
+    if i.memcache_servers.is_empty() {
+        ini.set("cache", "enabled", "false");
+    } else {
+        ini.set("cache", "enabled", "true")
+            .set("cache", "backend", "dogpile.cache.pymemcache")
+            .set("cache", "memcache_servers", i.memcache_servers.join(","));
+    }
+    ini.merge(&i.spec.template.config_overrides);
+    ini.render()
+}
+
+/// uwsgi's configuration for the Keystone API.
+pub fn uwsgi_ini(i: &KeystoneInputs<'_>) -> String {
+    let mut s = String::from("[uwsgi]\n");
+    s.push_str(&format!("http-socket = {}\n", i.listen));
+    if let Some(home) = &i.paths.python_home {
+        s.push_str(&format!("home = {home}\n"));
+    }
+    s.push_str(&format!(
+        "master = true\nprocesses = {}\nthreads = 1\nenable-threads = true\nlazy-apps = true\nneed-app = true\ndie-on-term = true\n",
+        i.workers.max(1)
+    ));
+    // uwsgi's http-socket does not keep connections alive; clients that reuse connections
+    // would see resets without this header.
+    s.push_str("add-header = Connection: close\nbuffer-size = 65535\nworker-reload-mercy = 2\n");
+    s.push_str("module = keystone.wsgi.api:application\n");
+    s.push_str(&format!(
+        "env = OS_KEYSTONE_CONFIG_DIR={}\n",
+        i.paths.config_dir
+    ));
+    s
+}
+
+/// The Python script of the database Job: creates the database and the service user (or
+/// resets its password) with the admin credentials of the `database` external service. It runs
+/// with the service image's own PyMySQL, so no extra image is needed. Every value comes from
+/// the environment; names were validated to `[A-Za-z0-9_]` before they get here.
+pub const DB_INIT_SCRIPT: &str = r#"import os, sys
+import pymysql
+env = os.environ
+name, user, pw = env["DB_NAME"], env["DB_USER"], env["DB_PASSWORD"]
+for v in (name, user):
+    if not v.replace("_", "").isalnum():
+        sys.exit("refusing database or user name %r" % v)
+ssl = {"ca": env["DB_CA_FILE"]} if env.get("DB_CA_FILE") else None
+conn = pymysql.connect(host=env["DB_HOST"], port=int(env["DB_PORT"]),
+                       user=env["DB_ADMIN_USER"], password=env["DB_ADMIN_PASSWORD"],
+                       ssl=ssl, autocommit=True, connect_timeout=10)
+with conn.cursor() as cur:
+    cur.execute("CREATE DATABASE IF NOT EXISTS `" + name + "` CHARACTER SET utf8mb4")
+    cur.execute("CREATE USER IF NOT EXISTS %s@'%%' IDENTIFIED BY %s", (user, pw))
+    cur.execute("ALTER USER %s@'%%' IDENTIFIED BY %s", (user, pw))
+    cur.execute("GRANT ALL PRIVILEGES ON `" + name + "`.* TO %s@'%%'", (user,))
+print("database %s and user %s ready" % (name, user))
+"#;
+
+/// Environment of the database Job except the admin credentials (which come from the external
+/// service's Secret) and the service password (from the generated Secret).
+pub fn db_init_env(db: &Database) -> BTreeMap<String, String> {
+    let mut env = BTreeMap::from([
+        ("DB_HOST".to_string(), db.host.clone()),
+        ("DB_PORT".to_string(), db.port.to_string()),
+        ("DB_NAME".to_string(), db.name.clone()),
+        ("DB_USER".to_string(), db.user.clone()),
+    ]);
+    if let Some(ca) = &db.ca_file {
+        env.insert("DB_CA_FILE".into(), ca.clone());
+    }
+    env
+}
+
+/// Arguments of `keystone-manage bootstrap` (the password comes from `OS_BOOTSTRAP_PASSWORD`,
+/// never the command line). It creates the admin user, project and role, the `identity`
+/// service and its public/internal/admin endpoints in the catalog; it is idempotent.
+pub fn bootstrap_args(spec: &KeystoneSpec, internal_url: &str, public_url: &str) -> Vec<String> {
+    [
+        "bootstrap",
+        "--bootstrap-username",
+        "admin",
+        "--bootstrap-project-name",
+        "admin",
+        "--bootstrap-role-name",
+        "admin",
+        "--bootstrap-service-name",
+        "keystone",
+        "--bootstrap-region-id",
+        &spec.region,
+        "--bootstrap-admin-url",
+        internal_url,
+        "--bootstrap-internal-url",
+        internal_url,
+        "--bootstrap-public-url",
+        public_url,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+/// Hash of the database step's inputs.
+pub fn db_init_hash(db: &Database, admin_secret: &str) -> String {
+    InputHash::new()
+        .add("script", DB_INIT_SCRIPT)
+        .add("host", &db.host)
+        .add("port", db.port.to_string())
+        .add("name", &db.name)
+        .add("user", &db.user)
+        .add("password", &db.password)
+        .add("admin-secret", admin_secret)
+        .short()
+}
+
+/// Hash of the db_sync step's inputs: the image and everything in keystone.conf.
+pub fn db_sync_hash(image: &str, keystone_conf: &str) -> String {
+    InputHash::new()
+        .add("image", image)
+        .add("conf", keystone_conf)
+        .short()
+}
+
+/// Hash of the bootstrap step's inputs.
+pub fn bootstrap_hash(image: &str, args: &[String], admin_password: &str, db_sync: &str) -> String {
+    InputHash::new()
+        .add("image", image)
+        .add("args", args.join("\0"))
+        .add("admin-password", admin_password)
+        .add("db-sync", db_sync)
+        .short()
+}
+
+/// The in-cluster URL of a Keystone's Service.
+pub fn internal_url(name: &str, namespace: &str) -> String {
+    format!("http://{name}-api.{namespace}.svc:{PORT}/v3")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use controlplane_api::common::{ExternalServiceRef, ServiceTemplate};
+    use controlplane_api::keystone::{DatabaseSpec, TokenSettings};
+
+    pub(crate) fn spec() -> KeystoneSpec {
+        KeystoneSpec {
+            release: "2026.1".into(),
+            template: ServiceTemplate::default(),
+            database: DatabaseSpec {
+                service: ExternalServiceRef { name: "db".into() },
+                database_name: "keystone".into(),
+                username: "keystone".into(),
+            },
+            cache: Some(ExternalServiceRef {
+                name: "cache".into(),
+            }),
+            region: "RegionOne".into(),
+            public_endpoint: None,
+            admin_password_secret: None,
+            tokens: TokenSettings::default(),
+        }
+    }
+
+    fn inputs(spec: &KeystoneSpec) -> KeystoneInputs<'_> {
+        KeystoneInputs {
+            spec,
+            database: Database {
+                host: "db.example.org".into(),
+                port: 3306,
+                name: "keystone".into(),
+                user: "keystone".into(),
+                password: "secret".into(),
+                ca_file: Some("/etc/keystone/db-ca/ca.crt".into()),
+            },
+            memcache_servers: vec!["mc:11211".into()],
+            paths: Paths::pod(),
+            listen: "0.0.0.0:5000".into(),
+            workers: 2,
+        }
+    }
+
+    #[test]
+    fn keystone_conf_snapshot() {
+        let mut s = spec();
+        s.template.config_overrides.insert(
+            "identity".into(),
+            BTreeMap::from([("password_hash_rounds".into(), "10".into())]),
+        );
+        insta::assert_snapshot!(keystone_conf(&inputs(&s)));
+        insta::assert_snapshot!(uwsgi_ini(&inputs(&s)));
+    }
+
+    #[test]
+    fn an_override_changes_the_sync_hash() {
+        let s = spec();
+        let a = db_sync_hash("img", &keystone_conf(&inputs(&s)));
+        let mut s2 = spec();
+        s2.template.config_overrides.insert(
+            "DEFAULT".into(),
+            BTreeMap::from([("debug".into(), "true".into())]),
+        );
+        let b = db_sync_hash("img", &keystone_conf(&inputs(&s2)));
+        assert_ne!(a, b);
+        assert_eq!(a, db_sync_hash("img", &keystone_conf(&inputs(&s))));
+    }
+}

@@ -1,0 +1,16 @@
+//! Pure rendering for the control-plane operator: oslo.config files, uwsgi configuration, the
+//! Kubernetes objects of a service (Secrets, Jobs, Deployment, Service), fernet/credential key
+//! material and its rotation, and the hashes that key Jobs and roll Deployments. No I/O: the
+//! controllers apply what these functions return, and the boot proof runs the real Keystone
+//! from exactly this output.
+
+pub mod hash;
+pub mod ini;
+pub mod keys;
+pub mod keystone;
+pub mod objects;
+pub mod secrets;
+
+pub use hash::InputHash;
+pub use ini::Ini;
+pub use keys::KeyRepository;

@@ -1,0 +1,345 @@
+//! The Kubernetes objects of a service, as pure functions of rendered inputs: Secrets, Jobs,
+//! the API Deployment and its Service. Every object carries the standard labels and the owner
+//! reference of the service CR, so deleting the CR collects them.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::apps::v1::{
+    Deployment, DeploymentSpec, DeploymentStrategy, RollingUpdateDeployment,
+};
+use k8s_openapi::api::batch::v1::{Job, JobSpec};
+use k8s_openapi::api::core::v1::{
+    Affinity, Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction, PodAffinityTerm,
+    PodAntiAffinity, PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ResourceRequirements,
+    Secret, SecretKeySelector, SecretVolumeSource, Service, ServicePort, ServiceSpec, Volume,
+    VolumeMount, WeightedPodAffinityTerm,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+use controlplane_api::common::{Resources, ServiceTemplate};
+
+/// Annotation carrying the hash of a Job's inputs or of a Deployment's configuration.
+pub const HASH_ANNOTATION: &str = "controlplane.sunet.se/input-hash";
+/// Pod-template annotation with the configuration hash: a change rolls the pods.
+pub const CONFIG_HASH_ANNOTATION: &str = "controlplane.sunet.se/config-hash";
+/// Label naming the Job step (`db-init`, `db-sync`, `bootstrap`).
+pub const STEP_LABEL: &str = "controlplane.sunet.se/step";
+/// Label naming the owning service CR.
+pub const INSTANCE_LABEL: &str = "app.kubernetes.io/instance";
+/// Seconds a Job may run before Kubernetes stops it: a hanging db sync fails instead of
+/// blocking the service forever.
+pub const JOB_DEADLINE_SECONDS: i64 = 900;
+
+/// Who the objects belong to and how they are labelled.
+#[derive(Clone, Debug)]
+pub struct Owner {
+    /// The owner reference of the service CR (controller = true).
+    pub reference: OwnerReference,
+    /// Namespace of the CR and of every object.
+    pub namespace: String,
+    /// CR name (the `app.kubernetes.io/instance` label).
+    pub instance: String,
+    /// Service name (`keystone`), the `app.kubernetes.io/name` label.
+    pub service: String,
+}
+
+impl Owner {
+    /// Standard labels of one component.
+    pub fn labels(&self, component: &str) -> BTreeMap<String, String> {
+        BTreeMap::from([
+            ("app.kubernetes.io/name".to_string(), self.service.clone()),
+            (INSTANCE_LABEL.to_string(), self.instance.clone()),
+            (
+                "app.kubernetes.io/component".to_string(),
+                component.to_string(),
+            ),
+            (
+                "app.kubernetes.io/managed-by".to_string(),
+                "openstack-operator".to_string(),
+            ),
+        ])
+    }
+
+    fn meta(&self, name: &str, component: &str) -> ObjectMeta {
+        ObjectMeta {
+            name: Some(name.to_string()),
+            namespace: Some(self.namespace.clone()),
+            labels: Some(self.labels(component)),
+            owner_references: Some(vec![self.reference.clone()]),
+            ..ObjectMeta::default()
+        }
+    }
+}
+
+/// A Secret with the given string data.
+pub fn secret(
+    owner: &Owner,
+    name: &str,
+    component: &str,
+    data: BTreeMap<String, String>,
+) -> Secret {
+    Secret {
+        metadata: owner.meta(name, component),
+        data: Some(
+            data.into_iter()
+                .map(|(k, v)| (k, ByteString(v.into_bytes())))
+                .collect(),
+        ),
+        type_: Some("Opaque".into()),
+        ..Secret::default()
+    }
+}
+
+/// An environment variable with a literal value.
+pub fn env(name: &str, value: impl Into<String>) -> EnvVar {
+    EnvVar {
+        name: name.into(),
+        value: Some(value.into()),
+        ..EnvVar::default()
+    }
+}
+
+/// An environment variable read from a Secret key.
+pub fn env_from_secret(name: &str, secret: &str, key: &str) -> EnvVar {
+    EnvVar {
+        name: name.into(),
+        value_from: Some(EnvVarSource {
+            secret_key_ref: Some(SecretKeySelector {
+                name: secret.into(),
+                key: key.into(),
+                optional: Some(false),
+            }),
+            ..EnvVarSource::default()
+        }),
+        ..EnvVar::default()
+    }
+}
+
+/// A Secret mounted as a directory (not subPath: the kubelet then updates its files in place
+/// when the Secret changes, which is how rotated keys reach running pods).
+pub fn secret_volume(volume: &str, secret: &str, mount: &str) -> (Volume, VolumeMount) {
+    (
+        Volume {
+            name: volume.into(),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some(secret.into()),
+                default_mode: Some(0o440),
+                ..SecretVolumeSource::default()
+            }),
+            ..Volume::default()
+        },
+        VolumeMount {
+            name: volume.into(),
+            mount_path: mount.into(),
+            read_only: Some(true),
+            ..VolumeMount::default()
+        },
+    )
+}
+
+fn resources(r: Option<&Resources>) -> Option<ResourceRequirements> {
+    let r = r?;
+    let q = |m: &BTreeMap<String, String>| {
+        (!m.is_empty()).then(|| {
+            m.iter()
+                .map(|(k, v)| (k.clone(), Quantity(v.clone())))
+                .collect()
+        })
+    };
+    Some(ResourceRequirements {
+        requests: q(&r.requests),
+        limits: q(&r.limits),
+        ..ResourceRequirements::default()
+    })
+}
+
+/// What a Job runs.
+#[derive(Clone, Debug)]
+pub struct JobParams {
+    /// Job name (carries the input hash and attempt).
+    pub name: String,
+    /// Step name.
+    pub step: String,
+    /// Input hash.
+    pub hash: String,
+    /// Image.
+    pub image: String,
+    /// Command and arguments.
+    pub command: Vec<String>,
+    /// Environment.
+    pub env: Vec<EnvVar>,
+    /// Volumes and their mounts.
+    pub volumes: Vec<(Volume, VolumeMount)>,
+}
+
+/// A Job running one step once. Kubernetes retries the pod twice; the operator retries the Job
+/// itself with backoff under a new name, so a failed Job never blocks its step.
+pub fn job(owner: &Owner, p: JobParams) -> Job {
+    let mut meta = owner.meta(&p.name, &p.step);
+    meta.labels
+        .get_or_insert_default()
+        .insert(STEP_LABEL.into(), p.step.clone());
+    meta.annotations = Some(BTreeMap::from([(HASH_ANNOTATION.into(), p.hash.clone())]));
+    let mut pod_labels = owner.labels(&p.step);
+    pod_labels.insert(STEP_LABEL.into(), p.step.clone());
+    Job {
+        metadata: meta,
+        spec: Some(JobSpec {
+            backoff_limit: Some(2),
+            active_deadline_seconds: Some(JOB_DEADLINE_SECONDS),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(pod_labels),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(PodSpec {
+                    restart_policy: Some("Never".into()),
+                    containers: vec![Container {
+                        name: p.step.clone(),
+                        image: Some(p.image.clone()),
+                        command: Some(p.command.clone()),
+                        env: Some(p.env.clone()),
+                        volume_mounts: Some(p.volumes.iter().map(|(_, m)| m.clone()).collect()),
+                        ..Container::default()
+                    }],
+                    volumes: Some(p.volumes.iter().map(|(v, _)| v.clone()).collect()),
+                    ..PodSpec::default()
+                }),
+            },
+            ..JobSpec::default()
+        }),
+        ..Job::default()
+    }
+}
+
+/// What the API Deployment runs.
+#[derive(Clone, Debug)]
+pub struct ApiParams {
+    /// Deployment name.
+    pub name: String,
+    /// Image.
+    pub image: String,
+    /// Command.
+    pub command: Vec<String>,
+    /// Container port.
+    pub port: u16,
+    /// HTTP path answering without authentication (probes).
+    pub probe_path: String,
+    /// Hash of the configuration (pod-template annotation).
+    pub config_hash: String,
+    /// Volumes and their mounts.
+    pub volumes: Vec<(Volume, VolumeMount)>,
+}
+
+/// The API Deployment: probes, resources, spread over nodes, rolling updates that keep
+/// capacity, and the configuration hash on the pod template so a config change rolls it.
+pub fn api_deployment(owner: &Owner, t: &ServiceTemplate, p: ApiParams) -> Deployment {
+    let labels = owner.labels("api");
+    let probe = |initial: i32, failures: i32| Probe {
+        http_get: Some(HTTPGetAction {
+            path: Some(p.probe_path.clone()),
+            port: IntOrString::Int(i32::from(p.port)),
+            ..HTTPGetAction::default()
+        }),
+        initial_delay_seconds: Some(initial),
+        period_seconds: Some(10),
+        timeout_seconds: Some(5),
+        failure_threshold: Some(failures),
+        ..Probe::default()
+    };
+    Deployment {
+        metadata: owner.meta(&p.name, "api"),
+        spec: DeploymentSpec {
+            replicas: Some(t.replicas.unwrap_or(1)),
+            selector: LabelSelector {
+                match_labels: Some(labels.clone()),
+                ..LabelSelector::default()
+            },
+            strategy: Some(DeploymentStrategy {
+                type_: Some("RollingUpdate".into()),
+                rolling_update: Some(RollingUpdateDeployment {
+                    max_unavailable: Some(IntOrString::Int(0)),
+                    max_surge: Some(IntOrString::Int(1)),
+                }),
+            }),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(labels.clone()),
+                    annotations: Some(BTreeMap::from([(
+                        CONFIG_HASH_ANNOTATION.into(),
+                        p.config_hash.clone(),
+                    )])),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(PodSpec {
+                    affinity: Some(Affinity {
+                        pod_anti_affinity: Some(PodAntiAffinity {
+                            preferred_during_scheduling_ignored_during_execution: Some(vec![
+                                WeightedPodAffinityTerm {
+                                    weight: 100,
+                                    pod_affinity_term: PodAffinityTerm {
+                                        label_selector: Some(LabelSelector {
+                                            match_labels: Some(labels.clone()),
+                                            ..LabelSelector::default()
+                                        }),
+                                        topology_key: "kubernetes.io/hostname".into(),
+                                        ..PodAffinityTerm::default()
+                                    },
+                                },
+                            ]),
+                            ..PodAntiAffinity::default()
+                        }),
+                        ..Affinity::default()
+                    }),
+                    node_selector: (!t.node_selector.is_empty()).then(|| t.node_selector.clone()),
+                    security_context: Some(PodSecurityContext {
+                        fs_group: Some(42425),
+                        ..PodSecurityContext::default()
+                    }),
+                    containers: vec![Container {
+                        name: "api".into(),
+                        image: Some(p.image.clone()),
+                        command: Some(p.command.clone()),
+                        ports: Some(vec![ContainerPort {
+                            name: Some("api".into()),
+                            container_port: i32::from(p.port),
+                            ..ContainerPort::default()
+                        }]),
+                        readiness_probe: Some(probe(5, 3)),
+                        liveness_probe: Some(probe(30, 6)),
+                        resources: resources(t.resources.as_ref()),
+                        volume_mounts: Some(p.volumes.iter().map(|(_, m)| m.clone()).collect()),
+                        ..Container::default()
+                    }],
+                    volumes: Some(p.volumes.iter().map(|(v, _)| v.clone()).collect()),
+                    ..PodSpec::default()
+                }),
+            },
+            ..DeploymentSpec::default()
+        },
+        ..Deployment::default()
+    }
+}
+
+/// The ClusterIP Service in front of the API pods.
+pub fn api_service(owner: &Owner, name: &str, port: u16) -> Service {
+    Service {
+        metadata: owner.meta(name, "api"),
+        spec: Some(ServiceSpec {
+            selector: Some(owner.labels("api")),
+            ports: Some(vec![ServicePort {
+                name: Some("api".into()),
+                port: i32::from(port),
+                target_port: Some(IntOrString::Int(i32::from(port))),
+                protocol: Some("TCP".into()),
+                ..ServicePort::default()
+            }]),
+            type_: Some("ClusterIP".into()),
+            ..ServiceSpec::default()
+        }),
+        ..Service::default()
+    }
+}

@@ -1,0 +1,688 @@
+//! End to end: `openstack-operator control-plane` (the binary) on the suite's Kubernetes API
+//! with a real MariaDB (the test cloud's, 127.0.0.1:13306) and a real memcached behind the
+//! external services, so their checks are real.
+//!
+//! No kubelet or controller manager runs here (envtest practice): THE TEST PLAYS THEM. A
+//! background task marks every new Job `Complete` (or `Failed` with `BackoffLimitExceeded`
+//! while a failure switch for its step is on) and every Deployment generation rolled out and
+//! available. The token probe reaches the test cloud's real Keystone through the operator's
+//! `--keystone-url` override: the test pre-creates the admin-password Secret the operator would
+//! otherwise generate, with that Keystone's admin password, so "Ready" still means a real API
+//! issued a real token to the operator. (The rendered configuration itself is booted for real
+//! by controlplane-render's `keystone_boot` test.)
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use controlplane_api::condition_types as ct;
+use e2e::{Check, Target, wait_for};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client, ResourceExt};
+use serde_json::{Value, json};
+
+const BIN: &str = env!("CARGO_BIN_EXE_openstack-operator");
+const WAIT: Duration = Duration::from_secs(90);
+const POLL: Duration = Duration::from_millis(300);
+
+struct Proc(Child);
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn mariadb(sql: &str) -> anyhow::Result<()> {
+    let out = Command::new("mariadb")
+        .args(["-h", "127.0.0.1", "-P", "13306", "-u", "root", "-e", sql])
+        .output()
+        .context("running mariadb (is the test cloud up?)")?;
+    anyhow::ensure!(
+        out.status.success(),
+        "mariadb: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(())
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or(0)
+}
+
+/// The admin password and identity URL of the test cloud's Keystone (from its clouds.yaml).
+fn test_cloud_keystone() -> anyhow::Result<(String, String)> {
+    let path = std::env::var("OS_CLIENT_CONFIG_FILE")
+        .unwrap_or_else(|_| "/var/cache/openstack-operator/test-cloud/clouds.yaml".into());
+    let text = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
+    let v: Value = serde_saphyr::from_str(&text).context("parsing clouds.yaml")?;
+    let auth = &v["clouds"]["local-admin"]["auth"];
+    let password = auth["password"]
+        .as_str()
+        .context("no local-admin password in clouds.yaml")?;
+    let url = auth["auth_url"]
+        .as_str()
+        .context("no local-admin auth_url in clouds.yaml")?;
+    Ok((password.to_string(), url.trim_end_matches('/').to_string()))
+}
+
+fn secret(name: &str, data: &[(&str, &str)]) -> Secret {
+    Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        data: Some(
+            data.iter()
+                .map(|(k, v)| (k.to_string(), ByteString(v.as_bytes().to_vec())))
+                .collect(),
+        ),
+        ..Default::default()
+    }
+}
+
+fn cond(obj: &Value, type_: &str) -> Option<(bool, String, String)> {
+    obj["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+        .map(|c| {
+            (
+                c["status"] == "True",
+                c["reason"].as_str().unwrap_or("").to_string(),
+                c["message"].as_str().unwrap_or("").to_string(),
+            )
+        })
+}
+
+/// What the test, as the controller manager, does to Jobs of a step.
+#[derive(Default)]
+struct Kubelet {
+    fail_steps: BTreeSet<String>,
+    completed: Vec<String>,
+    failed: Vec<String>,
+}
+
+async fn play_controller_manager(client: Client, ns: String, state: Arc<Mutex<Kubelet>>) {
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
+    let deps: Api<Deployment> = Api::namespaced(client.clone(), &ns);
+    loop {
+        if let Ok(list) = jobs.list(&ListParams::default()).await {
+            for j in list.items {
+                if j.status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|c| !c.is_empty())
+                {
+                    continue;
+                }
+                let step = j
+                    .labels()
+                    .get("controlplane.sunet.se/step")
+                    .cloned()
+                    .unwrap_or_default();
+                let fail = state
+                    .lock()
+                    .map(|s| s.fail_steps.contains(&step))
+                    .unwrap_or(false);
+                let status = if fail {
+                    json!({"failed": 3, "conditions": [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded",
+                        "message": "Job has reached the specified backoff limit"}]})
+                } else {
+                    json!({"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]})
+                };
+                if jobs
+                    .patch_status(
+                        &j.name_any(),
+                        &PatchParams::default(),
+                        &Patch::Merge(json!({"status": status})),
+                    )
+                    .await
+                    .is_ok()
+                    && let Ok(mut s) = state.lock()
+                {
+                    if fail {
+                        s.failed.push(j.name_any())
+                    } else {
+                        s.completed.push(j.name_any())
+                    }
+                }
+            }
+        }
+        if let Ok(list) = deps.list(&ListParams::default()).await {
+            for d in list.items {
+                let generation = d.metadata.generation.unwrap_or(0);
+                let replicas = d.spec.replicas.unwrap_or(1);
+                if d.status.as_ref().and_then(|s| s.observed_generation) == Some(generation) {
+                    continue;
+                }
+                let status = json!({"observedGeneration": generation, "replicas": replicas, "updatedReplicas": replicas,
+                    "readyReplicas": replicas, "availableReplicas": replicas});
+                let _ = deps
+                    .patch_status(
+                        &d.name_any(),
+                        &PatchParams::default(),
+                        &Patch::Merge(json!({"status": status})),
+                    )
+                    .await;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn install_crds(client: &Client) -> anyhow::Result<()> {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for crd in controlplane_api::all_crds() {
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        crds.patch(
+            &name,
+            &PatchParams::apply("e2e").force(),
+            &Patch::Apply(&crd),
+        )
+        .await?;
+        wait_for(WAIT, POLL, &format!("CRD {name} Established"), async || {
+            let c = crds.get(&name).await?;
+            let ok = c
+                .status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c.type_ == "Established" && c.status == "True");
+            Ok(if ok {
+                Check::Done(())
+            } else {
+                Check::Pending("not established".into())
+            })
+        })
+        .await?;
+    }
+    Ok(())
+}
+
+async fn get(api: &Api<kube::api::DynamicObject>, name: &str) -> anyhow::Result<Value> {
+    Ok(serde_json::to_value(api.get(name).await?)?)
+}
+
+fn dyn_api(client: &Client, ns: &str, kind: &str, plural: &str) -> Api<kube::api::DynamicObject> {
+    let ar = kube::api::ApiResource {
+        group: "controlplane.sunet.se".into(),
+        version: "v1alpha1".into(),
+        api_version: "controlplane.sunet.se/v1alpha1".into(),
+        kind: kind.into(),
+        plural: plural.into(),
+    };
+    Api::namespaced_with(client.clone(), ns, &ar)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn control_plane_keystone_end_to_end() -> anyhow::Result<()> {
+    let target = Target::from_env().await?;
+    let client = target.client().await?;
+    install_crds(&client).await?;
+    let ns = format!("cp-e2e-{}", e2e::names::random_suffix());
+    let nss: Api<Namespace> = Api::all(client.clone());
+    nss.create(
+        &PostParams::default(),
+        &Namespace {
+            metadata: kube::api::ObjectMeta {
+                name: Some(ns.clone()),
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+    )
+    .await?;
+
+    // A database admin account of our own, and a memcached.
+    let admin_user = format!("cpe2e_{}", e2e::names::random_suffix().replace('-', "_"));
+    let admin_pw = controlplane_render::secrets::password(24);
+    mariadb(&format!(
+        "CREATE USER '{admin_user}'@'127.0.0.1' IDENTIFIED BY '{admin_pw}'; GRANT ALL ON *.* TO '{admin_user}'@'127.0.0.1' WITH GRANT OPTION"
+    ))?;
+    let mc_port = free_port();
+    let _memcached = Proc(
+        Command::new("memcached")
+            .args([
+                "-l",
+                "127.0.0.1",
+                "-p",
+                &mc_port.to_string(),
+                "-U",
+                "0",
+                "-u",
+                "nobody",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("starting memcached (scripts/control-plane-deps installs it)")?,
+    );
+
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    // Wrong password first.
+    secrets
+        .create(
+            &PostParams::default(),
+            &secret(
+                "db-admin",
+                &[("username", &admin_user), ("password", "not-the-password")],
+            ),
+        )
+        .await?;
+    let cluster_name = "cloud";
+    let ks_name = controlplane_controllers::cluster::keystone_name(cluster_name);
+    // The Secret the operator would generate, with the admin password of the Keystone that
+    // stands in for the Deployment's pods.
+    secrets
+        .create(
+            &PostParams::default(),
+            &secret(
+                &format!("{ks_name}-keystone-admin"),
+                &[("password", &test_cloud_keystone()?.0)],
+            ),
+        )
+        .await?;
+
+    let ext = dyn_api(
+        &client,
+        &ns,
+        "OpenStackExternalService",
+        "openstackexternalservices",
+    );
+    let pp = PatchParams::apply("e2e").force();
+    let apply = async |api: &Api<kube::api::DynamicObject>, v: Value| -> anyhow::Result<()> {
+        let name = v["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        api.patch(&name, &pp, &Patch::Apply(&v)).await?;
+        Ok(())
+    };
+    apply(&ext, json!({"apiVersion": "controlplane.sunet.se/v1alpha1", "kind": "OpenStackExternalService", "metadata": {"name": "db"},
+        "spec": {"type": "database", "endpoints": ["127.0.0.1:13306"], "credentials": {"secretName": "db-admin"}}})).await?;
+    apply(&ext, json!({"apiVersion": "controlplane.sunet.se/v1alpha1", "kind": "OpenStackExternalService", "metadata": {"name": "cache"},
+        "spec": {"type": "cache", "endpoints": [format!("127.0.0.1:{mc_port}")]}})).await?;
+    let clusters = dyn_api(&client, &ns, "OpenStackCluster", "openstackclusters");
+    let cluster = json!({"apiVersion": "controlplane.sunet.se/v1alpha1", "kind": "OpenStackCluster", "metadata": {"name": cluster_name},
+        "spec": {"services": ["keystone"], "externalServices": {"database": {"name": "db"}, "cache": {"name": "cache"}},
+                 "templates": {"keystone": {"replicas": 2}}}});
+    apply(&clusters, cluster.clone()).await?;
+
+    // The operator.
+    let log_path = std::env::temp_dir().join(format!("e2e_control_plane-{ns}.log"));
+    let log = std::fs::File::create(&log_path)?;
+    let metrics_port = free_port();
+    let _op = Proc(
+        Command::new(BIN)
+            .args([
+                "control-plane",
+                "--health-addr",
+                &format!("127.0.0.1:{}", free_port()),
+                "--metrics-addr",
+                &format!("127.0.0.1:{metrics_port}"),
+                "--watch-namespace",
+                &ns,
+                "--check-interval-seconds",
+                "5",
+                "--job-retry-base-seconds",
+                "2",
+                "--job-retry-max-seconds",
+                "4",
+                "--resync-seconds",
+                "5",
+                "--keystone-url",
+                &format!("{ns}/{ks_name}={}", test_cloud_keystone()?.1),
+            ])
+            .env("KUBECONFIG", target.kubeconfig())
+            .stdout(Stdio::from(log.try_clone()?))
+            .stderr(Stdio::from(log))
+            .spawn()?,
+    );
+    eprintln!("operator log: {}", log_path.display());
+    let kubelet = Arc::new(Mutex::new(Kubelet::default()));
+    let cm = tokio::spawn(play_controller_manager(
+        client.clone(),
+        ns.clone(),
+        kubelet.clone(),
+    ));
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
+    let deps: Api<Deployment> = Api::namespaced(client.clone(), &ns);
+
+    // 1. Wrong password: the cluster names the service, the external service and the reason;
+    //    nothing rolls out.
+    let msg = wait_for(
+        WAIT,
+        POLL,
+        "the cluster to name the failing external service",
+        async || {
+            let c = get(&clusters, cluster_name).await?;
+            Ok(match cond(&c, ct::READY) {
+                Some((false, _, m))
+                    if m.starts_with(
+                        "Keystone blocked: external service db (database) not Authenticated:",
+                    ) =>
+                {
+                    Check::Done(m)
+                }
+                other => Check::Pending(format!("{other:?}")),
+            })
+        },
+    )
+    .await?;
+    assert!(
+        msg.contains("Access denied") || msg.contains("denied"),
+        "{msg}"
+    );
+    assert!(
+        msg.contains(&admin_user),
+        "the message names the user: {msg}"
+    );
+    let e = get(&ext, "db").await?;
+    assert_eq!(cond(&e, ct::AUTHENTICATED).map(|c| c.0), Some(false));
+    assert_eq!(cond(&e, ct::ENDPOINT_REACHABLE).map(|c| c.0), Some(true));
+    assert_eq!(cond(&e, ct::SECRET_RESOLVED).map(|c| c.0), Some(true));
+    assert!(
+        jobs.list(&ListParams::default()).await?.items.is_empty(),
+        "no Job before the database is Ready"
+    );
+    assert!(
+        deps.list(&ListParams::default()).await?.items.is_empty(),
+        "no Deployment before the database is Ready"
+    );
+    assert!(
+        !secrets
+            .list(&ListParams::default())
+            .await?
+            .items
+            .iter()
+            .any(|s| s.name_any().ends_with("-keystone-db")),
+        "no generated Secret before gating passes"
+    );
+
+    // 2. Fix the password: the Secret change is seen and everything converges.
+    secrets
+        .replace("db-admin", &PostParams::default(), &{
+            let mut s = secrets.get("db-admin").await?;
+            s.data = secret("x", &[("username", &admin_user), ("password", &admin_pw)]).data;
+            s
+        })
+        .await?;
+    let ks_api = dyn_api(&client, &ns, "Keystone", "keystones");
+    wait_for(WAIT, POLL, "the cluster to be Ready", async || {
+        let c = get(&clusters, cluster_name).await?;
+        Ok(match cond(&c, ct::READY) {
+            Some((true, _, m)) => Check::Done(m),
+            other => Check::Pending(format!("{other:?}")),
+        })
+    })
+    .await?;
+    let ks = get(&ks_api, &ks_name).await?;
+    let (_, _, ready_msg) = cond(&ks, ct::READY).unwrap_or_default();
+    assert!(ready_msg.contains("issued a token"), "{ready_msg}");
+    assert_eq!(ks["status"]["jobs"].as_array().map(Vec::len), Some(3));
+    let dep = deps.get(&format!("{ks_name}-api")).await?;
+    let hash1 = dep
+        .spec
+        .template
+        .metadata
+        .as_ref()
+        .and_then(|m| m.annotations.as_ref())
+        .and_then(|a| a.get("controlplane.sunet.se/config-hash"))
+        .cloned()
+        .context("config hash")?;
+    assert_eq!(dep.spec.replicas, Some(2));
+    let conf = secrets.get(&format!("{ks_name}-keystone-config")).await?;
+    let conf_text = String::from_utf8_lossy(
+        &conf
+            .data
+            .as_ref()
+            .and_then(|d| d.get("keystone.conf"))
+            .context("keystone.conf")?
+            .0,
+    )
+    .into_owned();
+    assert!(conf_text.contains(&format!("memcache_servers = 127.0.0.1:{mc_port}")));
+    let db_pw = secrets.get(&format!("{ks_name}-keystone-db")).await?;
+    let db_pw = String::from_utf8_lossy(
+        &db_pw
+            .data
+            .as_ref()
+            .and_then(|d| d.get("password"))
+            .context("db password")?
+            .0,
+    )
+    .into_owned();
+    assert!(
+        db_pw.len() >= 32 && conf_text.contains(&db_pw),
+        "a generated, strong database password is rendered into keystone.conf"
+    );
+    let log_text = std::fs::read_to_string(&log_path)?;
+    assert!(
+        !log_text.contains(&db_pw) && !log_text.contains(&admin_pw),
+        "secrets never in the log"
+    );
+    let sync_jobs_before: BTreeSet<String> = jobs
+        .list(&ListParams::default().labels("controlplane.sunet.se/step=db-sync"))
+        .await?
+        .items
+        .iter()
+        .map(|j| j.name_any())
+        .collect();
+
+    // 3. A config override: a new db_sync Job and a rolled Deployment.
+    let mut c2 = cluster.clone();
+    c2["spec"]["templates"]["keystone"]["configOverrides"] = json!({"DEFAULT": {"debug": "true"}});
+    apply(&clusters, c2.clone()).await?;
+    let hash2 = wait_for(
+        WAIT,
+        POLL,
+        "the Deployment to roll with the new configuration",
+        async || {
+            let d = deps.get(&format!("{ks_name}-api")).await?;
+            let h = d
+                .spec
+                .template
+                .metadata
+                .as_ref()
+                .and_then(|m| m.annotations.as_ref())
+                .and_then(|a| a.get("controlplane.sunet.se/config-hash"))
+                .cloned()
+                .unwrap_or_default();
+            let c = get(&clusters, cluster_name).await?;
+            Ok(if h != hash1 && cond(&c, ct::READY).is_some_and(|c| c.0) {
+                Check::Done(h)
+            } else {
+                Check::Pending(format!("hash {h}, cluster {:?}", cond(&c, ct::READY)))
+            })
+        },
+    )
+    .await?;
+    assert_ne!(hash1, hash2);
+    let sync_jobs_after: BTreeSet<String> = jobs
+        .list(&ListParams::default().labels("controlplane.sunet.se/step=db-sync"))
+        .await?
+        .items
+        .iter()
+        .map(|j| j.name_any())
+        .collect();
+    assert!(
+        sync_jobs_after
+            .iter()
+            .any(|j| !sync_jobs_before.contains(j)),
+        "a new db-sync Job ran: {sync_jobs_before:?} → {sync_jobs_after:?}"
+    );
+    let completed = kubelet
+        .lock()
+        .map(|k| k.completed.clone())
+        .unwrap_or_default();
+    assert_eq!(
+        completed.iter().filter(|j| j.contains("-db-init-")).count(),
+        1,
+        "the database Job ran once: its inputs did not change ({completed:?})"
+    );
+
+    // 4. A failing db_sync: retried with backoff, Degraded with the Job's reason; then recovers.
+    if let Ok(mut k) = kubelet.lock() {
+        k.fail_steps.insert("db-sync".into());
+    }
+    let mut c3 = c2.clone();
+    c3["spec"]["templates"]["keystone"]["configOverrides"] = json!({"DEFAULT": {"debug": "false"}});
+    apply(&clusters, c3).await?;
+    let degraded = wait_for(
+        WAIT,
+        POLL,
+        "the cluster to report the failed db-sync Job",
+        async || {
+            let c = get(&clusters, cluster_name).await?;
+            let failed = kubelet.lock().map(|k| k.failed.len()).unwrap_or(0);
+            Ok(match cond(&c, ct::DEGRADED) {
+                Some((true, _, m)) if failed >= 2 && m.contains("BackoffLimitExceeded") => {
+                    Check::Done(m)
+                }
+                other => Check::Pending(format!("{other:?}, failed Jobs {failed}")),
+            })
+        },
+    )
+    .await?;
+    assert!(
+        degraded.starts_with("Keystone degraded: db-sync attempt"),
+        "{degraded}"
+    );
+    let failed = kubelet.lock().map(|k| k.failed.clone()).unwrap_or_default();
+    assert!(
+        failed[0].ends_with("-1") && failed[1].ends_with("-2"),
+        "retried under a new name: {failed:?}"
+    );
+    let ks = get(&ks_api, &ks_name).await?;
+    let rec = ks["status"]["jobs"]
+        .as_array()
+        .and_then(|j| j.iter().find(|r| r["step"] == "db-sync"))
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        rec["lastFailure"]
+            .as_str()
+            .unwrap_or("")
+            .contains("Job has reached the specified backoff limit"),
+        "{rec}"
+    );
+    if let Ok(mut k) = kubelet.lock() {
+        k.fail_steps.clear();
+    }
+    wait_for(WAIT, POLL, "the cluster to recover", async || {
+        let c = get(&clusters, cluster_name).await?;
+        Ok(if cond(&c, ct::READY).is_some_and(|c| c.0) {
+            Check::Done(())
+        } else {
+            Check::Pending(format!("{:?}", cond(&c, ct::READY)))
+        })
+    })
+    .await?;
+
+    // 5. Key rotation: the fernet Secret changes, the Deployment does not (no restart).
+    let fernet_name = format!("{ks_name}-fernet-keys");
+    let before = secrets.get(&fernet_name).await?;
+    let dep_gen = deps
+        .get(&format!("{ks_name}-api"))
+        .await?
+        .metadata
+        .generation;
+    ks_api.patch(&ks_name, &PatchParams::default(), &Patch::Merge(json!({"metadata": {"annotations": {"controlplane.sunet.se/rotate-fernet-keys": "e2e-1"}}}))).await?;
+    let after = wait_for(WAIT, POLL, "the fernet keys to rotate", async || {
+        let s = secrets.get(&fernet_name).await?;
+        Ok(if s.data != before.data {
+            Check::Done(s)
+        } else {
+            Check::Pending("unchanged".into())
+        })
+    })
+    .await?;
+    let keys = |s: &Secret| {
+        s.data
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(k, v)| (k, v.0))
+            .collect::<BTreeMap<_, _>>()
+    };
+    let (b, a) = (keys(&before), keys(&after));
+    let primary = |m: &BTreeMap<String, Vec<u8>>| {
+        m.keys()
+            .filter_map(|k| k.parse::<u32>().ok())
+            .max()
+            .unwrap_or(0)
+    };
+    assert_eq!(primary(&a), primary(&b) + 1);
+    assert_eq!(
+        a.get(&primary(&a).to_string()),
+        b.get("0"),
+        "the staged key became the primary"
+    );
+    assert_eq!(
+        a.get(&primary(&b).to_string()),
+        b.get(&primary(&b).to_string()),
+        "the old primary stays to validate live tokens"
+    );
+    assert_eq!(
+        deps.get(&format!("{ks_name}-api"))
+            .await?
+            .metadata
+            .generation,
+        dep_gen,
+        "rotation does not touch the Deployment"
+    );
+
+    // 6. Events on the transitions and on bootstrap completion; metrics per kind.
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), &ns);
+    let evs = events.list(&ListParams::default()).await?.items;
+    let has = |kind: &str, reason: &str| {
+        evs.iter().any(|e| {
+            e.involved_object.kind.as_deref() == Some(kind) && e.reason.as_deref() == Some(reason)
+        })
+    };
+    assert!(
+        has("OpenStackCluster", "Blocked"),
+        "a Blocked Event on the cluster"
+    );
+    assert!(
+        has("Keystone", "Blocked") && has("Keystone", "Degraded"),
+        "Blocked and Degraded Events on Keystone"
+    );
+    assert!(
+        has("Keystone", "BootstrapComplete"),
+        "a BootstrapComplete Event"
+    );
+    assert!(
+        has("OpenStackExternalService", "Degraded"),
+        "a Degraded Event on the database service"
+    );
+    let text = reqwest::get(format!("http://127.0.0.1:{metrics_port}/metrics"))
+        .await?
+        .text()
+        .await?;
+    for kind in ["OpenStackCluster", "Keystone", "OpenStackExternalService"] {
+        assert!(
+            text.contains(&format!(
+                "controlplane_reconcile_total{{kind=\"{kind}\",result=\"success\"}}"
+            )),
+            "reconcile counter of {kind}:\n{text}"
+        );
+    }
+    assert!(text.contains(&format!("controlplane_condition{{kind=\"Keystone\",namespace=\"{ns}\",name=\"{ks_name}\",condition=\"Ready\"}} 1")), "{text}");
+
+    cm.abort();
+    let _ = nss.delete(&ns, &Default::default()).await;
+    mariadb(&format!("DROP USER IF EXISTS '{admin_user}'@'127.0.0.1'"))?;
+    Ok(())
+}
