@@ -1735,3 +1735,76 @@ async fn a_refused_bulk_falls_back_to_single_creates() {
     assert_eq!(rule_keys(&w, &st).await.len(), 16);
     assert_all_true(&st);
 }
+
+#[tokio::test]
+async fn a_rule_a_subnet_and_a_role_assignment_removed_by_hand_come_back() {
+    let w = World::new().await;
+    let obj = from_yaml(BIG, "uid-drift");
+    let mut st = OpenstackProjectStatus::default();
+    let res = w.converge(&obj, &mut st, 3).await;
+    assert!(res.is_ok(), "{res:?}");
+    let pid = st.project_id.clone().unwrap();
+    let rules_before = rule_keys(&w, &st).await;
+    let grants_before = w.grants(&pid).await;
+    let (_, subnets_before, _) = w.networks(&pid).await;
+
+    // By hand: a rule of the first group, the first network's subnet (detached from its
+    // router first, as Neutron requires), the project group's role assignment.
+    let net = &w.cloud.network;
+    let gid = st.security_groups[0].id.clone().unwrap();
+    let rule = net
+        .list_security_group_rules(&gid)
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|r| r.direction == "ingress")
+        .unwrap();
+    net.delete_security_group_rule(&rule.id).await.unwrap();
+    let entry = st.networks[0].clone();
+    let (router, subnet) = (entry.router_id.unwrap(), entry.subnet_id.unwrap());
+    net.remove_router_interface(&router, &subnet).await.unwrap();
+    net.delete_subnet(&subnet).await.unwrap();
+    let group = Actor::Group(st.group_id.clone().unwrap());
+    let role = w
+        .cloud
+        .identity
+        .list_project_role_assignments(&pid)
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|a| a.actor == group)
+        .unwrap();
+    w.cloud
+        .identity
+        .revoke_project_role(&pid, &group, &role.role_id)
+        .await
+        .unwrap();
+    assert_ne!(rule_keys(&w, &st).await, rules_before);
+    assert_ne!(w.grants(&pid).await, grants_before);
+
+    // The next (resync) pass puts all three back.
+    let res = w.pass(&obj, &mut st, fed(&obj)).await;
+    assert!(res.is_ok(), "{res:?}");
+    assert_eq!(rule_keys(&w, &st).await, rules_before);
+    assert_eq!(w.grants(&pid).await, grants_before);
+    let (_, subnets_after, routers) = w.networks(&pid).await;
+    assert_eq!(subnets_after.len(), subnets_before.len());
+    let new_subnet = st.networks[0].subnet_id.clone().unwrap();
+    assert_ne!(new_subnet, subnet);
+    assert!(subnets_after.iter().any(|s| s.id == new_subnet));
+    let attached = net
+        .list_router_interfaces(&router)
+        .await
+        .unwrap()
+        .iter()
+        .any(|p| {
+            p.fixed_ips
+                .iter()
+                .any(|ip| ip.subnet_id.as_deref() == Some(new_subnet.as_str()))
+        });
+    assert!(
+        attached,
+        "the new subnet is on the router again: {routers:?}"
+    );
+    assert_all_true(&st);
+}
