@@ -47,8 +47,10 @@ zun_answers() { # SERVICE: 0 if it answers, 1 if not, 2 if SERVICE is not one of
   rabbitmq) timeout 2 bash -c "exec 3<>/dev/tcp/$HOST/5672" 2>/dev/null ;;
   docker) [ "$(curl -s -m 2 --unix-socket "$DOCKER_SOCK" http://docker/_ping 2>/dev/null)" = OK ] ;;
   registry) [ -e "$NETNS" ] && in_ns curl -sf -m 2 -o /dev/null http://127.0.0.1:$REG_PORT/v2/ 2>/dev/null ;;
-  netns-fwd) [ -e "$NETNS" ] && in_ns curl -s -m 2 -o /dev/null http://127.0.0.1:9696/ 2>/dev/null &&
-    in_ns curl -s -m 2 -o /dev/null http://127.0.0.1:5000/ 2>/dev/null ;;
+  # the whole chain through Keystone (it answers / in ms; Neutron may take seconds when busy),
+  # and that the Neutron forwarder listens
+  netns-fwd) [ -e "$NETNS" ] && in_ns curl -s -m 3 -o /dev/null http://127.0.0.1:5000/ 2>/dev/null &&
+    in_ns timeout 2 bash -c 'exec 3<>/dev/tcp/127.0.0.1/9696' 2>/dev/null ;;
   kuryr) curl -sf -m 2 --unix-socket "$KURYR_SOCK" -X POST http://kuryr/Plugin.Activate 2>/dev/null | grep -q NetworkDriver ;;
   zun-compute) true ;;
   *) return 2 ;;

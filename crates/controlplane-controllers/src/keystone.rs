@@ -86,6 +86,21 @@ pub fn retry_delay(base: Duration, max: Duration, attempts: u32) -> Duration {
         .min(max)
 }
 
+/// Whether the fernet keys rotate now (pure): on schedule (`interval` since `last`), or on
+/// request (the Keystone's rotate annotation has a value not served yet). Returns (due, asked).
+pub fn rotation_due(
+    now: jiff::Timestamp,
+    last: jiff::Timestamp,
+    interval: Duration,
+    requested: Option<&str>,
+    served: Option<&str>,
+) -> (bool, bool) {
+    let due =
+        now.duration_since(last).as_secs() >= i64::try_from(interval.as_secs()).unwrap_or(i64::MAX);
+    let asked = requested.is_some() && requested != served;
+    (due, asked)
+}
+
 /// What a Job step looks like now.
 #[derive(Debug, PartialEq, Eq)]
 pub enum StepState {
@@ -240,9 +255,8 @@ impl Pass<'_> {
                     .and_then(|t| t.parse::<jiff::Timestamp>().ok())
                     .unwrap_or(now);
                 let served = ann.get(ROTATED_FOR_ANNOTATION).cloned();
-                let due = now.duration_since(last).as_secs()
-                    >= i64::try_from(interval.as_secs()).unwrap_or(i64::MAX);
-                let asked = requested.is_some() && requested != served;
+                let (due, asked) =
+                    rotation_due(now, last, interval, requested.as_deref(), served.as_deref());
                 if due || asked {
                     let rotated = repo.rotate(max);
                     info!(
@@ -916,6 +930,37 @@ mod tests {
         assert_eq!(retry_delay(b, m, 3), Duration::from_secs(120));
         assert_eq!(retry_delay(b, m, 10), m);
         assert_eq!(retry_delay(b, m, u32::MAX), m);
+    }
+
+    #[test]
+    fn rotation_runs_on_schedule_or_once_per_request() {
+        let t0: jiff::Timestamp = "2026-12-01T00:00:00Z".parse().expect("time");
+        let day = Duration::from_secs(86_400);
+        let later = |s: i64| {
+            t0.checked_add(jiff::SignedDuration::from_secs(s))
+                .expect("time")
+        };
+        assert_eq!(
+            rotation_due(later(86_399), t0, day, None, None),
+            (false, false)
+        );
+        assert_eq!(
+            rotation_due(later(86_400), t0, day, None, None),
+            (true, false)
+        );
+        assert_eq!(
+            rotation_due(later(10), t0, day, Some("a"), None),
+            (false, true)
+        );
+        assert_eq!(
+            rotation_due(later(10), t0, day, Some("a"), Some("a")),
+            (false, false),
+            "a request is served once"
+        );
+        assert_eq!(
+            rotation_due(later(10), t0, day, Some("b"), Some("a")),
+            (false, true)
+        );
     }
 
     #[test]
