@@ -71,7 +71,7 @@ struct Args {
     #[arg(long, default_value_t = 20)]
     requests_per_second: u32,
     /// The operator's --concurrency (objects of one kind reconciled at once).
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 20)]
     concurrency: u16,
     /// Do not measure: delete from OpenStack what the run with this id left (its Keystone
     /// domain bench-<RUN> with everything in it, flavors named bench-<RUN>-*), e.g. after a
@@ -348,11 +348,11 @@ async fn run(args: Args) -> anyhow::Result<(Report, PathBuf)> {
                 bench
                     .create_domain_and_user(Duration::from_secs(120))
                     .await?;
-                let user = bench.user_name();
+                let users = bench.user_names();
                 let mut errors = Vec::new();
                 if args.wants(Scenario::Convergence) {
                     for n in &args.sizes {
-                        match scenarios::convergence(&bench, op, *n, &user, per_project).await {
+                        match scenarios::convergence(&bench, op, *n, &users, per_project).await {
                             Ok(r) => {
                                 errors.extend(r.workload.iter().map(|w| format!("N={n}: {w}")));
                                 errors.extend(r.residue.other_security_groups.iter().map(|g| {
@@ -378,7 +378,7 @@ async fn run(args: Args) -> anyhow::Result<(Report, PathBuf)> {
                         &bench,
                         op,
                         args.reaction_samples,
-                        &user,
+                        &users,
                         scenarios::size_timeout(1, per_project),
                     )
                     .await

@@ -85,6 +85,15 @@ pub struct SizeRun {
     pub floor: Floor,
     /// `converge_s / floor.floor_s`.
     pub ratio: f64,
+    /// Every HTTP request sent while converging (all attempts, reads and writes).
+    pub requests_made: u64,
+    /// `requests_made / converge_s`: the request rate achieved.
+    pub achieved_rps: f64,
+    /// `requests_made` ÷ `--requests-per-second`: the least time these requests could take at
+    /// the allowed rate (0 when the rate is unlimited), in seconds.
+    pub made_floor_s: f64,
+    /// `converge_s / made_floor_s`: 1.0 = the operator used all of the rate it is allowed.
+    pub made_ratio: f64,
     /// Σ of the durations of every OpenStack request during convergence (reads included), in
     /// seconds.
     pub request_time_s: f64,
@@ -261,6 +270,37 @@ pub fn render(r: &Report) -> String {
             "floor(lat) = Σ mandatory writes × their median latency ÷ --max-concurrent-calls; \
              floor(rate) = mandatory writes ÷ --requests-per-second; ratio = converge ÷ the larger; \
              in flight = Σ request durations ÷ converge (OpenStack requests in flight on average)"
+        );
+        let _ = writeln!(
+            o,
+            "\nUse of the allowed rate ({} requests/s)",
+            r.limits.requests_per_second
+        );
+        let _ = writeln!(
+            o,
+            "{:>5} {:>9} {:>9} {:>10} {:>11} {:>7} {:>13}",
+            "N", "requests", "req/proj", "achieved", "floor(made)", "ratio", "steady/proj"
+        );
+        for s in &r.convergence {
+            let per = f64::from(s.projects.max(1));
+            let _ = writeln!(
+                o,
+                "{:>5} {:>9} {:>9.1} {:>8.1}/s {:>11} {:>7.2} {:>13.1}",
+                s.projects,
+                s.requests_made,
+                s.requests_made as f64 / per,
+                s.achieved_rps,
+                secs(s.made_floor_s),
+                s.made_ratio,
+                (s.steady.reads + s.steady.writes) / per
+            );
+        }
+        let _ = writeln!(
+            o,
+            "requests = every HTTP request while converging (log); achieved = requests ÷ converge; \
+             floor(made) = requests ÷ --requests-per-second; ratio = converge ÷ floor(made); \
+             steady/proj = calls of one forced pass per project (= per project per 5 min at the \
+             default --resync-seconds 300)"
         );
         for s in &r.convergence {
             let _ = writeln!(

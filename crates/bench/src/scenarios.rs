@@ -1,7 +1,7 @@
 //! The measurements. Each takes a running operator and leaves the cluster as it found it on
 //! success (cleanup after failures is the caller's).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -98,7 +98,7 @@ pub async fn convergence(
     bench: &Bench,
     op: &Operator,
     n: u32,
-    user: &str,
+    users: &[String],
     per_project: Duration,
 ) -> anyhow::Result<SizeRun> {
     let timeout = size_timeout(n, per_project);
@@ -115,7 +115,7 @@ pub async fn convergence(
             &bench.namespace,
             &bench.run,
             &bench.domain_name(),
-            user,
+            users,
             "openstack-operator bench project",
         );
         bench.apply::<OpenstackProject>(&m).await?;
@@ -143,6 +143,12 @@ pub async fn convergence(
         .iter()
         .filter_map(|(k, v)| stats::median(v).map(|m| (k.clone(), m)))
         .collect();
+    let requests_made: u64 = oplog::count_by_request(&requests).values().sum();
+    let made_floor_s = if bench.limits.requests_per_second == 0 {
+        0.0
+    } else {
+        requests_made as f64 / f64::from(bench.limits.requests_per_second)
+    };
     let floor = floor::floor(
         n,
         &durations,
@@ -174,6 +180,14 @@ pub async fn convergence(
         calls,
         reads,
         writes,
+        requests_made,
+        achieved_rps: requests_made as f64 / converge_s.max(f64::EPSILON),
+        made_floor_s,
+        made_ratio: if made_floor_s > 0.0 {
+            converge_s / made_floor_s
+        } else {
+            0.0
+        },
         ratio: if floor.floor_s > 0.0 {
             converge_s / floor.floor_s
         } else {
@@ -220,44 +234,74 @@ async fn check_workload(bench: &Bench) -> anyhow::Result<Vec<String>> {
     let pid = status.project_id.clone().unwrap_or_default();
     let cloud = &bench.cloud;
     let grants = cloud.identity.list_project_role_assignments(&pid).await?;
-    let users = grants
+    // A user is bound by a grant of its own or by membership in the project's group.
+    let mut bound: BTreeSet<String> = grants
         .iter()
-        .filter(|a| matches!(a.actor, openstack::model::Actor::User(_)))
-        .count();
-    if users != 1 {
-        found.push(format!(
-            "project {}: {users} user role assignments in Keystone, 1 expected: {grants:?}",
-            sample.name_any()
-        ));
+        .filter_map(|a| match &a.actor {
+            openstack::model::Actor::User(u) => Some(u.clone()),
+            _ => None,
+        })
+        .collect();
+    if let Some(gid) = &status.group_id {
+        bound.extend(
+            cloud
+                .identity
+                .list_group_users(gid)
+                .await?
+                .into_iter()
+                .map(|u| u.id),
+        );
     }
-    let sg = status
-        .security_groups
-        .first()
-        .and_then(|g| g.id.clone())
-        .unwrap_or_default();
-    let rules = cloud
-        .network
-        .get_security_group(&sg)
-        .await?
-        .rules
-        .iter()
-        .filter(|r| r.direction == "ingress")
-        .count();
-    if rules != manifests::RULES.len() {
+    let wanted = bench.user_names().len();
+    if bound.len() != wanted {
         found.push(format!(
-            "project {}: security group has {rules} ingress rules, {} expected",
+            "project {}: {} users bound in Keystone (grants or group membership), {wanted} expected: {grants:?}",
             sample.name_any(),
-            manifests::RULES.len()
+            bound.len()
         ));
     }
-    if status
-        .networks
-        .first()
-        .and_then(|n| n.router_id.as_ref())
-        .is_none()
-    {
+    if status.security_groups.len() != manifests::SECURITY_GROUPS.len() {
         found.push(format!(
-            "project {}: no router in status",
+            "project {}: {} security groups in status, {} expected",
+            sample.name_any(),
+            status.security_groups.len(),
+            manifests::SECURITY_GROUPS.len()
+        ));
+    }
+    for g in &status.security_groups {
+        let sg = g.id.clone().unwrap_or_default();
+        let rules = cloud
+            .network
+            .get_security_group(&sg)
+            .await?
+            .rules
+            .iter()
+            .filter(|r| r.direction == "ingress")
+            .count();
+        if rules != manifests::RULES.len() {
+            found.push(format!(
+                "project {}: security group {} has {rules} ingress rules, {} expected",
+                sample.name_any(),
+                g.name,
+                manifests::RULES.len()
+            ));
+        }
+    }
+    let routers = status
+        .networks
+        .iter()
+        .filter(|n| n.router_id.is_some())
+        .count();
+    if routers != manifests::NETWORKS.len() {
+        found.push(format!(
+            "project {}: {routers} routers in status, {} expected",
+            sample.name_any(),
+            manifests::NETWORKS.len()
+        ));
+    }
+    if status.federation_rule.is_none() {
+        found.push(format!(
+            "project {}: no federation rule in status",
             sample.name_any()
         ));
     }
@@ -314,7 +358,7 @@ pub async fn reaction(
     bench: &Bench,
     op: &Operator,
     samples: usize,
-    user: &str,
+    users: &[String],
     timeout: Duration,
 ) -> anyhow::Result<Reaction> {
     let api = bench.api::<OpenstackProject>();
@@ -324,7 +368,7 @@ pub async fn reaction(
         &bench.namespace,
         &bench.run,
         &bench.domain_name(),
-        user,
+        users,
         "reaction sample 0",
     );
     bench.apply::<OpenstackProject>(&m).await?;

@@ -119,9 +119,18 @@ impl Bench {
         format!("bench-{}", self.run)
     }
 
-    /// Name of the Keystone user the projects bind a role to.
-    pub fn user_name(&self) -> String {
-        format!("bench-{}-user", self.run)
+    /// Names of the two Keystone users the projects bind `member` to.
+    pub fn user_names(&self) -> Vec<String> {
+        vec![
+            format!("bench-{}-user", self.run),
+            format!("bench-{}-user2", self.run),
+        ]
+    }
+
+    /// The run's federation identity provider (created by the operator from the bench's
+    /// federation ConfigMap).
+    pub fn idp_name(&self) -> String {
+        format!("bench-{}", self.run)
     }
 
     /// Prefix of every object name of this run.
@@ -145,6 +154,9 @@ impl Bench {
             &self.limits.concurrency.to_string(),
             "--gc-mode",
             "off",
+            // The bench's federation ConfigMap may create the run's identity provider.
+            "--federation-namespaces",
+            &self.namespace,
             "--log-level",
             log_filter,
         ]
@@ -301,39 +313,83 @@ impl Bench {
             .status
             .and_then(|s| s.domain_id)
             .context("status.domainId of the Ready bench domain")?;
-        let body = json!({"user": {
-            "name": self.user_name(),
-            "domain_id": domain_id,
-            "enabled": true,
-            "password": format!("{}{}", e2e::names::random_suffix(), e2e::names::random_suffix()),
-        }});
-        let req = Request::post(Service::Identity, "create_user", "users").json(&body)?;
-        self.core
-            .send(&req)
-            .await
-            .with_context(|| format!("creating Keystone user {}", self.user_name()))?;
+        for name in self.user_names() {
+            let body = json!({"user": {
+                "name": name,
+                "domain_id": domain_id,
+                "enabled": true,
+                "password": format!("{}{}", e2e::names::random_suffix(), e2e::names::random_suffix()),
+            }});
+            let req = Request::post(Service::Identity, "create_user", "users").json(&body)?;
+            self.core
+                .send(&req)
+                .await
+                .with_context(|| format!("creating Keystone user {name}"))?;
+        }
+        let cm: k8s_openapi::api::core::v1::ConfigMap = serde_json::from_value(
+            manifests::federation_config_map(&self.namespace, &self.run, &self.idp_name()),
+        )?;
+        Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(
+            self.client.clone(),
+            &self.namespace,
+        )
+        .patch(
+            manifests::FEDERATION_CONFIG_MAP,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&cm),
+        )
+        .await
+        .context("applying the federation ConfigMap")?;
         Ok(())
     }
 
-    /// Deletes the run's Keystone user, if it exists.
+    /// Deletes the run's Keystone users, if they exist.
     async fn delete_user(&self) -> anyhow::Result<()> {
         let Some(d) = self.cloud.identity.find_domain(&self.domain_name()).await? else {
             return Ok(());
         };
-        if let Some(u) = self
-            .cloud
-            .identity
-            .find_user(&d.id, &self.user_name())
-            .await?
-        {
-            let req = Request::delete(Service::Identity, "delete_user", format!("users/{}", u.id));
-            self.core
-                .send(&req)
-                .await
-                .optional()
-                .with_context(|| format!("deleting Keystone user {}", u.name))?;
+        for name in self.user_names() {
+            if let Some(u) = self.cloud.identity.find_user(&d.id, &name).await? {
+                let req =
+                    Request::delete(Service::Identity, "delete_user", format!("users/{}", u.id));
+                self.core
+                    .send(&req)
+                    .await
+                    .optional()
+                    .with_context(|| format!("deleting Keystone user {}", u.name))?;
+            }
         }
         Ok(())
+    }
+
+    /// Deletes the run's identity provider with its protocol and mapping (the operator
+    /// removes only its projects' rules; the last one takes the mapping and protocol along).
+    /// Returns what it deleted.
+    async fn delete_federation(&self) -> anyhow::Result<Vec<String>> {
+        let id = &self.cloud.identity;
+        let idp = self.idp_name();
+        let mapping = format!("{idp}_oidc_mapping");
+        let mut found = Vec::new();
+        if id
+            .delete_federation_protocol(&idp, "openid")
+            .await
+            .optional()?
+            .is_some()
+        {
+            found.push(format!("swept federation protocol openid of {idp}"));
+        }
+        if id.delete_mapping(&mapping).await.optional()?.is_some() {
+            found.push(format!("swept mapping {mapping}"));
+        }
+        if id
+            .delete_identity_provider(&idp)
+            .await
+            .optional()?
+            .is_some()
+        {
+            found.push(format!("deleted the run's identity provider {idp}"));
+        }
+        Ok(found)
     }
 
     /// Removes everything of the run through `operator` (restarted if `restart` or if it is
@@ -377,6 +433,18 @@ impl Bench {
         }
         if let Err(e) = self.delete_user().await {
             problems.push(format!("{e:#}"));
+        }
+        // The identity provider is the bench's (the operator never deletes one); a mapping or
+        // protocol still there means the operator left its projects' rules behind.
+        match self.delete_federation().await {
+            Ok(done) => {
+                for d in done {
+                    if d.starts_with("swept") {
+                        problems.push(format!("{d} (left after the projects were deleted)"));
+                    }
+                }
+            }
+            Err(e) => problems.push(format!("deleting the run's identity provider: {e:#}")),
         }
         if let Err(e) = self
             .delete_all::<api::OpenstackDomain>(operator, timeout)
@@ -480,6 +548,7 @@ impl Bench {
                 found.push(format!("swept Keystone group {} ({})", g.name, g.id));
             }
             self.delete_user().await?;
+            found.extend(self.delete_federation().await?);
             let off = DomainUpdate {
                 enabled: Some(false),
                 ..Default::default()

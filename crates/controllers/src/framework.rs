@@ -481,11 +481,51 @@ pub enum FrameworkError {
     Finalizer(#[from] Box<kube::runtime::finalizer::Error<ReconcileError>>),
 }
 
+/// Whether a pass of `obj` would be a periodic resync: the object is Ready at its current
+/// generation and not being deleted (new, changed, failing and deleted objects are not).
+pub fn is_resync<K: Managed>(obj: &K) -> bool {
+    let Some(status) = obj.status() else {
+        return false;
+    };
+    let mut s = status.clone();
+    obj.meta().deletion_timestamp.is_none()
+        && *s.phase_mut() == Some(Phase::Ready)
+        && *s.observed_generation_mut() == obj.meta().generation
+}
+
+/// The share of the reconcile slots periodic resyncs may hold: half, so new and changed
+/// objects always find a free slot however many converged objects are due (a fair queue:
+/// 1,000 new tenants do not wait behind 10,000 resyncs).
+pub fn resync_slots(concurrency: u16) -> usize {
+    usize::from(concurrency / 2).max(1)
+}
+
+/// How long a resync that found no free resync slot waits: 1–5 s, spread so postponed
+/// resyncs do not all come back at once.
+fn postpone_delay() -> Duration {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or_default();
+    Duration::from_millis(1000 + u64::from(nanos % 4000))
+}
+
 async fn reconcile<K: Managed>(
     obj: Arc<K>,
     ctx: Arc<Context>,
     api: Api<K>,
+    resyncs: Arc<tokio::sync::Semaphore>,
 ) -> Result<Action, FrameworkError> {
+    // A resync that would take one of the slots kept for new and changed objects is put
+    // off instead of waiting in a slot (a waiting pass would hold the slot all the same).
+    let _resync_permit = if is_resync(&*obj) {
+        match resyncs.try_acquire_owned() {
+            Ok(p) => Some(p),
+            Err(_) => return Ok(Action::requeue(postpone_delay())),
+        }
+    } else {
+        None
+    };
     let kind = K::kind(&()).to_string();
     // The object's name is `object`, not `name`: the JSON log format writes the span's own
     // name under `name` in the same map, and a duplicate key loses one of the two.
@@ -595,17 +635,62 @@ pub async fn run_with<K>(
         .applied_objects()
         .predicate_filter(trigger_hash::<K>, Default::default());
     let api_for_reconcile = api.clone();
+    let resyncs = Arc::new(tokio::sync::Semaphore::new(resync_slots(concurrency)));
     extend(Controller::for_stream(stream, reader))
         .with_config(kube::runtime::controller::Config::default().concurrency(concurrency))
         .graceful_shutdown_on(shutdown)
         .run(
             move |obj, ctx| {
                 let api = K::api(api_for_reconcile.clone().into_client(), &obj);
-                reconcile(obj, ctx, api)
+                reconcile(obj, ctx, api, resyncs.clone())
             },
             error_policy::<K>,
             ctx,
         )
         .for_each(|_| futures::future::ready(()))
         .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use api::{OpenstackProject, OpenstackProjectStatus};
+
+    fn project(generation: i64, status: Option<(Phase, i64)>, deleting: bool) -> OpenstackProject {
+        let mut p: OpenstackProject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "sunet.se/v1alpha1",
+            "kind": "OpenstackProject",
+            "metadata": {"name": "p", "namespace": "ns", "generation": generation},
+            "spec": {"name": "p.example.com", "domain": "d"},
+        }))
+        .unwrap_or_else(|e| panic!("a project: {e}"));
+        p.status = status.map(|(phase, observed)| OpenstackProjectStatus {
+            phase: Some(phase),
+            observed_generation: Some(observed),
+            ..Default::default()
+        });
+        if deleting {
+            p.metadata.deletion_timestamp = Some(
+                k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::now()),
+            );
+        }
+        p
+    }
+
+    #[test]
+    fn only_ready_objects_at_their_generation_are_resyncs() {
+        assert!(is_resync(&project(2, Some((Phase::Ready, 2)), false)));
+        // New, changed, failing, deleted: never held back behind resyncs.
+        assert!(!is_resync(&project(1, None, false)));
+        assert!(!is_resync(&project(3, Some((Phase::Ready, 2)), false)));
+        assert!(!is_resync(&project(2, Some((Phase::Error, 2)), false)));
+        assert!(!is_resync(&project(2, Some((Phase::Ready, 2)), true)));
+    }
+
+    #[test]
+    fn resyncs_get_half_of_the_slots_and_at_least_one() {
+        assert_eq!(resync_slots(20), 10);
+        assert_eq!(resync_slots(1), 1);
+        assert_eq!(resync_slots(0), 1);
+    }
 }

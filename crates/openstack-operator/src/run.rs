@@ -86,7 +86,7 @@ pub struct RunArgs {
     #[arg(long, env = "LOG_LEVEL", default_value = "info")]
     log_level: String,
     /// Objects of one kind reconciled at the same time.
-    #[arg(long, env = "RECONCILE_CONCURRENCY", default_value_t = 4)]
+    #[arg(long, env = "RECONCILE_CONCURRENCY", default_value_t = 20)]
     concurrency: u16,
     /// Seconds between comparisons of an unchanged object with OpenStack (drift detection).
     #[arg(long, env = "RESYNC_SECONDS", default_value_t = 300)]

@@ -278,6 +278,12 @@ pub trait Network: Send + Sync {
         &self,
         req: &SecurityGroupRuleCreate,
     ) -> Result<SecurityGroupRule>;
+    /// Create several rules of one security group in one request (Neutron bulk create): all
+    /// or none, Conflict if any of them exists already, BadRequest if they span groups.
+    async fn create_security_group_rules(
+        &self,
+        reqs: &[SecurityGroupRuleCreate],
+    ) -> Result<Vec<SecurityGroupRule>>;
     /// Delete a rule.
     async fn delete_security_group_rule(&self, id: &str) -> Result<()>;
 

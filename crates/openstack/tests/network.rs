@@ -1290,6 +1290,76 @@ async fn security_groups_and_rules() {
             .unwrap_err();
         assert!(e.is_not_found(), "{e}");
 
+        // Neutron's own `default` group of the project: a second group for a mixed bulk.
+        let other_group = by_proj
+            .iter()
+            .find(|g| g.name == "default")
+            .map(|g| g.id.clone())
+            .expect("Neutron's default group of the project");
+        // Bulk create: several rules in one request, all or none. A batch holding a
+        // duplicate of an existing rule is refused as a whole and creates nothing.
+        let bulk_rule = |port: i32| SecurityGroupRuleCreate {
+            security_group_id: sg.id.clone(),
+            direction: "ingress".into(),
+            ethertype: "IPv4".into(),
+            protocol: Some("tcp".into()),
+            port_range_min: Some(port),
+            port_range_max: Some(port),
+            remote_ip_prefix: Some("192.0.2.0/24".into()),
+            project_id: Some(proj.id.clone()),
+            ..Default::default()
+        };
+        let refused = n
+            .create_security_group_rules(&[
+                bulk_rule(8080),
+                SecurityGroupRuleCreate {
+                    remote_ip_prefix: Some("10.0.0.0/8".into()),
+                    ..bulk_rule(22)
+                },
+            ])
+            .await
+            .unwrap_err();
+        assert!(refused.is_conflict(), "{refused}");
+        assert_eq!(n.list_security_group_rules(&sg.id).await.unwrap().len(), 5);
+        let made = n
+            .create_security_group_rules(&[bulk_rule(8080), bulk_rule(8443)])
+            .await
+            .unwrap();
+        assert_eq!(
+            made.iter().map(|r| r.port_range_min).collect::<Vec<_>>(),
+            vec![Some(8080), Some(8443)]
+        );
+        assert!(
+            made.iter()
+                .all(|r| r.security_group_id == sg.id && r.project_id == proj.id)
+        );
+        assert_eq!(n.list_security_group_rules(&sg.id).await.unwrap().len(), 7);
+        let e = n
+            .create_security_group_rules(&[bulk_rule(8080)])
+            .await
+            .unwrap_err();
+        assert!(e.is_conflict(), "{e}");
+        // One group per bulk request: Neutron refuses rules of two groups together.
+        let e = n
+            .create_security_group_rules(&[
+                bulk_rule(9000),
+                SecurityGroupRuleCreate {
+                    security_group_id: other_group.clone(),
+                    ..bulk_rule(9001)
+                },
+            ])
+            .await
+            .unwrap_err();
+        assert!(matches!(e, Error::BadRequest { .. }), "{e}");
+        assert!(
+            e.message().contains("one security profile at a time"),
+            "{e}"
+        );
+        assert!(n.create_security_group_rules(&[]).await.unwrap().is_empty());
+        for r in &made {
+            n.delete_security_group_rule(&r.id).await.unwrap();
+        }
+
         n.delete_security_group_rule(&ssh.id).await.unwrap();
         let e = n.delete_security_group_rule(&ssh.id).await.unwrap_err();
         assert!(e.is_not_found(), "{e}");

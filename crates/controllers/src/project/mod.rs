@@ -457,6 +457,38 @@ pub async fn resolve_domain(
     identity.get_domain(name_or_id).await.optional()
 }
 
+/// Runs the networks and the security groups areas at the same time (they touch different
+/// Neutron objects and different status fields): each on its own copy of the status, handing
+/// back its outcome and its status records (`networks`, `securityGroups`). `None`: the area
+/// has nothing to do (no spec section and nothing recorded).
+async fn neutron_areas(
+    env: &Env<'_>,
+    spec: &OpenstackProjectSpec,
+    project_id: &str,
+    status: &OpenstackProjectStatus,
+) -> (
+    Option<(AreaOutcome, Vec<api::project::NetworkStatus>)>,
+    Option<(AreaOutcome, Vec<api::project::SecurityGroupStatus>)>,
+) {
+    let nets = async {
+        if spec.networks.is_none() && status.networks.is_empty() {
+            return None;
+        }
+        let mut own = status.clone();
+        let out = networks::apply(env, spec, project_id, &mut own).await;
+        Some((out, own.networks))
+    };
+    let sgs = async {
+        if spec.security_groups.is_none() && status.security_groups.is_empty() {
+            return None;
+        }
+        let mut own = status.clone();
+        let out = security_groups::apply(env, spec, project_id, &mut own).await;
+        Some((out, own.security_groups))
+    };
+    futures::join!(nets, sgs)
+}
+
 /// One reconcile pass of a project: every area, then the roll-up. IDs are written into
 /// `status` as soon as they exist, also when the pass fails.
 pub async fn reconcile_project(
@@ -575,10 +607,12 @@ async fn run(
         }
     }
 
+    let (net_area, sg_area) = neutron_areas(env, spec, &ident.project_id, status).await;
+
     // Networks: also run when the section was removed but objects are still recorded, so
     // removing `spec.networks` deletes what we created.
-    if spec.networks.is_some() || !status.networks.is_empty() {
-        let mut out = networks::apply(env, spec, &ident.project_id, status).await;
+    if let Some((mut out, records)) = net_area {
+        status.networks = records;
         changed |= out.changed;
         neutron_changed |= out.changed;
         let err = out.error();
@@ -604,8 +638,8 @@ async fn run(
     }
 
     // Security groups, likewise.
-    if spec.security_groups.is_some() || !status.security_groups.is_empty() {
-        let mut out = security_groups::apply(env, spec, &ident.project_id, status).await;
+    if let Some((mut out, records)) = sg_area {
+        status.security_groups = records;
         changed |= out.changed;
         neutron_changed |= out.changed;
         let err = out.error();

@@ -533,57 +533,66 @@ async fn observe(
     entries: &[ProjectNetwork],
 ) -> Result<Observed, ReconcileError> {
     let net = &env.cloud.network;
-    let networks = net
-        .list_networks(&NetworkFilter {
-            project_id: Some(project_id.to_string()),
-            ..Default::default()
-        })
-        .await
-        .map_err(|e| os("listing the project's networks", e))?;
-    let subnets = net
-        .list_subnets(&SubnetFilter {
-            project_id: Some(project_id.to_string()),
-            ..Default::default()
-        })
-        .await
-        .map_err(|e| os("listing the project's subnets", e))?;
-    let routers = net
-        .list_routers(&RouterFilter {
-            project_id: Some(project_id.to_string()),
-            ..Default::default()
-        })
-        .await
-        .map_err(|e| os("listing the project's routers", e))?;
-    let wanted: BTreeSet<String> = entries
-        .iter()
-        .filter(|n| n.router.is_some())
-        .map(|n| router_name(&n.name))
-        .collect();
-    let mut interfaces = BTreeMap::new();
-    for r in &routers {
-        if env.owner.classify_tags(&r.tags) == Ownership::Ours || wanted.contains(&r.name) {
-            let ports = net
-                .list_router_interfaces(&r.id)
-                .await
-                .map_err(|e| os(format!("listing interfaces of router {}", r.id), e))?;
-            interfaces.insert(r.id.clone(), ports);
-        }
-    }
     let need_external = entries.iter().any(|n| {
         n.router
             .as_ref()
             .is_some_and(|r| r.external_network.is_some())
     });
-    let external = if need_external {
-        net.list_networks(&NetworkFilter {
-            external: Some(true),
-            ..Default::default()
-        })
-        .await
-        .map_err(|e| os("listing external networks", e))?
-    } else {
-        Vec::new()
-    };
+    // The four lists are independent reads: sent at the same time.
+    let (networks, subnets, routers, external) = futures::try_join!(
+        async {
+            net.list_networks(&NetworkFilter {
+                project_id: Some(project_id.to_string()),
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| os("listing the project's networks", e))
+        },
+        async {
+            net.list_subnets(&SubnetFilter {
+                project_id: Some(project_id.to_string()),
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| os("listing the project's subnets", e))
+        },
+        async {
+            net.list_routers(&RouterFilter {
+                project_id: Some(project_id.to_string()),
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| os("listing the project's routers", e))
+        },
+        async {
+            if !need_external {
+                return Ok(Vec::new());
+            }
+            net.list_networks(&NetworkFilter {
+                external: Some(true),
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| os("listing external networks", e))
+        },
+    )?;
+    let wanted: BTreeSet<String> = entries
+        .iter()
+        .filter(|n| n.router.is_some())
+        .map(|n| router_name(&n.name))
+        .collect();
+    let ours: Vec<&Router> = routers
+        .iter()
+        .filter(|r| env.owner.classify_tags(&r.tags) == Ownership::Ours || wanted.contains(&r.name))
+        .collect();
+    let listed = futures::future::try_join_all(ours.iter().map(|r| async move {
+        net.list_router_interfaces(&r.id)
+            .await
+            .map(|ports| (r.id.clone(), ports))
+            .map_err(|e| os(format!("listing interfaces of router {}", r.id), e))
+    }))
+    .await?;
+    let interfaces: BTreeMap<String, Vec<RouterPort>> = listed.into_iter().collect();
     Ok(Observed {
         networks,
         subnets,
@@ -843,9 +852,19 @@ pub(crate) async fn apply(
         .map(|(i, n)| plan_entry(i, n, project_id, &obs, &marks))
         .collect();
     let sweep = plan_sweep(&obs, &kept(&plans), &env.owner);
-    let mut statuses = Vec::with_capacity(plans.len());
-    for plan in plans {
-        statuses.push(run_entry(env, plan, &mut out).await);
+    // Entries are independent of one another (each its own network, subnet and router):
+    // they run at the same time, each with its own outcome, merged in spec order.
+    let ran = futures::future::join_all(plans.into_iter().map(|plan| async {
+        let mut own = AreaOutcome::default();
+        let st = run_entry(env, plan, &mut own).await;
+        (st, own)
+    }))
+    .await;
+    let mut statuses = Vec::with_capacity(ran.len());
+    for (st, own) in ran {
+        out.changed |= own.changed;
+        out.errors.extend(own.errors);
+        statuses.push(st);
     }
     status.networks = statuses;
     run_sweep(env, sweep, &mut out).await;

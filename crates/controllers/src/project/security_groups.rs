@@ -370,6 +370,138 @@ async fn run_group_sweep(
     }
 }
 
+/// What one group's step did.
+struct GroupResult {
+    /// The group's ID, when it exists.
+    id: Option<String>,
+    /// A group created by this step, with the rules Neutron gave it.
+    created: Option<(String, Vec<SecurityGroupRule>)>,
+    changed: bool,
+    errors: Vec<ReconcileError>,
+}
+
+async fn run_group_step(env: &Env<'_>, i: usize, step: GroupStep) -> GroupResult {
+    let net = &env.cloud.network;
+    let path = format!("spec.securityGroups[{i}]");
+    let mut r = GroupResult {
+        id: None,
+        created: None,
+        changed: false,
+        errors: Vec::new(),
+    };
+    match step {
+        GroupStep::Use { id, retag, update } => {
+            if let Some(tags) = retag {
+                match net
+                    .set_tags(TaggedResource::SecurityGroup, &id, &tags)
+                    .await
+                {
+                    Ok(()) => r.changed = true,
+                    Err(e) => r
+                        .errors
+                        .push(os(format!("{path}: marking security group {id}"), e)),
+                }
+            }
+            if let Some(u) = update {
+                match net.update_security_group(&id, &u).await {
+                    Ok(_) => r.changed = true,
+                    Err(e) => r.errors.push(os(
+                        format!("{path}.description: updating security group {id}"),
+                        e,
+                    )),
+                }
+            }
+            r.id = Some(id);
+        }
+        GroupStep::Create(req) => match net.create_security_group(&req).await {
+            Ok(created) => {
+                r.changed = true;
+                r.created = Some((created.id.clone(), created.rules.clone()));
+                r.id = Some(created.id);
+            }
+            Err(e) => r.errors.push(os(
+                format!("{path}: creating security group {:?}", req.name),
+                e,
+            )),
+        },
+        GroupStep::Blocked(e) => r.errors.push(e.into()),
+    }
+    r
+}
+
+/// Creates the missing rules (`usize` = the spec index of their group): one Neutron bulk
+/// request per group (Neutron refuses a bulk spanning groups: "Only allowed to update rules
+/// for one security profile at a time"), the groups' requests at the same time.
+async fn create_rules(
+    env: &Env<'_>,
+    creates: Vec<(usize, SecurityGroupRuleCreate)>,
+    out: &mut AreaOutcome,
+) {
+    let mut by_group: BTreeMap<usize, Vec<SecurityGroupRuleCreate>> = BTreeMap::new();
+    for (i, req) in creates {
+        by_group.entry(i).or_default().push(req);
+    }
+    let results = futures::future::join_all(
+        by_group
+            .into_iter()
+            .map(|(i, reqs)| create_group_rules(env, i, reqs)),
+    )
+    .await;
+    for r in results {
+        out.changed |= r.changed;
+        out.errors.extend(r.errors);
+    }
+}
+
+/// Creates the missing rules of the group at spec index `i` in one bulk request. Bulk is all
+/// or none: when it is refused because one of the rules exists already (a concurrent writer,
+/// or a lost response Neutron had not yet listed), each rule is created on its own, and one
+/// that exists counts as converged.
+async fn create_group_rules(
+    env: &Env<'_>,
+    i: usize,
+    reqs: Vec<SecurityGroupRuleCreate>,
+) -> AreaOutcome {
+    let net = &env.cloud.network;
+    let mut out = AreaOutcome::default();
+    let describe = |req: &SecurityGroupRuleCreate| {
+        format!(
+            "spec.securityGroups[{i}].rules: creating {} {} {} rule",
+            req.direction,
+            req.ethertype,
+            req.protocol.as_deref().unwrap_or("any")
+        )
+    };
+    if reqs.len() > 1 {
+        match net.create_security_group_rules(&reqs).await {
+            Ok(_) => {
+                out.changed = true;
+                return out;
+            }
+            Err(e) if e.is_conflict() => {}
+            Err(e) => {
+                out.errors.push(os(
+                    format!(
+                        "spec.securityGroups[{i}].rules: creating {} rules",
+                        reqs.len()
+                    ),
+                    e,
+                ));
+                return out;
+            }
+        }
+    }
+    for req in &reqs {
+        match net.create_security_group_rule(req).await {
+            Ok(_) => out.changed = true,
+            // Already there (e.g. a lost response on the last pass): converged.
+            Err(e) if e.is_conflict() => {}
+            Err(e) => out.errors.push(os(describe(req), e)),
+        }
+    }
+    out
+}
+
 /// Makes the project's security groups match `spec.securityGroups`; writes
 /// `status.securityGroups` (one entry per spec group).
 pub(crate) async fn apply(
@@ -410,63 +542,34 @@ pub(crate) async fn apply(
         .iter()
         .map(|g| (g.id.clone(), g.rules.clone()))
         .collect();
+    // The groups are independent of one another: their steps run at the same time.
+    let results = futures::future::join_all(
+        steps
+            .into_iter()
+            .enumerate()
+            .map(|(i, step)| run_group_step(env, i, step)),
+    )
+    .await;
     let mut statuses = Vec::with_capacity(groups.len());
-    for (i, (g, step)) in groups.iter().zip(steps).enumerate() {
-        let path = format!("spec.securityGroups[{i}]");
-        let id = match step {
-            GroupStep::Use { id, retag, update } => {
-                if let Some(tags) = retag {
-                    match net
-                        .set_tags(TaggedResource::SecurityGroup, &id, &tags)
-                        .await
-                    {
-                        Ok(()) => out.changed = true,
-                        Err(e) => out
-                            .errors
-                            .push(os(format!("{path}: marking security group {id}"), e)),
-                    }
-                }
-                if let Some(u) = update {
-                    match net.update_security_group(&id, &u).await {
-                        Ok(_) => out.changed = true,
-                        Err(e) => out.errors.push(os(
-                            format!("{path}.description: updating security group {id}"),
-                            e,
-                        )),
-                    }
-                }
-                Some(id)
-            }
-            GroupStep::Create(req) => match net.create_security_group(&req).await {
-                Ok(created) => {
-                    out.changed = true;
-                    rules_of.insert(created.id.clone(), created.rules.clone());
-                    Some(created.id)
-                }
-                Err(e) => {
-                    out.errors.push(os(
-                        format!("{path}: creating security group {:?}", req.name),
-                        e,
-                    ));
-                    None
-                }
-            },
-            GroupStep::Blocked(e) => {
-                out.errors.push(e.into());
-                None
-            }
-        };
-        if let Some(id) = &id {
+    for (g, r) in groups.iter().zip(results) {
+        out.changed |= r.changed;
+        out.errors.extend(r.errors);
+        if let Some((id, rules)) = &r.created {
+            rules_of.insert(id.clone(), rules.clone());
+        }
+        if let Some(id) = &r.id {
             ids.insert(g.name.clone(), id.clone());
         }
         statuses.push(SecurityGroupStatus {
             name: g.name.clone(),
-            id,
+            id: r.id,
         });
     }
     status.security_groups = statuses;
 
-    // Pass 2: rules.
+    // Pass 2: rules. Deletions first (rare: a rule removed from the spec), then the missing
+    // rules, one bulk create per group.
+    let mut creates: Vec<(usize, SecurityGroupRuleCreate)> = Vec::new();
     for (i, g) in groups.iter().enumerate() {
         let Some(gid) = ids.get(&g.name) else {
             continue;
@@ -491,22 +594,10 @@ pub(crate) async fn apply(
         for mut req in plan.create {
             req.security_group_id = gid.clone();
             req.project_id = Some(project_id.to_string());
-            match net.create_security_group_rule(&req).await {
-                Ok(_) => out.changed = true,
-                // Already there (e.g. a lost response on the last pass): converged.
-                Err(e) if e.is_conflict() => {}
-                Err(e) => out.errors.push(os(
-                    format!(
-                        "spec.securityGroups[{i}].rules: creating {} {} {} rule",
-                        req.direction,
-                        req.ethertype,
-                        req.protocol.as_deref().unwrap_or("any")
-                    ),
-                    e,
-                )),
-            }
+            creates.push((i, req));
         }
     }
+    create_rules(env, creates, &mut out).await;
 
     let (rules, orphans) = plan_group_sweep(&observed, &keep, &env.owner);
     run_group_sweep(env, rules, orphans, &mut out).await;

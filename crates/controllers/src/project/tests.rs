@@ -1721,6 +1721,162 @@ async fn network_quota_usage_counts_what_the_pass_built() {
     assert_eq!(w.fake.writes(), 0, "{:?}", w.fake.write_calls());
 }
 
+/// The rules of all of a project's groups; (group name, rule key) pairs with repeats kept.
+async fn rule_keys(
+    w: &World,
+    st: &OpenstackProjectStatus,
+) -> Vec<(String, security_groups::RuleKey)> {
+    let mut out = Vec::new();
+    for g in &st.security_groups {
+        let id = g.id.clone().unwrap();
+        for r in w
+            .cloud
+            .network
+            .list_security_group_rules(&id)
+            .await
+            .unwrap()
+        {
+            out.push((g.name.clone(), security_groups::RuleKey::observed(&r)));
+        }
+    }
+    out.sort();
+    out
+}
+
+#[tokio::test]
+async fn rules_of_each_group_are_created_in_one_bulk_request() {
+    let w = World::new().await;
+    let obj = from_yaml(BIG, "uid-bulk");
+    let mut st = OpenstackProjectStatus::default();
+    let res = w.pass(&obj, &mut st, fed(&obj)).await;
+    assert!(res.is_ok(), "{res:?}");
+    // One request per group (Neutron refuses a bulk spanning groups).
+    assert_eq!(w.fake.call_count("network.create_security_group_rules"), 3);
+    assert_eq!(w.fake.call_count("network.create_security_group_rule"), 0);
+    // 10 spec rules plus Neutron's two default egress rules of each of the three groups.
+    let keys = rule_keys(&w, &st).await;
+    assert_eq!(keys.len(), 10 + 3 * 2, "{keys:?}");
+    assert_all_true(&st);
+}
+
+#[tokio::test]
+async fn a_lost_bulk_rule_response_creates_nothing_twice() {
+    let w = World::new().await;
+    let obj = from_yaml(BIG, "uid-bulk-lost");
+    w.fake
+        .lose_next_response("network.create_security_group_rules", 1);
+    let mut st = OpenstackProjectStatus::default();
+    let first = w.pass(&obj, &mut st, fed(&obj)).await;
+    assert!(
+        first.is_err(),
+        "the lost response fails the pass: {first:?}"
+    );
+    let res = w.converge(&obj, &mut st, 3).await;
+    assert!(res.is_ok(), "{res:?}");
+    // The next pass found the rules the lost request made: no second create of any kind.
+    assert_eq!(w.fake.call_count("network.create_security_group_rules"), 3);
+    assert_eq!(w.fake.call_count("network.create_security_group_rule"), 0);
+    let keys = rule_keys(&w, &st).await;
+    let unique: BTreeSet<_> = keys.iter().cloned().collect();
+    assert_eq!(keys.len(), unique.len(), "no duplicate rule: {keys:?}");
+    assert_eq!(keys.len(), 16);
+    assert_all_true(&st);
+}
+
+#[tokio::test]
+async fn a_refused_bulk_falls_back_to_single_creates() {
+    let w = World::new().await;
+    let obj = from_yaml(BIG, "uid-bulk-conflict");
+    // As if another writer created one of the rules between our list and our create.
+    w.fake.fail_next(
+        "network.create_security_group_rules",
+        1,
+        openstack::Error::conflict("Security group rule already exists."),
+    );
+    let mut st = OpenstackProjectStatus::default();
+    let res = w.pass(&obj, &mut st, fed(&obj)).await;
+    assert!(res.is_ok(), "{res:?}");
+    // The refused group's rules (web: 4, or 3 for another group) were created one by one.
+    let singles = w.fake.call_count("network.create_security_group_rule");
+    assert!((3..=4).contains(&singles), "{singles}");
+    assert_eq!(w.fake.call_count("network.create_security_group_rules"), 3);
+    assert_eq!(rule_keys(&w, &st).await.len(), 16);
+    assert_all_true(&st);
+}
+
+#[tokio::test]
+async fn a_rule_a_subnet_and_a_role_assignment_removed_by_hand_come_back() {
+    let w = World::new().await;
+    let obj = from_yaml(BIG, "uid-drift");
+    let mut st = OpenstackProjectStatus::default();
+    let res = w.converge(&obj, &mut st, 3).await;
+    assert!(res.is_ok(), "{res:?}");
+    let pid = st.project_id.clone().unwrap();
+    let rules_before = rule_keys(&w, &st).await;
+    let grants_before = w.grants(&pid).await;
+    let (_, subnets_before, _) = w.networks(&pid).await;
+
+    // By hand: a rule of the first group, the first network's subnet (detached from its
+    // router first, as Neutron requires), the project group's role assignment.
+    let net = &w.cloud.network;
+    let gid = st.security_groups[0].id.clone().unwrap();
+    let rule = net
+        .list_security_group_rules(&gid)
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|r| r.direction == "ingress")
+        .unwrap();
+    net.delete_security_group_rule(&rule.id).await.unwrap();
+    let entry = st.networks[0].clone();
+    let (router, subnet) = (entry.router_id.unwrap(), entry.subnet_id.unwrap());
+    net.remove_router_interface(&router, &subnet).await.unwrap();
+    net.delete_subnet(&subnet).await.unwrap();
+    let group = Actor::Group(st.group_id.clone().unwrap());
+    let role = w
+        .cloud
+        .identity
+        .list_project_role_assignments(&pid)
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|a| a.actor == group)
+        .unwrap();
+    w.cloud
+        .identity
+        .revoke_project_role(&pid, &group, &role.role_id)
+        .await
+        .unwrap();
+    assert_ne!(rule_keys(&w, &st).await, rules_before);
+    assert_ne!(w.grants(&pid).await, grants_before);
+
+    // The next (resync) pass puts all three back.
+    let res = w.pass(&obj, &mut st, fed(&obj)).await;
+    assert!(res.is_ok(), "{res:?}");
+    assert_eq!(rule_keys(&w, &st).await, rules_before);
+    assert_eq!(w.grants(&pid).await, grants_before);
+    let (_, subnets_after, routers) = w.networks(&pid).await;
+    assert_eq!(subnets_after.len(), subnets_before.len());
+    let new_subnet = st.networks[0].subnet_id.clone().unwrap();
+    assert_ne!(new_subnet, subnet);
+    assert!(subnets_after.iter().any(|s| s.id == new_subnet));
+    let attached = net
+        .list_router_interfaces(&router)
+        .await
+        .unwrap()
+        .iter()
+        .any(|p| {
+            p.fixed_ips
+                .iter()
+                .any(|ip| ip.subnet_id.as_deref() == Some(new_subnet.as_str()))
+        });
+    assert!(
+        attached,
+        "the new subnet is on the router again: {routers:?}"
+    );
+    assert_all_true(&st);
+}
+
 #[test]
 fn a_ready_domain_unblocks_only_its_waiting_projects() {
     let waiting = Arc::new(from_yaml(SEED_README, "uid-wait"));

@@ -791,6 +791,15 @@ pub(crate) fn rule_create_body(req: &SecurityGroupRuleCreate) -> Value {
     ]) })
 }
 
+/// The body of a bulk create: Neutron's plural key with the objects of single creates.
+pub(crate) fn rules_create_body(reqs: &[SecurityGroupRuleCreate]) -> Value {
+    let rules: Vec<Value> = reqs
+        .iter()
+        .map(|r| rule_create_body(r)["security_group_rule"].take())
+        .collect();
+    json!({ "security_group_rules": rules })
+}
+
 /// Parse `GET /v2.0/quotas/{id}/details` (`{"network": {"limit", "used",
 /// "reserved"}, ...}`); `used` becomes `in_use`.
 pub(crate) fn parse_quota_details(ctx: &str, v: &Value) -> Result<QuotaSet> {
@@ -1112,6 +1121,19 @@ impl Network for NetworkAdapter {
             .fetch::<WireRule>(&r, "security_group_rule")
             .await?
             .into())
+    }
+
+    async fn create_security_group_rules(
+        &self,
+        reqs: &[SecurityGroupRuleCreate],
+    ) -> Result<Vec<SecurityGroupRule>> {
+        if reqs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let r = Request::post(S, "create_security_group_rules", "security-group-rules")
+            .json(&rules_create_body(reqs))?;
+        let v: Vec<WireRule> = self.fetch(&r, "security_group_rules").await?;
+        Ok(v.into_iter().map(Into::into).collect())
     }
 
     async fn delete_security_group_rule(&self, id: &str) -> Result<()> {

@@ -131,6 +131,12 @@ impl Network for Unavailable {
     ) -> Result<SecurityGroupRule> {
         self.err("create_security_group_rule")
     }
+    async fn create_security_group_rules(
+        &self,
+        _: &[SecurityGroupRuleCreate],
+    ) -> Result<Vec<SecurityGroupRule>> {
+        self.err("create_security_group_rules")
+    }
     async fn delete_security_group_rule(&self, _: &str) -> Result<()> {
         self.err("delete_security_group_rule")
     }

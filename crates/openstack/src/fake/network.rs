@@ -273,6 +273,75 @@ fn gateway_from(
     })
 }
 
+/// Neutron's single rule create against the fake's state.
+fn create_rule(st: &mut State, req: &SecurityGroupRuleCreate) -> Result<SecurityGroupRule> {
+    let ctx = "neutron create_security_group_rule";
+    let group = sg(st, &req.security_group_id)?.clone();
+    if req.direction != "ingress" && req.direction != "egress" {
+        return Err(Error::bad_request(format!(
+            "{ctx}: Invalid input for direction. Reason: '{}' is not in ['ingress', 'egress'].",
+            req.direction
+        )));
+    }
+    if req.ethertype != "IPv4" && req.ethertype != "IPv6" {
+        return Err(Error::bad_request(format!(
+            "{ctx}: Invalid input for ethertype. Reason: '{}' is not in ['IPv4', 'IPv6'].",
+            req.ethertype
+        )));
+    }
+    if req.remote_ip_prefix.is_some() && req.remote_group_id.is_some() {
+        return Err(Error::bad_request(format!(
+            "{ctx}: Only remote_ip_prefix or remote_group_id may be provided."
+        )));
+    }
+    if (req.port_range_min.is_some() || req.port_range_max.is_some()) && req.protocol.is_none() {
+        return Err(Error::bad_request(format!(
+            "{ctx}: Must also specify protocol if port range is given."
+        )));
+    }
+    if let (Some(lo), Some(hi)) = (req.port_range_min, req.port_range_max)
+        && lo > hi
+        && req.protocol.as_deref() != Some("icmp")
+    {
+        return Err(Error::bad_request(format!(
+            "{ctx}: For TCP/UDP protocols, port_range_min must be <= port_range_max"
+        )));
+    }
+    if let Some(rg) = &req.remote_group_id {
+        sg(st, rg)?;
+    }
+    if let Some(dup) = st.rules.values().find(|r| {
+        r.security_group_id == req.security_group_id
+            && r.direction == req.direction
+            && r.ethertype == req.ethertype
+            && r.protocol == req.protocol
+            && r.port_range_min == req.port_range_min
+            && r.port_range_max == req.port_range_max
+            && r.remote_ip_prefix == req.remote_ip_prefix
+            && r.remote_group_id == req.remote_group_id
+    }) {
+        return Err(Error::conflict(format!(
+            "{ctx}: Security group rule already exists. Rule id is {}.",
+            dup.id
+        )));
+    }
+    let r = SecurityGroupRule {
+        id: new_id(),
+        security_group_id: req.security_group_id.clone(),
+        direction: req.direction.clone(),
+        ethertype: req.ethertype.clone(),
+        protocol: req.protocol.clone(),
+        port_range_min: req.port_range_min,
+        port_range_max: req.port_range_max,
+        remote_ip_prefix: req.remote_ip_prefix.clone(),
+        remote_group_id: req.remote_group_id.clone(),
+        description: req.description.clone().unwrap_or_default(),
+        project_id: req.project_id.clone().unwrap_or(group.project_id),
+    };
+    st.rules.insert(r.id.clone(), r.clone());
+    Ok(r)
+}
+
 #[async_trait]
 impl Network for FakeCloud {
     async fn get_network(&self, id: &str) -> Result<NetworkObj> {
@@ -800,56 +869,36 @@ impl Network for FakeCloud {
         req: &SecurityGroupRuleCreate,
     ) -> Result<SecurityGroupRule> {
         self.run("network.create_security_group_rule", |st| {
-            let ctx = "neutron create_security_group_rule";
-            let group = sg(st, &req.security_group_id)?.clone();
-            if req.direction != "ingress" && req.direction != "egress" {
-                return Err(Error::bad_request(format!("{ctx}: Invalid input for direction. Reason: '{}' is not in ['ingress', 'egress'].", req.direction)));
-            }
-            if req.ethertype != "IPv4" && req.ethertype != "IPv6" {
-                return Err(Error::bad_request(format!("{ctx}: Invalid input for ethertype. Reason: '{}' is not in ['IPv4', 'IPv6'].", req.ethertype)));
-            }
-            if req.remote_ip_prefix.is_some() && req.remote_group_id.is_some() {
-                return Err(Error::bad_request(format!("{ctx}: Only remote_ip_prefix or remote_group_id may be provided.")));
-            }
-            if (req.port_range_min.is_some() || req.port_range_max.is_some()) && req.protocol.is_none() {
-                return Err(Error::bad_request(format!("{ctx}: Must also specify protocol if port range is given.")));
-            }
-            if let (Some(lo), Some(hi)) = (req.port_range_min, req.port_range_max)
-                && lo > hi
-                && req.protocol.as_deref() != Some("icmp")
+            create_rule(st, req)
+        })
+    }
+
+    async fn create_security_group_rules(
+        &self,
+        reqs: &[SecurityGroupRuleCreate],
+    ) -> Result<Vec<SecurityGroupRule>> {
+        self.run("network.create_security_group_rules", |st| {
+            if reqs
+                .iter()
+                .any(|r| r.security_group_id != reqs[0].security_group_id)
             {
-                return Err(Error::bad_request(format!("{ctx}: For TCP/UDP protocols, port_range_min must be <= port_range_max")));
+                return Err(Error::bad_request(
+                    "neutron create_security_group_rules: Only allowed to update rules for one security profile at a time",
+                ));
             }
-            if let Some(rg) = &req.remote_group_id {
-                sg(st, rg)?;
+            // Neutron's bulk create is one transaction: a failing rule creates none.
+            let saved = st.rules.clone();
+            let mut out = Vec::with_capacity(reqs.len());
+            for req in reqs {
+                match create_rule(st, req) {
+                    Ok(r) => out.push(r),
+                    Err(e) => {
+                        st.rules = saved;
+                        return Err(e);
+                    }
+                }
             }
-            if let Some(dup) = st.rules.values().find(|r| {
-                r.security_group_id == req.security_group_id
-                    && r.direction == req.direction
-                    && r.ethertype == req.ethertype
-                    && r.protocol == req.protocol
-                    && r.port_range_min == req.port_range_min
-                    && r.port_range_max == req.port_range_max
-                    && r.remote_ip_prefix == req.remote_ip_prefix
-                    && r.remote_group_id == req.remote_group_id
-            }) {
-                return Err(Error::conflict(format!("{ctx}: Security group rule already exists. Rule id is {}.", dup.id)));
-            }
-            let r = SecurityGroupRule {
-                id: new_id(),
-                security_group_id: req.security_group_id.clone(),
-                direction: req.direction.clone(),
-                ethertype: req.ethertype.clone(),
-                protocol: req.protocol.clone(),
-                port_range_min: req.port_range_min,
-                port_range_max: req.port_range_max,
-                remote_ip_prefix: req.remote_ip_prefix.clone(),
-                remote_group_id: req.remote_group_id.clone(),
-                description: req.description.clone().unwrap_or_default(),
-                project_id: req.project_id.clone().unwrap_or(group.project_id),
-            };
-            st.rules.insert(r.id.clone(), r.clone());
-            Ok(r)
+            Ok(out)
         })
     }
 
@@ -1016,6 +1065,29 @@ mod tests {
         );
         let q = fake.get_network_quota("p1").await.unwrap();
         assert_eq!(q["security_group"].in_use, 2);
+
+        // Bulk create is all or none: a duplicate in the batch creates nothing.
+        let other = SecurityGroupRuleCreate {
+            port_range_min: Some(443),
+            port_range_max: Some(443),
+            ..rule.clone()
+        };
+        let before = fake.list_security_group_rules(&g.id).await.unwrap().len();
+        let e = fake
+            .create_security_group_rules(&[other.clone(), rule.clone()])
+            .await
+            .unwrap_err();
+        assert!(e.is_conflict(), "{e}");
+        assert_eq!(
+            fake.list_security_group_rules(&g.id).await.unwrap().len(),
+            before
+        );
+        let made = fake.create_security_group_rules(&[other]).await.unwrap();
+        assert_eq!(made.len(), 1);
+        assert_eq!(
+            fake.list_security_group_rules(&g.id).await.unwrap().len(),
+            before + 1
+        );
     }
 
     #[tokio::test]
