@@ -25,7 +25,8 @@ pub struct KeystoneAuth {
     pub auth_url: String,
     /// Keystone URL clients are sent to in `WWW-Authenticate` (the public identity endpoint).
     pub www_authenticate_uri: String,
-    /// Region of the deployed Keystone.
+    /// Region of the deployed Keystone's identity endpoints: the middleware finds Keystone's
+    /// internal endpoint in the catalog there.
     pub region: String,
     /// Service user Placement authenticates as.
     pub username: String,
@@ -172,9 +173,11 @@ pub fn internal_url(name: &str, namespace: &str) -> String {
 }
 
 /// The catalog entry the service-user step registers: user `username` in `project`, service
-/// `placement` of type `placement`, endpoints at `public_url` and `internal_url` in `region`.
+/// `placement` of type `placement`, endpoints at `public_url` and `internal_url` in `region`
+/// (normally Keystone's region; the boot proof registers in a region of its own).
 pub fn service_entry(
     keystone: &KeystoneAuth,
+    region: &str,
     public_url: &str,
     internal_url: &str,
 ) -> ServiceEntry {
@@ -184,7 +187,7 @@ pub fn service_entry(
         service_name: SERVICE_TYPE.into(),
         service_type: SERVICE_TYPE.into(),
         description: "OpenStack Placement".into(),
-        region: keystone.region.clone(),
+        region: region.to_string(),
         public_url: public_url.trim_end_matches('/').to_string(),
         internal_url: internal_url.trim_end_matches('/').to_string(),
     }
