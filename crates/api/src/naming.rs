@@ -36,6 +36,22 @@ pub fn project_group_description(project_name: &str) -> String {
     format!("{GROUP_DESCRIPTION_PREFIX}Users for {project_name}")
 }
 
+/// The group federated users bound to `role` (other than `member`, whose group is the project
+/// group) are mapped into: `<sanitized project name>-users-<sanitized role>`.
+pub fn role_group_name(project_name: &str, role: &str) -> String {
+    format!(
+        "{}-{}",
+        project_group_name(project_name),
+        sanitize_name(role)
+    )
+}
+
+/// The description of a role group: our prefix, the role and the project (the exact text
+/// tells it apart from another project's group of the same name).
+pub fn role_group_description(project_name: &str, role: &str) -> String {
+    format!("{GROUP_DESCRIPTION_PREFIX}Users with role {role} in {project_name}")
+}
+
 /// Subnet name of a project network: `<network>-subnet`.
 pub fn subnet_name(network: &str) -> String {
     format!("{network}-subnet")

@@ -530,6 +530,15 @@ pub struct OpenstackProjectStatus {
     /// when `spec.federationRef` goes away or its ConfigMap is gone at deletion.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub federation_rule: Option<FederationRuleStatus>,
+    /// Quota keys the operator set, as `<service>.<OpenStack key>` (e.g. `compute.ram`)
+    /// (extension): a key removed from `spec.quotas` goes back to the cloud's default, keys
+    /// never set are left alone.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub quota_keys_set: Vec<String>,
+    /// Keystone IDs of the per-role groups federated users are mapped into, by role
+    /// (extension); the `member` group is the project group (`groupId`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub role_groups: BTreeMap<String, String>,
 }
 
 /// The location of a project's rule in a shared federation mapping.
@@ -544,4 +553,7 @@ pub struct FederationRuleStatus {
     pub domain: String,
     /// The group named in the rule.
     pub group: String,
+    /// Further groups with a rule of this project (one per role other than `member`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub role_groups: Vec<String>,
 }

@@ -31,6 +31,10 @@ pub struct Config {
     pub federation_namespaces: BTreeSet<String>,
     /// How often an image import in progress is polled.
     pub image_poll: Duration,
+    /// First retry of a pass waiting for a missing dependency. Dependencies that are other
+    /// resources of ours (a project's OpenstackDomain) trigger the waiting pass when they
+    /// change, so this only matters for what is made outside Kubernetes.
+    pub dependency_retry: Duration,
 }
 
 impl Default for Config {
@@ -43,6 +47,7 @@ impl Default for Config {
             adopt_legacy: false,
             federation_namespaces: BTreeSet::new(),
             image_poll: Duration::from_secs(3),
+            dependency_retry: Duration::from_secs(15),
         }
     }
 }

@@ -349,10 +349,13 @@ async fn apply_one<K: Managed>(
                 .await;
             }
             warn!(error = %message, reason = e.reason(), "reconcile failed");
-            let base = e.retry_after(ctx.config.resync);
+            let base = match &e {
+                ReconcileError::DependencyMissing(_) => ctx.config.dependency_retry,
+                e => e.retry_after(ctx.config.resync),
+            };
             let delay = if e.is_transient() {
                 base.saturating_mul(2u32.saturating_pow(failures.saturating_sub(1).min(6)))
-                    .min(Duration::from_secs(300))
+                    .min(Duration::from_secs(300).max(base))
             } else {
                 base
             };
@@ -558,6 +561,22 @@ pub async fn run<K>(
 ) where
     K: Managed,
 {
+    run_with(ctx, api, concurrency, shutdown, ready, |c| c).await;
+}
+
+/// [`run`] with further triggers: `extend` adds watches of other kinds to the Controller
+/// (e.g. [`crate::project::watch_domains`]), so an object waiting on another is reconciled
+/// when that one changes rather than on its next retry.
+pub async fn run_with<K>(
+    ctx: Arc<Context>,
+    api: Api<K>,
+    concurrency: u16,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+    ready: impl FnOnce() + Send + 'static,
+    extend: impl FnOnce(Controller<K>) -> Controller<K>,
+) where
+    K: Managed,
+{
     let (reader, writer) = reflector::store();
     // Readiness is taken from the first complete list (`InitDone`) seen by the stream itself.
     // A second `Store::wait_until_ready` waiter in another task is never woken: the store's
@@ -576,7 +595,7 @@ pub async fn run<K>(
         .applied_objects()
         .predicate_filter(trigger_hash::<K>, Default::default());
     let api_for_reconcile = api.clone();
-    Controller::for_stream(stream, reader)
+    extend(Controller::for_stream(stream, reader))
         .with_config(kube::runtime::controller::Config::default().concurrency(concurrency))
         .graceful_shutdown_on(shutdown)
         .run(

@@ -2,6 +2,7 @@
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
+use std::str::FromStr as _;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -79,8 +80,10 @@ pub struct RunArgs {
     /// Log format.
     #[arg(long, env = "LOG_FORMAT", value_enum, default_value = "text")]
     log_format: LogFormat,
-    /// Log filter (tracing syntax, e.g. `info,openstack=debug`); RUST_LOG also works.
-    #[arg(long, env = "LOG_LEVEL", default_value = "info,openstack_sdk=warn")]
+    /// Log filter (tracing syntax, e.g. `info,openstack=debug`); RUST_LOG also works. A bare
+    /// level applies to the operator's own crates; dependencies stay at `warn` unless named
+    /// (e.g. `info,openstack_sdk=info`).
+    #[arg(long, env = "LOG_LEVEL", default_value = "info")]
     log_level: String,
     /// Objects of one kind reconciled at the same time.
     #[arg(long, env = "RECONCILE_CONCURRENCY", default_value_t = 4)]
@@ -131,6 +134,11 @@ pub struct RunArgs {
         default_value = "domain,flavor,image,network,project"
     )]
     controllers: Vec<Kind>,
+    /// Seconds before the first retry of a resource waiting for a missing dependency (doubling
+    /// on each further failure). A project waiting for its OpenstackDomain is reconciled as
+    /// soon as that domain changes, whatever this says.
+    #[arg(long, env = "DEPENDENCY_RETRY_SECONDS", default_value_t = 15)]
+    dependency_retry_seconds: u64,
     /// Seconds between polls of an image import in progress.
     #[arg(long, env = "IMAGE_POLL_SECONDS", default_value_t = 3)]
     image_poll_seconds: u64,
@@ -187,11 +195,70 @@ impl Health {
     }
 }
 
-/// Sets up logging in the given format and filter.
+/// The operator's own crates: a bare level in the log filter applies to these.
+const OWN_TARGETS: [&str; 8] = [
+    "openstack_operator",
+    "controllers",
+    "openstack",
+    "api",
+    "controlplane_api",
+    "controlplane_controllers",
+    "controlplane_render",
+    "external_checks",
+];
+/// Dependencies whose target starts with one of ours (tracing matches targets by prefix), so
+/// they need their own `warn` to stay out of `openstack=...`.
+const SHADOWED_DEPENDENCIES: [&str; 2] = ["openstack_sdk", "openstack_types"];
+
+/// Turns the user's filter into the one installed: bare levels (`info`) set the level of our
+/// own crates, everything else stays at `warn` (openstack_sdk logs two INFO lines per HTTP
+/// request, kube-runtime its watch restarts), and directives naming a target are kept as
+/// given and win over these defaults.
+fn log_filter(spec: &str) -> String {
+    let mut level = "info".to_string();
+    let mut named: Vec<&str> = Vec::new();
+    for d in spec.split(',').map(str::trim).filter(|d| !d.is_empty()) {
+        if d.contains('=') || d.contains('[') {
+            named.push(d);
+        } else if tracing_subscriber::filter::LevelFilter::from_str(d).is_ok() {
+            level = d.to_string();
+        } else {
+            // A bare target (`controllers`) means that target at every level, as in tracing.
+            named.push(d);
+        }
+    }
+    let target_of = |d: &str| {
+        d.split(['=', '['])
+            .next()
+            .unwrap_or_default()
+            .trim()
+            .to_string()
+    };
+    let user_targets: BTreeSet<String> = named.iter().map(|d| target_of(d)).collect();
+    let mut out = vec!["warn".to_string()];
+    for t in OWN_TARGETS {
+        if !user_targets.contains(t) {
+            out.push(format!("{t}={level}"));
+        }
+    }
+    for t in SHADOWED_DEPENDENCIES {
+        if !user_targets.contains(t) {
+            out.push(format!("{t}=warn"));
+        }
+    }
+    out.extend(named.iter().map(|d| d.to_string()));
+    out.join(",")
+}
+
+/// Sets up logging in the given format and filter (`RUST_LOG` wins over `level`; either goes
+/// through [`log_filter`]).
 pub(crate) fn init_logging_with(format: LogFormat, level: &str) -> anyhow::Result<()> {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .or_else(|_| tracing_subscriber::EnvFilter::try_new(level))
-        .context("parsing --log-level")?;
+    let (source, spec) = match std::env::var("RUST_LOG") {
+        Ok(v) if !v.trim().is_empty() => ("RUST_LOG", v),
+        _ => ("--log-level", level.to_string()),
+    };
+    let filter = tracing_subscriber::EnvFilter::try_new(log_filter(&spec))
+        .with_context(|| format!("parsing {source} {spec:?}"))?;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
@@ -416,6 +483,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             .cloned()
             .collect::<BTreeSet<_>>(),
         image_poll: Duration::from_secs(args.image_poll_seconds.max(1)),
+        dependency_retry: Duration::from_secs(args.dependency_retry_seconds.max(1)),
     };
     let instance = Some(instance_name());
     let ctx = Arc::new(Context::new(
@@ -491,6 +559,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         let sweeper = controllers::gc::Sweeper::new(gc_config, gc_metrics);
         tokio::spawn(async move { sweeper.run(&ctx, token).await });
     }
+    let domain_watch = kinds.contains(&Kind::Domain);
     for kind in kinds {
         let crd = match kind {
             Kind::Domain => api::OpenstackDomain::crd(),
@@ -537,17 +606,24 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                 ready,
             )),
             Kind::Project => {
+                let domains = domain_watch.then(|| controllers::project::watch_domains(c.clone()));
                 let api: Api<api::OpenstackProject> = if args.watch_namespace.is_empty() {
                     Api::all(c)
                 } else {
                     Api::namespaced(c, &args.watch_namespace)
                 };
-                controllers.spawn(framework::run::<api::OpenstackProject>(
+                // Projects waiting for their OpenstackDomain go on as soon as it is Ready;
+                // without the domain controller there are no such domains to watch.
+                controllers.spawn(framework::run_with::<api::OpenstackProject>(
                     ctx,
                     api,
                     concurrency,
                     shutdown,
                     ready,
+                    move |controller| match domains {
+                        Some(watch) => watch(controller),
+                        None => controller,
+                    },
                 ))
             }
         };
@@ -582,4 +658,34 @@ pub(crate) fn instance_name() -> String {
     std::env::var("POD_NAME")
         .or_else(|_| std::env::var("HOSTNAME"))
         .unwrap_or_else(|_| "openstack-operator".to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bare_level_is_ours_and_dependencies_stay_at_warn() {
+        let f = log_filter("info");
+        assert!(f.starts_with("warn,"), "{f}");
+        for t in OWN_TARGETS {
+            assert!(f.contains(&format!("{t}=info")), "{f}");
+        }
+        assert!(f.contains("openstack_sdk=warn"), "{f}");
+        assert!(tracing_subscriber::EnvFilter::try_new(&f).is_ok());
+        // The level of our crates follows the bare level.
+        assert!(log_filter("debug").contains("controllers=debug"));
+    }
+
+    #[test]
+    fn named_targets_win_over_the_defaults() {
+        let f = log_filter("info,openstack_sdk=info,openstack::adapter::core=debug");
+        assert!(!f.contains("openstack_sdk=warn"), "{f}");
+        assert!(f.contains("openstack_sdk=info"), "{f}");
+        assert!(f.contains("openstack::adapter::core=debug"), "{f}");
+        assert!(f.contains("controllers=info"), "{f}");
+        let f = log_filter("controllers=debug");
+        assert!(!f.contains("controllers=info"), "{f}");
+        assert!(tracing_subscriber::EnvFilter::try_new(&f).is_ok());
+    }
 }

@@ -252,6 +252,18 @@ async fn external_network_id(env: &TestEnv) -> anyhow::Result<String> {
         .clone())
 }
 
+/// The IDs of a group's members.
+async fn group_members(env: &TestEnv, group_id: &str) -> anyhow::Result<BTreeSet<String>> {
+    Ok(env
+        .cloud
+        .identity
+        .list_group_users(group_id)
+        .await?
+        .into_iter()
+        .map(|u| u.id)
+        .collect())
+}
+
 async fn role_id(env: &TestEnv, name: &str) -> anyhow::Result<String> {
     Ok(env
         .cloud
@@ -601,6 +613,8 @@ async fn assert_quotas(
 struct Footprint {
     project_id: String,
     group_id: String,
+    /// The per-role groups of federated users.
+    role_groups: Vec<String>,
     group: String,
     domain: String,
     networks: Vec<NetworkStatus>,
@@ -613,6 +627,7 @@ fn footprint(p: &OpenstackProject, domain: &str, mapping: &str) -> anyhow::Resul
     Ok(Footprint {
         project_id: s.project_id.clone().context("status.projectId")?,
         group_id: s.group_id.clone().context("status.groupId")?,
+        role_groups: s.role_groups.values().cloned().collect(),
         group: project_group_name(&p.spec.name),
         domain: domain.to_string(),
         networks: s.networks.clone(),
@@ -629,6 +644,9 @@ async fn assert_gone(env: &TestEnv, f: &Footprint) -> anyhow::Result<()> {
     let (id, net) = (&env.cloud.identity, &env.cloud.network);
     assert_not_found(id.get_project(&f.project_id).await, "the Keystone project");
     assert_not_found(id.get_group(&f.group_id).await, "the project's group");
+    for g in &f.role_groups {
+        assert_not_found(id.get_group(g).await, "a role group");
+    }
     for n in &f.networks {
         if let Some(r) = &n.router_id {
             assert_not_found(
@@ -780,12 +798,13 @@ async fn seed_readme_project_field_by_field_steady_state_and_delete() -> anyhow:
             .into_iter()
             .map(|a| (a.actor, a.role_id))
             .collect();
-        let want: BTreeSet<(Actor, String)> = [
-            (Actor::Group(gid.clone()), member.clone()),
-            (Actor::User(alice.clone()), member.clone()),
-        ]
-        .into();
-        assert_eq!(have, want, "role assignments: the group and alice have member");
+        let want: BTreeSet<(Actor, String)> = [(Actor::Group(gid.clone()), member.clone())].into();
+        assert_eq!(have, want, "role assignments: the group has member");
+        assert_eq!(
+            group_members(env, &gid).await?,
+            [alice.clone()].into(),
+            "alice has member through the project group"
+        );
         assert_eq!(
             s.pending_users,
             vec!["bob@example.com".to_string()],
@@ -1006,22 +1025,23 @@ async fn larger_project_converges_on_edits() -> anyhow::Result<()> {
                 .map(|a| (a.actor, a.role_id))
                 .collect())
         };
+        // Federation maps each role's users into a group holding that role alone: erin, a
+        // reader, into the reader group (the project group would make her a member).
+        let reader_gid = status(&p)?.role_groups.get("reader").cloned().context("status.roleGroups.reader")?;
+        let reader_group = env.cloud.identity.get_group(&reader_gid).await?;
+        assert_eq!(reader_group.name, format!("{group}-reader"));
         let want: BTreeSet<(Actor, String)> = [
             (Actor::Group(gid.clone()), member.clone()),
-            (Actor::User(carol.clone()), member.clone()),
-            (Actor::User(dave.clone()), member.clone()),
+            (Actor::Group(reader_gid.clone()), reader.clone()),
         ]
         .into();
         assert_eq!(assignments().await?, want, "role assignments");
+        assert_eq!(group_members(env, &gid).await?, [carol.clone(), dave.clone()].into(), "members of {group}");
         assert_eq!(status(&p)?.pending_users, vec!["erin@example.com".to_string()]);
-        assert!(!want.iter().any(|(_, r)| *r == reader), "erin's reader waits for erin");
-        assert_federation(
-            env,
-            &t,
-            // erin is bound as reader only: the rule's group would make her a member.
-            &expected_rule(&group, &t.domain, &["carol@example.com", "dave@example.com"]),
-        )
-        .await?;
+        let reader_rule = expected_rule(&reader_group.name, &t.domain, &["erin@example.com"]);
+        let member_rule = expected_rule(&group, &t.domain, &["carol@example.com", "dave@example.com"]);
+        assert_federation(env, &t, &member_rule).await?;
+        assert_eq!(mapping_rules(env, &t.mapping()).await?, vec![member_rule, reader_rule.clone()]);
 
         // Each edit: one generation more, observed once converged.
         let mut generation = 1;
@@ -1111,18 +1131,14 @@ async fn larger_project_converges_on_edits() -> anyhow::Result<()> {
         }
         assert_quotas(env, &p, &limits).await?;
 
-        // Remove a user from a binding: dave's grant and his place in the rule go.
+        // Remove a user from a binding: dave's membership and his place in the rule go.
         bindings[0]["users"] = json!(["carol@example.com"]);
         p = edit("removing dave from the member binding", json!({"roleBindings": bindings})).await?;
-        let want: BTreeSet<(Actor, String)> = [
-            (Actor::Group(gid.clone()), member.clone()),
-            (Actor::User(carol.clone()), member.clone()),
-        ]
-        .into();
-        assert_eq!(assignments().await?, want, "dave's member role is revoked");
+        assert_eq!(assignments().await?, want, "the groups keep their roles");
+        assert_eq!(group_members(env, &gid).await?, [carol.clone()].into(), "dave left {group}");
         let rule = expected_rule(&group, &t.domain, &["carol@example.com"]);
         assert_federation(env, &t, &rule).await?;
-        assert_eq!(mapping_rules(env, &t.mapping()).await?, vec![rule]);
+        assert_eq!(mapping_rules(env, &t.mapping()).await?, vec![rule, reader_rule]);
 
         // Deletion removes everything.
         let f = footprint(&p, &t.domain, &t.mapping())?;

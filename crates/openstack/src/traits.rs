@@ -184,6 +184,8 @@ pub trait Compute: Send + Sync {
     async fn get_compute_quota(&self, project_id: &str) -> Result<QuotaSet>;
     /// Set the given quota keys only.
     async fn update_compute_quota(&self, project_id: &str, limits: &QuotaUpdate) -> Result<()>;
+    /// The limits a project has when none is set for it (`os-quota-sets/{id}/defaults`).
+    async fn get_compute_quota_defaults(&self, project_id: &str) -> Result<QuotaUpdate>;
 }
 
 /// Glance: images.
@@ -286,6 +288,8 @@ pub trait Network: Send + Sync {
     async fn get_network_quota(&self, project_id: &str) -> Result<QuotaSet>;
     /// Set the given quota keys only.
     async fn update_network_quota(&self, project_id: &str, limits: &QuotaUpdate) -> Result<()>;
+    /// The limits a project has when none is set for it (`/v2.0/quotas/{id}/default`).
+    async fn get_network_quota_defaults(&self, project_id: &str) -> Result<QuotaUpdate>;
 }
 
 /// Cinder: quotas.
@@ -295,6 +299,8 @@ pub trait BlockStorage: Send + Sync {
     async fn get_volume_quota(&self, project_id: &str) -> Result<QuotaSet>;
     /// Set the given quota keys only.
     async fn update_volume_quota(&self, project_id: &str, limits: &QuotaUpdate) -> Result<()>;
+    /// The limits a project has when none is set for it (`os-quota-sets/{id}/defaults`).
+    async fn get_volume_quota_defaults(&self, project_id: &str) -> Result<QuotaUpdate>;
 }
 
 /// All service ports of one cloud connection.

@@ -199,6 +199,11 @@ async fn compute_and_volume_quotas_update_only_given_keys() {
         assert_eq!(after["cores"].limit, 7);
         assert_eq!(after["instances"], before["instances"]);
         assert_eq!(after["ram"], before["ram"]);
+        // The defaults are what a project without its own limits has, whatever this one has.
+        let defaults = c.get_compute_quota_defaults(&p.id).await.unwrap();
+        assert_eq!(defaults["cores"], before["cores"].limit);
+        assert_eq!(defaults["ram"], before["ram"].limit);
+        assert!(!defaults.contains_key("id"));
         let e = c
             .update_compute_quota(&p.id, &[("bogus_key".to_string(), 1)].into())
             .await
@@ -229,6 +234,9 @@ async fn compute_and_volume_quotas_update_only_given_keys() {
         assert_eq!(after["gigabytes"].limit, 55);
         assert_eq!(after["volumes"].limit, 4);
         assert_eq!(after["snapshots"], before["snapshots"]);
+        let defaults = b.get_volume_quota_defaults(&p.id).await.unwrap();
+        assert_eq!(defaults["gigabytes"], before["gigabytes"].limit);
+        assert_eq!(defaults["volumes"], before["volumes"].limit);
         let e = b
             .update_volume_quota(&p.id, &[("bogus_key".to_string(), 1)].into())
             .await

@@ -1362,6 +1362,9 @@ async fn quotas_with_usage_and_partial_updates() {
         assert_eq!(after["router"].limit, 3);
         assert_eq!(after["network"].limit, 7);
         assert_eq!(after["network"].in_use, 1);
+        let defaults = n.get_network_quota_defaults(&proj.id).await.unwrap();
+        assert_eq!(defaults["router"], before["router"].limit);
+        assert_eq!(defaults["network"], before["network"].limit);
         for (k, v) in &before {
             if k != "router" && k != "network" {
                 assert_eq!(after[k].limit, v.limit, "{k} must be untouched");

@@ -1,17 +1,21 @@
 //! Federation: the identity provider, the mapping `<idp>_oidc_mapping` shared by all projects
-//! using that IdP, and the protocol `openid` pointing at it. Each project owns one rule in the
-//! shared mapping (the seed's JSON shape, so existing mappings keep working), identified by
+//! using that IdP, and the protocol `openid` pointing at it. Each project owns one rule per
+//! role bound to users (the seed's JSON shape, so existing mappings keep working): the users
+//! of `member` map into the project group, the users of another role into that role's group,
+//! so every federated user gets exactly the roles of their bindings. A rule is identified by
 //! its group name AND domain (seed W12: the name alone let `a.b` and `a_b` clobber each other).
 //! The mapping is read-modified-written under a per-IdP lock, and written only when the rules
-//! change.
+//! change. An identity provider the operator created (marked in its description) is created
+//! in the `sso-domain` (so Keystone makes no domain of its own for it) and removed with the
+//! mapping when the last rule goes; one it found is never removed.
 
-use api::naming::{FEDERATION_PROTOCOL, mapping_name};
+use api::naming::{FEDERATION_PROTOCOL, GROUP_DESCRIPTION_PREFIX, mapping_name};
 use api::project::FederationRuleStatus;
 use openstack::OptionalExt;
 use openstack::model::{IdentityProvider, IdentityProviderCreate, IdentityProviderUpdate};
 use serde_json::{Value, json};
 
-use super::{AreaOutcome, Env, FederationSettings, os};
+use super::{AreaOutcome, Env, FederationSettings, os, resolve_domain};
 use crate::error::ReconcileError;
 
 /// A project's rule: federated users named in `users` (OIDC `sub`) become ephemeral users in
@@ -53,15 +57,15 @@ pub enum MappingChange {
     Delete,
 }
 
-/// Puts this project's rule (or, with `rule = None`, no rule) into the shared rules, keeping
-/// every other project's rules and their order. `retired` names groups whose rules must go
-/// too (the group's name before a project rename). Our rule keeps its position.
+/// Puts this project's rules into the shared rules, keeping every other project's rules and
+/// their order. `mine` names every group whose rules are this project's (its current groups
+/// and retired ones: the names before a rename, roles no longer bound); `rules` are the rules
+/// wanted now, placed where the first of ours was.
 pub fn merge_rules(
     existing: Option<&Value>,
-    group: &str,
+    mine: &[&str],
     domain: &str,
-    retired: &[&str],
-    rule: Option<Value>,
+    rules: &[Value],
 ) -> Result<MappingChange, String> {
     let current: Vec<Value> = match existing {
         None => Vec::new(),
@@ -73,23 +77,21 @@ pub fn merge_rules(
             ));
         }
     };
-    let mine = |r: &Value| {
-        is_project_rule(r, group, domain) || retired.iter().any(|g| is_project_rule(r, g, domain))
-    };
-    let mut next = Vec::with_capacity(current.len() + 1);
+    let ours = |r: &Value| mine.iter().any(|g| is_project_rule(r, g, domain));
+    let mut next = Vec::with_capacity(current.len() + rules.len());
     let mut placed = false;
     for r in &current {
-        if mine(r) {
-            if !placed && let Some(new) = &rule {
-                next.push(new.clone());
+        if ours(r) {
+            if !placed {
+                next.extend(rules.iter().cloned());
                 placed = true;
             }
         } else {
             next.push(r.clone());
         }
     }
-    if !placed && let Some(new) = rule {
-        next.push(new);
+    if !placed {
+        next.extend(rules.iter().cloned());
     }
     Ok(if next == current {
         MappingChange::Unchanged
@@ -119,9 +121,29 @@ pub enum IdpStep {
     Update(IdentityProviderUpdate),
 }
 
+/// The description that marks an identity provider as created by this operator in `cluster`
+/// (identity providers have no tags).
+pub fn idp_mark(cluster: &str) -> String {
+    format!(
+        "{GROUP_DESCRIPTION_PREFIX}identity provider for OpenstackProject federation (cluster {cluster})"
+    )
+}
+
+/// Whether the operator of `cluster` created this identity provider.
+pub fn idp_is_ours(idp: &IdentityProvider, cluster: &str) -> bool {
+    idp.description == idp_mark(cluster)
+}
+
 /// Plans the identity provider. Its enabled flag is left alone once it exists: disabling an
-/// IdP is an administrator's kill switch, not drift.
-pub fn plan_idp(observed: Option<&IdentityProvider>, idp: &str, remote_id: &str) -> IdpStep {
+/// IdP is an administrator's kill switch, not drift. A new one is created in `domain_id` (the
+/// `sso-domain`; Keystone would otherwise generate a domain for it) with our mark.
+pub fn plan_idp(
+    observed: Option<&IdentityProvider>,
+    idp: &str,
+    remote_id: &str,
+    domain_id: Option<&str>,
+    cluster: &str,
+) -> IdpStep {
     let wanted: Vec<String> = if remote_id.is_empty() {
         Vec::new()
     } else {
@@ -132,8 +154,8 @@ pub fn plan_idp(observed: Option<&IdentityProvider>, idp: &str, remote_id: &str)
             id: idp.to_string(),
             remote_ids: wanted,
             enabled: true,
-            domain_id: None,
-            description: None,
+            domain_id: domain_id.map(str::to_string),
+            description: Some(idp_mark(cluster)),
         }),
         Some(i) => {
             let mut have = i.remote_ids.clone();
@@ -172,15 +194,15 @@ pub fn idp_step_allowed(
     }
 }
 
-/// Ensures IdP, mapping rule and protocol for a project (see module docs). `previous_group`
-/// is the group's name before a rename in this pass; its rule is replaced.
+/// Ensures IdP, mapping rules and protocol for a project (see module docs). `groups` are
+/// (group name, its users), the project group first; `retired` names groups whose rules must
+/// go (names before a rename, roles no longer bound).
 pub(crate) async fn apply(
     env: &Env<'_>,
     settings: &FederationSettings,
     project_domain: &str,
-    group: &str,
-    previous_group: Option<&str>,
-    users: &[String],
+    groups: &[(String, Vec<String>)],
+    retired: &[String],
 ) -> AreaOutcome {
     let mut out = AreaOutcome::default();
     let identity = &env.cloud.identity;
@@ -193,7 +215,7 @@ pub(crate) async fn apply(
     // shape; the condition says what is wrong.
     let mismatch = (domain != project_domain).then(|| {
         format!(
-            "; warning: sso-domain {domain:?} in ConfigMap {} differs from the project's domain {project_domain:?}, so Keystone will not find group {group:?} at login",
+            "; warning: sso-domain {domain:?} in ConfigMap {} differs from the project's domain {project_domain:?}, so Keystone will not find the project's groups at login",
             settings.config_map
         )
     });
@@ -207,8 +229,17 @@ pub(crate) async fn apply(
         )));
         return out;
     }
-    // Users in no binding: no rule (an empty any_one_of would match nobody anyway).
-    let rule = (!users.is_empty()).then(|| project_rule(group, domain, users));
+    // A group without users gets no rule (an empty any_one_of would match nobody anyway).
+    let rules: Vec<Value> = groups
+        .iter()
+        .filter(|(_, users)| !users.is_empty())
+        .map(|(g, users)| project_rule(g, domain, users))
+        .collect();
+    let mine: Vec<&str> = groups
+        .iter()
+        .map(|(g, _)| g.as_str())
+        .chain(retired.iter().map(String::as_str))
+        .collect();
 
     let lock = env.locks.lock_for(&format!("mapping/{idp}"));
     let _guard = lock.lock().await;
@@ -221,14 +252,7 @@ pub(crate) async fn apply(
             return out;
         }
     };
-    let retired: Vec<&str> = previous_group.into_iter().collect();
-    let change = match merge_rules(
-        observed.as_ref().map(|m| &m.rules),
-        group,
-        domain,
-        &retired,
-        rule.clone(),
-    ) {
+    let change = match merge_rules(observed.as_ref().map(|m| &m.rules), &mine, domain, &rules) {
         Ok(c) => c,
         Err(m) => {
             out.errors
@@ -254,7 +278,32 @@ pub(crate) async fn apply(
                 return out;
             }
         };
-        let step = plan_idp(current.as_ref(), idp, &settings.remote_id);
+        // Only a new IdP needs the domain's ID.
+        let domain_id = match &current {
+            Some(_) => None,
+            None => match resolve_domain(identity.as_ref(), domain).await {
+                Ok(Some(d)) => Some(d.id),
+                Ok(None) => {
+                    out.errors.push(ReconcileError::DependencyMissing(format!(
+                        "domain {domain:?} (sso-domain in ConfigMap {}), to create identity provider {idp:?} in",
+                        settings.config_map
+                    )));
+                    return out;
+                }
+                Err(e) => {
+                    out.errors
+                        .push(os(format!("{ctx}: looking up domain {domain:?}"), e));
+                    return out;
+                }
+            },
+        };
+        let step = plan_idp(
+            current.as_ref(),
+            idp,
+            &settings.remote_id,
+            domain_id.as_deref(),
+            &env.owner.cluster,
+        );
         if !settings.may_manage_idp
             && let Err(e) = idp_step_allowed(&step, settings)
         {
@@ -343,12 +392,18 @@ pub(crate) async fn apply(
             )),
         }
     }
-    let summary = match &rule {
-        Some(_) => format!(
-            "{} user(s) map to group {group} in domain {domain} through {idp}/{FEDERATION_PROTOCOL} ({mapping})",
-            users.len()
-        ),
-        None => format!("no users in spec.roleBindings; no rule for group {group} in {mapping}"),
+    let mapped: Vec<String> = groups
+        .iter()
+        .filter(|(_, users)| !users.is_empty())
+        .map(|(g, users)| format!("{} user(s) to group {g}", users.len()))
+        .collect();
+    let summary = if mapped.is_empty() {
+        format!("no users in spec.roleBindings; no rule for this project in {mapping}")
+    } else {
+        format!(
+            "{} in domain {domain} through {idp}/{FEDERATION_PROTOCOL} ({mapping})",
+            mapped.join(", ")
+        )
     };
     out.detail = Some(summary + mismatch.as_deref().unwrap_or_default());
     out
@@ -387,48 +442,80 @@ async fn delete_mapping(env: &Env<'_>, idp: &str, mapping: &str, ctx: &str, out:
     }
     match identity.delete_mapping(mapping).await.optional() {
         Ok(_) => out.changed = true,
+        Err(e) => {
+            out.errors
+                .push(os(format!("{ctx}: deleting mapping {mapping}"), e));
+            return;
+        }
+    }
+    // No project uses the IdP any more: one we created goes too (one we found stays).
+    match identity.get_identity_provider(idp).await.optional() {
+        Ok(Some(i)) if idp_is_ours(&i, &env.owner.cluster) => {
+            match identity.delete_identity_provider(idp).await.optional() {
+                Ok(_) => out.changed = true,
+                Err(e) => out
+                    .errors
+                    .push(os(format!("{ctx}: deleting identity provider {idp}"), e)),
+            }
+        }
+        Ok(_) => {}
         Err(e) => out
             .errors
-            .push(os(format!("{ctx}: deleting mapping {mapping}"), e)),
+            .push(os(format!("{ctx}: reading identity provider {idp}"), e)),
     }
 }
 
-/// Removes this project's rule (deletion). The IdP stays: other projects and users share it.
+/// Removes this project's rules for `groups` (deletion). The IdP stays while other projects
+/// have rules; the last rule takes the mapping, protocol and an IdP we created with it.
 pub(crate) async fn remove(
     env: &Env<'_>,
     settings: &FederationSettings,
     project_domain: &str,
-    group: &str,
+    groups: &[String],
 ) -> AreaOutcome {
     let domain = settings.sso_domain.as_deref().unwrap_or(project_domain);
     let ctx = format!("spec.federationRef (ConfigMap {})", settings.config_map);
-    remove_rule(env, &settings.idp, domain, group, &ctx).await
+    remove_rule(env, &settings.idp, domain, groups, &ctx).await
 }
 
 /// Removes the rule recorded in `status.federationRule`: after `spec.federationRef` was
 /// removed, its IdP changed, or when its ConfigMap is gone at deletion.
 pub(crate) async fn remove_recorded(env: &Env<'_>, rule: &FederationRuleStatus) -> AreaOutcome {
     let ctx = format!(
-        "status.federationRule (rule for group {} in mapping {})",
+        "status.federationRule (rules for group {} in mapping {})",
         rule.group, rule.mapping
     );
     remove_rule(
         env,
         &rule.identity_provider,
         &rule.domain,
-        &rule.group,
+        &recorded_groups(rule),
         &ctx,
     )
     .await
 }
 
-/// The record of a rule written for `group` in `domain` through `idp`.
-pub fn record(idp: &str, domain: &str, group: &str) -> FederationRuleStatus {
+/// Every group with a rule recorded in `rule`.
+pub fn recorded_groups(rule: &FederationRuleStatus) -> Vec<String> {
+    std::iter::once(rule.group.clone())
+        .chain(rule.role_groups.iter().cloned())
+        .collect()
+}
+
+/// The record of the rules written for the project group `group` and `role_groups` in
+/// `domain` through `idp`.
+pub fn record(
+    idp: &str,
+    domain: &str,
+    group: &str,
+    role_groups: Vec<String>,
+) -> FederationRuleStatus {
     FederationRuleStatus {
         identity_provider: idp.to_string(),
         mapping: mapping_name(idp),
         domain: domain.to_string(),
         group: group.to_string(),
+        role_groups,
     }
 }
 
@@ -436,7 +523,7 @@ async fn remove_rule(
     env: &Env<'_>,
     idp: &str,
     domain: &str,
-    group: &str,
+    groups: &[String],
     ctx: &str,
 ) -> AreaOutcome {
     let mut out = AreaOutcome::default();
@@ -452,13 +539,8 @@ async fn remove_rule(
             return out;
         }
     };
-    match merge_rules(
-        observed.as_ref().map(|m| &m.rules),
-        group,
-        domain,
-        &[],
-        None,
-    ) {
+    let mine: Vec<&str> = groups.iter().map(String::as_str).collect();
+    match merge_rules(observed.as_ref().map(|m| &m.rules), &mine, domain, &[]) {
         Ok(MappingChange::Unchanged) => {}
         Ok(MappingChange::Write(rules)) => match identity.update_mapping(&mapping, &rules).await {
             Ok(_) => out.changed = true,
@@ -511,41 +593,88 @@ mod tests {
         let existing = json!([a.clone(), b.clone()]);
         // Same rule: nothing to write.
         assert_eq!(
-            merge_rules(Some(&existing), "a-users", "sso", &[], Some(a.clone())),
+            merge_rules(
+                Some(&existing),
+                &["a-users"],
+                "sso",
+                std::slice::from_ref(&a)
+            ),
             Ok(MappingChange::Unchanged)
         );
         // Changed users: replaced in place.
         let a2 = project_rule("a-users", "sso", &users(&["x", "z"]));
         assert_eq!(
-            merge_rules(Some(&existing), "a-users", "sso", &[], Some(a2.clone())),
+            merge_rules(
+                Some(&existing),
+                &["a-users"],
+                "sso",
+                std::slice::from_ref(&a2)
+            ),
             Ok(MappingChange::Write(json!([a2, b.clone()])))
         );
         // A new project appends.
         let c = project_rule("c-users", "sso", &users(&["w"]));
         assert_eq!(
-            merge_rules(Some(&existing), "c-users", "sso", &[], Some(c.clone())),
+            merge_rules(
+                Some(&existing),
+                &["c-users"],
+                "sso",
+                std::slice::from_ref(&c)
+            ),
             Ok(MappingChange::Write(json!([a.clone(), b.clone(), c])))
         );
         // Same group name in another domain is another project's rule.
         let a_other = project_rule("a-users", "other", &users(&["q"]));
         assert!(matches!(
-            merge_rules(Some(&existing), "a-users", "other", &[], Some(a_other)),
+            merge_rules(Some(&existing), &["a-users"], "other", &[a_other]),
             Ok(MappingChange::Write(v)) if v.as_array().is_some_and(|a| a.len() == 3)
         ));
         // Removing: only ours goes; the last one deletes the mapping.
         assert_eq!(
-            merge_rules(Some(&existing), "a-users", "sso", &[], None),
+            merge_rules(Some(&existing), &["a-users"], "sso", &[]),
             Ok(MappingChange::Write(json!([b.clone()])))
         );
         assert_eq!(
-            merge_rules(Some(&json!([b])), "b-users", "sso", &[], None),
+            merge_rules(Some(&json!([b])), &["b-users"], "sso", &[]),
             Ok(MappingChange::Delete)
         );
         assert_eq!(
-            merge_rules(None, "b-users", "sso", &[], None),
+            merge_rules(None, &["b-users"], "sso", &[]),
             Ok(MappingChange::Unchanged)
         );
-        assert!(merge_rules(Some(&json!({"x": 1})), "a", "sso", &[], None).is_err());
+        assert!(merge_rules(Some(&json!({"x": 1})), &["a"], "sso", &[]).is_err());
+    }
+
+    #[test]
+    fn a_project_has_one_rule_per_role_kept_together() {
+        let other = project_rule("b-users", "sso", &users(&["y"]));
+        let member = project_rule("a-users", "sso", &users(&["x", "z"]));
+        let reader = project_rule("a-users-reader", "sso", &users(&["r"]));
+        let mine = ["a-users", "a-users-reader"];
+        // Added after the other project's rule, together.
+        assert_eq!(
+            merge_rules(
+                Some(&json!([other.clone()])),
+                &mine,
+                "sso",
+                &[member.clone(), reader.clone()]
+            ),
+            Ok(MappingChange::Write(json!([
+                other.clone(),
+                member.clone(),
+                reader.clone()
+            ])))
+        );
+        // The reader binding goes: its rule (retired group) goes, the member rule stays.
+        assert_eq!(
+            merge_rules(
+                Some(&json!([member.clone(), reader, other.clone()])),
+                &mine,
+                "sso",
+                std::slice::from_ref(&member)
+            ),
+            Ok(MappingChange::Write(json!([member, other])))
+        );
     }
 
     #[test]
@@ -556,10 +685,9 @@ mod tests {
         assert_eq!(
             merge_rules(
                 Some(&json!([old, other.clone()])),
-                "new-users",
+                &["new-users", "old-users"],
                 "sso",
-                &["old-users"],
-                Some(new.clone())
+                std::slice::from_ref(&new)
             ),
             Ok(MappingChange::Write(json!([new, other])))
         );
@@ -568,7 +696,7 @@ mod tests {
     #[test]
     fn idp_remote_ids_are_corrected_but_not_its_enabled_flag() {
         assert!(
-            matches!(plan_idp(None, "sso", "https://i"), IdpStep::Create(c) if c.enabled && c.remote_ids == vec!["https://i".to_string()])
+            matches!(plan_idp(None, "sso", "https://i", Some("d1"), "c"), IdpStep::Create(c) if c.enabled && c.remote_ids == vec!["https://i".to_string()])
         );
         let mut i = IdentityProvider {
             id: "sso".into(),
@@ -576,11 +704,14 @@ mod tests {
             remote_ids: vec!["https://i".into()],
             ..Default::default()
         };
-        assert_eq!(plan_idp(Some(&i), "sso", "https://i"), IdpStep::None);
+        assert_eq!(
+            plan_idp(Some(&i), "sso", "https://i", None, "c"),
+            IdpStep::None
+        );
         i.remote_ids = vec!["https://old".into()];
         assert!(
-            matches!(plan_idp(Some(&i), "sso", "https://i"), IdpStep::Update(u) if u.remote_ids == Some(vec!["https://i".to_string()]))
+            matches!(plan_idp(Some(&i), "sso", "https://i", None, "c"), IdpStep::Update(u) if u.remote_ids == Some(vec!["https://i".to_string()]))
         );
-        assert_eq!(plan_idp(Some(&i), "sso", ""), IdpStep::None);
+        assert_eq!(plan_idp(Some(&i), "sso", "", None, "c"), IdpStep::None);
     }
 }

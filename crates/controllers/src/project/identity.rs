@@ -3,7 +3,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use api::naming::{GROUP_DESCRIPTION_PREFIX, project_group_description, project_group_name};
+use api::naming::{
+    GROUP_DESCRIPTION_PREFIX, project_group_description, project_group_name,
+    role_group_description, role_group_name,
+};
 use api::{OpenstackProjectSpec, OpenstackProjectStatus};
 use openstack::OptionalExt;
 use openstack::model::{
@@ -256,39 +259,53 @@ pub fn plan_assignments(
     }
 }
 
-/// Users of the federation rule, first appearance first, and the users left out of it. The
-/// rule maps users into the project group, which holds [`GROUP_ROLE`]; a user bound only to
-/// other roles (say `reader`) would gain `member` through it (the seed maps everyone), so only
-/// users of bindings granting [`GROUP_ROLE`] are mapped.
-pub fn federation_users(spec: &OpenstackProjectSpec) -> (Vec<String>, Vec<String>) {
-    let mut seen = BTreeSet::new();
-    let all: Vec<(&str, &str)> = spec
-        .role_bindings
-        .iter()
-        .flatten()
-        .flat_map(|b| {
-            b.users
-                .iter()
-                .flatten()
-                .map(|u| (u.as_str(), b.role.as_str()))
-        })
-        .collect();
-    let mapped: BTreeSet<&str> = all
-        .iter()
-        .filter(|(_, r)| *r == GROUP_ROLE)
-        .map(|(u, _)| *u)
-        .collect();
-    let (mut users, mut unmapped) = (Vec::new(), Vec::new());
-    for (u, _) in all {
-        if seen.insert(u) {
-            if mapped.contains(u) {
-                users.push(u.to_string());
-            } else {
-                unmapped.push(u.to_string());
+/// The users of each role, roles and users in order of first appearance. Federation maps
+/// each role's users into a group holding exactly that role on the project: the project group
+/// for [`GROUP_ROLE`], a role group (`<name>-users-<role>`) for any other, so a user bound to
+/// `reader` logs in with `reader` and one bound to both gets both.
+pub fn users_by_role(spec: &OpenstackProjectSpec) -> Vec<(String, Vec<String>)> {
+    let mut out: Vec<(String, Vec<String>)> = Vec::new();
+    for b in spec.role_bindings.iter().flatten() {
+        for u in b.users.iter().flatten() {
+            let idx = match out.iter().position(|(r, _)| *r == b.role) {
+                Some(i) => i,
+                None => {
+                    out.push((b.role.clone(), Vec::new()));
+                    out.len() - 1
+                }
+            };
+            if !out[idx].1.contains(u) {
+                out[idx].1.push(u.clone());
             }
         }
     }
-    (users, unmapped)
+    out
+}
+
+/// Every user named in a binding, first appearance first.
+pub fn bound_users(spec: &OpenstackProjectSpec) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for (_, users) in users_by_role(spec) {
+        for u in users {
+            if !out.contains(&u) {
+                out.push(u);
+            }
+        }
+    }
+    out
+}
+
+/// The roles that get a role group: roles other than [`GROUP_ROLE`] bound to users, when the
+/// project is federated (local users hold such roles through their own grants).
+pub fn role_group_roles(spec: &OpenstackProjectSpec) -> Vec<String> {
+    if spec.federation_ref.is_none() {
+        return Vec::new();
+    }
+    users_by_role(spec)
+        .into_iter()
+        .map(|(r, _)| r)
+        .filter(|r| r != GROUP_ROLE)
+        .collect()
 }
 
 // ---------------------------------------------------------------------------------------
@@ -603,13 +620,17 @@ impl<'e, 'a> Lookups<'e, 'a> {
 /// every lookup gave a definite answer.
 struct Resolved {
     desired: BTreeSet<(Actor, String)>,
+    /// Users of `member` bindings: members of the project group (which holds `member`).
+    members: BTreeSet<String>,
     pending: Vec<String>,
     errors: Vec<ReconcileError>,
     complete: bool,
 }
 
-/// Resolves role names and the bindings' users and groups. Users are granted their roles
-/// directly (no role reaches anyone through the shared project group; seed W6).
+/// Resolves role names and the bindings' users and groups. Users of `member` bindings become
+/// members of the project group (as the seed had them; the group holds `member` and nothing
+/// else); users of other roles are granted them directly, so no other role reaches anyone
+/// through the shared project group (seed W6).
 async fn resolve_bindings(
     lookups: &mut Lookups<'_, '_>,
     spec: &OpenstackProjectSpec,
@@ -617,6 +638,7 @@ async fn resolve_bindings(
 ) -> Resolved {
     let mut r = Resolved {
         desired: BTreeSet::new(),
+        members: BTreeSet::new(),
         pending: Vec::new(),
         errors: Vec::new(),
         complete: true,
@@ -636,6 +658,9 @@ async fn resolve_bindings(
                 Ok(Some(did)) => {
                     for (j, u) in users.iter().enumerate() {
                         match lookups.user(&did, u).await {
+                            Ok(Some(uid)) if b.role == GROUP_ROLE => {
+                                r.members.insert(uid);
+                            }
                             Ok(Some(uid)) => {
                                 r.desired.insert((Actor::User(uid), role_id.clone()));
                             }
@@ -726,9 +751,203 @@ fn managed_role_ids(config: &Config, roles: &BTreeMap<String, String>) -> BTreeS
         .collect()
 }
 
-/// Grants the project group `member` and each binding's role to its users and groups;
-/// revokes what we manage and the spec no longer asks for. Users that do not exist yet go to
-/// `status.pendingUsers` and are granted on a later pass.
+/// Whether a group found for a role group is ours: by recorded ID with our prefix, by name
+/// with exactly the description we give it.
+fn role_group_is_ours(g: &Group, spec_name: &str, role: &str, found_by: FoundBy) -> bool {
+    match found_by {
+        FoundBy::RecordedId => g.description.starts_with(GROUP_DESCRIPTION_PREFIX),
+        FoundBy::Name => g.description == role_group_description(spec_name, role),
+    }
+}
+
+/// Ensures the role groups federation maps into (see [`role_group_roles`]) and removes the
+/// ones no longer needed; their IDs are recorded in `status.roleGroups` as soon as known.
+/// Returns the grants they need: each group its role on the project.
+async fn ensure_role_groups(
+    env: &Env<'_>,
+    spec: &OpenstackProjectSpec,
+    tenant: &Tenant,
+    roles: &BTreeMap<String, String>,
+    status: &mut OpenstackProjectStatus,
+    out: &mut AreaOutcome,
+) -> BTreeSet<(Actor, String)> {
+    let identity = &env.cloud.identity;
+    let wanted = role_group_roles(spec);
+    let mut grants = BTreeSet::new();
+    for role in &wanted {
+        let Some(role_id) = roles.get(role) else {
+            // resolve_bindings reports the missing role.
+            continue;
+        };
+        let name = role_group_name(&spec.name, role);
+        let description = role_group_description(&spec.name, role);
+        let ctx =
+            format!("spec.roleBindings: group {name:?} for the federated users of role {role:?}");
+        let mut found = None;
+        if let Some(id) = status.role_groups.get(role) {
+            match identity.get_group(id).await.optional() {
+                Ok(g) => found = g.map(|g| (g, FoundBy::RecordedId)),
+                Err(e) => {
+                    out.errors.push(os(format!("{ctx}: reading group {id}"), e));
+                    continue;
+                }
+            }
+        }
+        if found.is_none() {
+            match identity.find_group(&tenant.domain.id, &name).await {
+                Ok(g) => found = g.map(|g| (g, FoundBy::Name)),
+                Err(e) => {
+                    out.errors.push(os(format!("{ctx}: looking it up"), e));
+                    continue;
+                }
+            }
+        }
+        let id = match found {
+            Some((g, by)) if !role_group_is_ours(&g, &spec.name, role, by) => {
+                out.errors.push(ReconcileError::NotOwned(format!(
+                    "{ctx}: Keystone group {:?} ({}) in domain {} was not created by this operator for this project ({:?})",
+                    g.name, g.id, tenant.domain.name, g.description
+                )));
+                continue;
+            }
+            Some((g, _)) => {
+                status.role_groups.insert(role.clone(), g.id.clone());
+                let update = GroupUpdate {
+                    name: (g.name != name).then(|| name.clone()),
+                    description: (g.description != description).then(|| description.clone()),
+                };
+                if update != GroupUpdate::default() {
+                    if let Err(e) = identity.update_group(&g.id, &update).await {
+                        out.errors
+                            .push(os(format!("{ctx}: updating group {}", g.id), e));
+                        continue;
+                    }
+                    out.changed = true;
+                }
+                g.id
+            }
+            None => {
+                let req = GroupCreate {
+                    name: name.clone(),
+                    domain_id: tenant.domain.id.clone(),
+                    description,
+                };
+                match identity.create_group(&req).await {
+                    Ok(g) => {
+                        status.role_groups.insert(role.clone(), g.id.clone());
+                        out.changed = true;
+                        g.id
+                    }
+                    Err(e) => {
+                        out.errors.push(os(format!("{ctx}: creating it"), e));
+                        continue;
+                    }
+                }
+            }
+        };
+        grants.insert((Actor::Group(id), role_id.clone()));
+    }
+    // Role groups no longer wanted go (with their assignments).
+    let stale: Vec<(String, String)> = status
+        .role_groups
+        .iter()
+        .filter(|(r, _)| !wanted.contains(r))
+        .map(|(r, id)| (r.clone(), id.clone()))
+        .collect();
+    for (role, id) in stale {
+        match delete_role_group(env, &spec.name, &role, &id).await {
+            Ok(deleted) => {
+                out.changed |= deleted;
+                status.role_groups.remove(&role);
+            }
+            Err(e) => out.errors.push(e),
+        }
+    }
+    grants
+}
+
+/// Deletes the recorded role group `id` if it is ours; gone is fine. Returns whether a group
+/// was deleted.
+async fn delete_role_group(env: &Env<'_>, spec_name: &str, role: &str, id: &str) -> Result<bool> {
+    let identity = &env.cloud.identity;
+    let Some(g) = identity
+        .get_group(id)
+        .await
+        .optional()
+        .map_err(|e| os(format!("reading role group {id} (role {role:?})"), e))?
+    else {
+        return Ok(false);
+    };
+    if !role_group_is_ours(&g, spec_name, role, FoundBy::RecordedId) {
+        return Ok(false);
+    }
+    identity
+        .delete_group(id)
+        .await
+        .optional()
+        .map_err(|e| os(format!("deleting role group {:?} ({id})", g.name), e))?;
+    Ok(true)
+}
+
+/// Puts the users of `member` bindings into the project group and takes out the users no
+/// binding names any more (the group is ours; nothing else puts users there). Removal waits
+/// while some lookup failed, so a failure never removes a still-wanted member.
+async fn sync_members(
+    env: &Env<'_>,
+    tenant: &Tenant,
+    members: &BTreeSet<String>,
+    remove: bool,
+    out: &mut AreaOutcome,
+    errors: &mut Vec<ReconcileError>,
+) {
+    let identity = &env.cloud.identity;
+    let have: BTreeSet<String> = match identity.list_group_users(&tenant.group_id).await {
+        Ok(u) => u.into_iter().map(|u| u.id).collect(),
+        Err(e) => {
+            errors.push(os(
+                format!("listing the members of group {}", tenant.group_name),
+                e,
+            ));
+            return;
+        }
+    };
+    for uid in members.difference(&have) {
+        match identity.add_user_to_group(&tenant.group_id, uid).await {
+            Ok(()) => out.changed = true,
+            Err(e) => errors.push(os(
+                format!(
+                    "spec.roleBindings: adding user {uid} to group {}",
+                    tenant.group_name
+                ),
+                e,
+            )),
+        }
+    }
+    if !remove {
+        return;
+    }
+    for uid in have.difference(members) {
+        match identity
+            .remove_user_from_group(&tenant.group_id, uid)
+            .await
+            .optional()
+        {
+            Ok(_) => out.changed = true,
+            Err(e) => errors.push(os(
+                format!(
+                    "spec.roleBindings: removing user {uid} from group {}",
+                    tenant.group_name
+                ),
+                e,
+            )),
+        }
+    }
+}
+
+/// Grants the project group `member` and puts the users of `member` bindings into it; grants
+/// each other binding's role to its users and groups; with federation, keeps a group per
+/// other role bound to users. Revokes what we manage and the spec no longer asks for. Users
+/// that do not exist yet go to `status.pendingUsers` and are granted on a later pass.
 pub(crate) async fn apply_assignments(
     env: &Env<'_>,
     spec: &OpenstackProjectSpec,
@@ -745,6 +964,19 @@ pub(crate) async fn apply_assignments(
     };
     let mut lookups = Lookups::new(env, spec, Some(&tenant.domain));
     let mut resolved = resolve_bindings(&mut lookups, spec, &roles).await;
+    let role_group_grants = ensure_role_groups(env, spec, tenant, &roles, status, &mut out).await;
+    resolved.desired.extend(role_group_grants);
+    // Members first: a user moving from a direct `member` grant (earlier versions) to the
+    // group never loses the role in between.
+    sync_members(
+        env,
+        tenant,
+        &resolved.members,
+        resolved.complete,
+        &mut out,
+        &mut resolved.errors,
+    )
+    .await;
     match roles.get(GROUP_ROLE) {
         Some(member) => {
             resolved
@@ -768,7 +1000,7 @@ pub(crate) async fn apply_assignments(
         Ok(a) => a,
         Err(e) => {
             resolved.errors.push(os("listing role assignments", e));
-            out.errors = resolved.errors;
+            out.errors.append(&mut resolved.errors);
             return out;
         }
     };
@@ -825,7 +1057,7 @@ pub(crate) async fn apply_assignments(
             status.pending_users.join(", ")
         ));
     }
-    out.errors = resolved.errors;
+    out.errors.append(&mut resolved.errors);
     out
 }
 
@@ -897,14 +1129,20 @@ pub(crate) async fn cleanup(
         (None, FederationInput::NotRequested) => {}
         (None, FederationInput::Settings(settings)) => {
             let domain_name = domain.as_ref().map(|d| d.name.clone()).unwrap_or_default();
-            let mut f = super::federation::remove(env, &settings, &domain_name, &group_name).await;
+            let mut groups = vec![group_name.clone()];
+            groups.extend(
+                role_group_roles(spec)
+                    .iter()
+                    .map(|r| role_group_name(&spec.name, r)),
+            );
+            let mut f = super::federation::remove(env, &settings, &domain_name, &groups).await;
             if let Some(e) = f.error() {
                 failures.push((super::FEDERATION_READY, e));
             }
         }
         // No user was ever mapped, so no rule was written: nothing to remove.
         (None, FederationInput::Unavailable(ReconcileError::DependencyMissing(_)))
-            if federation_users(spec).0.is_empty() => {}
+            if bound_users(spec).is_empty() => {}
         (None, FederationInput::Unavailable(e)) => {
             // Keep the finalizer: a stale rule maps users into a group that no longer
             // exists (seed W13/W14). Removing spec.federationRef lets deletion go on.
@@ -922,6 +1160,30 @@ pub(crate) async fn cleanup(
         return Err(e);
     }
 
+    if !hands_off {
+        // Role groups: the recorded ones, and by name (a create whose response was lost).
+        for (role, id) in status.role_groups.clone() {
+            delete_role_group(env, &spec.name, &role, &id).await?;
+            status.role_groups.remove(&role);
+        }
+        if let Some(did) = domain.as_ref().map(|d| d.id.clone()) {
+            for role in role_group_roles(spec) {
+                let name = role_group_name(&spec.name, &role);
+                if let Some(g) = identity
+                    .find_group(&did, &name)
+                    .await
+                    .map_err(|e| os(format!("looking up role group {name:?}"), e))?
+                    && role_group_is_ours(&g, &spec.name, &role, FoundBy::Name)
+                {
+                    identity
+                        .delete_group(&g.id)
+                        .await
+                        .optional()
+                        .map_err(|e| os(format!("deleting role group {name:?} ({})", g.id), e))?;
+                }
+            }
+        }
+    }
     if hands_off {
         // See above: the group belongs with the project that is not ours.
     } else if let Some(did) = domain.as_ref().map(|d| d.id.clone()) {
@@ -1329,7 +1591,7 @@ mod tests {
     }
 
     #[test]
-    fn federation_users_in_first_appearance_order() {
+    fn users_by_role_in_first_appearance_order() {
         let mut s = spec();
         s.role_bindings = Some(vec![
             RoleBinding {
@@ -1347,12 +1609,20 @@ mod tests {
                 group_domain: None,
             },
         ]);
-        let (mapped, unmapped) = federation_users(&s);
-        assert_eq!(mapped, vec!["b", "a"]);
         assert_eq!(
-            unmapped,
-            vec!["c"],
-            "a reader-only user must not gain member"
+            users_by_role(&s),
+            vec![
+                ("member".to_string(), vec!["b".to_string(), "a".to_string()]),
+                ("reader".to_string(), vec!["a".to_string(), "c".to_string()]),
+            ]
         );
+        assert_eq!(bound_users(&s), vec!["b", "a", "c"]);
+        // Role groups only with federation, and never for `member` (the project group).
+        assert!(role_group_roles(&s).is_empty());
+        s.federation_ref = Some(api::project::FederationRef {
+            config_map_name: Some("fed".into()),
+            config_map_namespace: None,
+        });
+        assert_eq!(role_group_roles(&s), vec!["reader"]);
     }
 }

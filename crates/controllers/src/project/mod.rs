@@ -25,10 +25,16 @@ use std::fmt::Display;
 use std::sync::{Arc, Mutex};
 
 use api::common::set_condition;
-use api::{Condition, FieldError, OpenstackProject, OpenstackProjectSpec, OpenstackProjectStatus};
+use api::{
+    Condition, FieldError, OpenstackDomain, OpenstackProject, OpenstackProjectSpec,
+    OpenstackProjectStatus,
+};
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::ConfigMap;
+use kube::runtime::controller::Controller;
 use kube::runtime::events::EventType;
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 use openstack::Cloud;
 use openstack::model::Domain;
@@ -553,6 +559,16 @@ async fn run(
                 failures.push((QUOTAS_READY, e));
             }
         }
+        None if !status.quota_keys_set.is_empty() => {
+            // spec.quotas was removed: the keys we set go back to their defaults.
+            let mut out = quotas::apply(env, &Default::default(), &ident.project_id, status).await;
+            changed |= out.changed;
+            drop_condition(status, QUOTAS_READY);
+            status.quota_usage.clear();
+            if let Some(e) = out.error() {
+                failures.push((QUOTAS_READY, e));
+            }
+        }
         None => {
             drop_condition(status, QUOTAS_READY);
             status.quota_usage.clear();
@@ -657,13 +673,12 @@ async fn run(
             failures.push((FEDERATION_READY, e));
         }
         FederationInput::Settings(settings) => {
-            let (users, unmapped) = identity::federation_users(spec);
             let domain = settings
                 .sso_domain
                 .clone()
                 .unwrap_or_else(|| ident.domain.name.clone());
             let mut err = None;
-            // The rule lives elsewhere (another IdP or domain): take it out of there first.
+            // The rules live elsewhere (another IdP or domain): take them out of there first.
             let recorded = status.federation_rule.clone();
             if let Some(rec) = &recorded
                 && (rec.identity_provider != settings.idp || rec.domain != domain)
@@ -675,34 +690,59 @@ async fn run(
                     status.federation_rule = None;
                 }
             }
-            // A group renamed in an earlier pass that failed still has its rule recorded.
-            let previous = ident.previous_group_name.clone().or_else(|| {
-                recorded
-                    .as_ref()
-                    .filter(|r| r.domain == domain && r.group != ident.group_name)
-                    .map(|r| r.group.clone())
-            });
-            let mut out = federation::apply(
-                env,
-                &settings,
-                &ident.domain.name,
-                &ident.group_name,
-                previous.as_deref(),
-                &users,
-            )
-            .await;
-            changed |= out.changed;
-            let err = err.or_else(|| out.error());
-            if out.errors.is_empty() {
-                status.federation_rule = (!users.is_empty())
-                    .then(|| federation::record(&settings.idp, &domain, &ident.group_name));
+            // Each role's users map into the group holding that role: `member` into the
+            // project group, any other role into its role group (made by the role binding
+            // area; a role whose group is not there yet gets its rule on a later pass).
+            let mut groups: Vec<(String, Vec<String>)> = Vec::new();
+            let mut role_groups = Vec::new();
+            let mut waiting = Vec::new();
+            for (role, users) in identity::users_by_role(spec) {
+                if role == identity::GROUP_ROLE {
+                    groups.insert(0, (ident.group_name.clone(), users));
+                } else if status.role_groups.contains_key(&role) {
+                    let g = api::naming::role_group_name(&spec.name, &role);
+                    role_groups.push(g.clone());
+                    groups.push((g, users));
+                } else {
+                    waiting.push(role);
+                }
             }
+            // Groups whose rules must go: names before a rename, roles no longer bound.
+            let mut retired: Vec<String> = ident.previous_group_name.iter().cloned().collect();
+            if let Some(rec) = recorded.as_ref().filter(|r| r.domain == domain) {
+                retired.extend(
+                    federation::recorded_groups(rec)
+                        .into_iter()
+                        .filter(|g| !groups.iter().any(|(n, _)| n == g)),
+                );
+            }
+            let mut out =
+                federation::apply(env, &settings, &ident.domain.name, &groups, &retired).await;
+            changed |= out.changed;
+            let apply_err = out.error();
+            // The record covers every rule that may exist: the wanted ones, and after a
+            // failure the retired ones too. A record of another IdP or domain whose removal
+            // failed above is kept, so that removal is retried.
+            let same_place = status
+                .federation_rule
+                .as_ref()
+                .is_none_or(|r| r.identity_provider == settings.idp && r.domain == domain);
+            if same_place {
+                let mut recorded_groups = role_groups;
+                if apply_err.is_some() {
+                    recorded_groups.extend(retired.iter().cloned());
+                }
+                let any = groups.iter().any(|(_, u)| !u.is_empty()) || apply_err.is_some();
+                status.federation_rule = any.then(|| {
+                    federation::record(&settings.idp, &domain, &ident.group_name, recorded_groups)
+                });
+            }
+            let err = err.or(apply_err);
             let mut detail = out.detail.clone().unwrap_or_default();
-            if !unmapped.is_empty() {
+            if !waiting.is_empty() {
                 detail.push_str(&format!(
-                    "; not mapped through federation because their bindings do not grant {:?} (the role of the project group the rule maps into): {}",
-                    identity::GROUP_ROLE,
-                    unmapped.join(", ")
+                    "; not mapped yet (their role group does not exist yet; see RoleBindingsReady): users of role(s) {}",
+                    waiting.join(", ")
                 ));
             }
             let ok = (ready_reason(false, out.changed), detail);
@@ -740,6 +780,55 @@ pub async fn cleanup_project(
     let mut events = Vec::new();
     let result = identity::cleanup(env, &obj.spec, status, federation, &mut events).await;
     Reconciled { result, events }
+}
+
+/// The projects a change of `domain` may unblock: those naming it in `spec.domain` (by name
+/// or ID) that are not Ready. Only a Ready domain unblocks anything, and Ready projects are
+/// left alone, so a domain's periodic status writes cost its projects nothing.
+pub fn projects_waiting_for(
+    domain: &OpenstackDomain,
+    projects: &[Arc<OpenstackProject>],
+) -> Vec<ObjectRef<OpenstackProject>> {
+    let ready = |conds: Option<&Vec<Condition>>| {
+        conds
+            .and_then(|c| api::common::find_condition(c, "Ready"))
+            .is_some_and(Condition::is_true)
+    };
+    if !ready(domain.status.as_ref().map(|s| &s.conditions)) {
+        return Vec::new();
+    }
+    let id = domain.status.as_ref().and_then(|s| s.domain_id.as_deref());
+    projects
+        .iter()
+        .filter(|p| p.spec.domain == domain.spec.name || Some(p.spec.domain.as_str()) == id)
+        .filter(|p| !ready(p.status.as_ref().map(|s| &s.conditions)))
+        .map(|p| ObjectRef::from_obj(p.as_ref()))
+        .collect()
+}
+
+/// Adds a watch of OpenstackDomains to the project Controller: a project waiting for its
+/// domain (`DependencyMissing`) is reconciled as soon as the domain becomes Ready.
+pub fn watch_domains(
+    client: kube::Client,
+) -> impl FnOnce(Controller<OpenstackProject>) -> Controller<OpenstackProject> {
+    move |controller| {
+        let store = controller.store();
+        controller.watches(
+            Api::<OpenstackDomain>::all(client),
+            watcher::Config::default(),
+            move |domain| {
+                let refs = projects_waiting_for(&domain, &store.state());
+                if !refs.is_empty() {
+                    tracing::info!(
+                        domain = %domain.name_any(),
+                        projects = refs.len(),
+                        "domain changed; reconciling the projects waiting for it"
+                    );
+                }
+                refs
+            },
+        )
+    }
 }
 
 /// Reads the federation ConfigMap (from the object's own namespace unless an allowed

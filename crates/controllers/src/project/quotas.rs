@@ -1,7 +1,10 @@
-//! Quotas: only the keys the spec sets are compared and sent; a key removed from the spec
-//! keeps its last value (the seed's behaviour, and Terraform's lesson: unset must not mean 0).
+//! Quotas: only the keys the spec sets are compared and sent. The keys we set are recorded
+//! in `status.quotaKeysSet`; one removed from the spec goes back to the cloud's default (read
+//! from the service's defaults, so only that key changes: the services' own "delete quota"
+//! calls reset every key). Keys never set are left alone (Terraform's lesson: unset must not
+//! mean 0).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use api::OpenstackProjectStatus;
 use api::project::{QuotaService, QuotaUsage, Quotas};
@@ -35,6 +38,45 @@ pub struct ServicePlan {
     pub update: QuotaUpdate,
     /// `<service>.<specKey>` → limit (as it will be) and usage, for every spec key.
     pub usage: BTreeMap<String, QuotaUsage>,
+}
+
+/// The record of a key in `status.quotaKeysSet`.
+pub fn record_key(service: QuotaService, key: &str) -> String {
+    format!("{}.{key}", service.as_str())
+}
+
+/// Keys of `service` recorded as set by us that the spec no longer sets.
+pub fn removed_keys(quotas: &Quotas, service: QuotaService, recorded: &[String]) -> Vec<String> {
+    let prefix = format!("{}.", service.as_str());
+    let wanted: BTreeSet<&str> = quotas
+        .openstack_keys()
+        .into_iter()
+        .filter(|(svc, _, _)| *svc == service)
+        .map(|(_, k, _)| k)
+        .collect();
+    recorded
+        .iter()
+        .filter_map(|r| r.strip_prefix(&prefix))
+        .filter(|k| !wanted.contains(k))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Adds the resets of `removed` keys to `plan`: each goes back to its default where it
+/// differs. A key the service does not know (any more) is dropped: there is nothing to reset.
+pub fn plan_resets(
+    plan: &mut ServicePlan,
+    removed: &[String],
+    observed: &QuotaSet,
+    defaults: &QuotaUpdate,
+) {
+    for key in removed {
+        if let (Some(default), Some(current)) = (defaults.get(key), observed.get(key))
+            && current.limit != *default
+        {
+            plan.update.insert(key.clone(), *default);
+        }
+    }
 }
 
 /// Plans one service: the spec's keys for it against its current quota set.
@@ -94,6 +136,20 @@ pub fn services(quotas: &Quotas) -> Vec<QuotaService> {
     out
 }
 
+/// The services to visit: those of the spec and those with recorded keys to reset.
+fn services_to_visit(quotas: &Quotas, recorded: &[String]) -> Vec<QuotaService> {
+    [
+        QuotaService::Compute,
+        QuotaService::Storage,
+        QuotaService::Network,
+    ]
+    .into_iter()
+    .filter(|svc| {
+        services(quotas).contains(svc) || !removed_keys(quotas, *svc, recorded).is_empty()
+    })
+    .collect()
+}
+
 /// Reads each service's quotas once (with usage), writes only differing keys, and records
 /// `status.quotaUsage`. A failing service does not stop the others.
 pub(crate) async fn apply(
@@ -104,8 +160,21 @@ pub(crate) async fn apply(
 ) -> AreaOutcome {
     let mut out = AreaOutcome::default();
     let mut usage = BTreeMap::new();
-    for svc in services(quotas) {
+    let recorded = status.quota_keys_set.clone();
+    // Every spec key counts as set by us from now on (recorded before the write, so a crash
+    // after it cannot lose the record); a removed key stays recorded until it is reset.
+    let mut keep: BTreeSet<String> = quotas
+        .openstack_keys()
+        .into_iter()
+        .map(|(svc, k, _)| record_key(svc, k))
+        .collect();
+    keep.extend(recorded.iter().cloned());
+    status.quota_keys_set = keep.iter().cloned().collect();
+    let mut reset_done: BTreeSet<String> = BTreeSet::new();
+    for svc in services_to_visit(quotas, &recorded) {
+        let mut reset_candidates: BTreeSet<String> = BTreeSet::new();
         let path = format!("spec.quotas.{}", svc.as_str());
+        let removed = removed_keys(quotas, svc, &recorded);
         let observed = match svc {
             QuotaService::Compute => env.cloud.compute.get_compute_quota(project_id).await,
             QuotaService::Storage => env.cloud.block_storage.get_volume_quota(project_id).await,
@@ -127,7 +196,44 @@ pub(crate) async fn apply(
                 continue;
             }
         };
-        let plan = plan_service(quotas, svc, &observed);
+        let mut plan = plan_service(quotas, svc, &observed);
+        if !removed.is_empty() {
+            // Read only when a key was removed, so the steady state costs no extra call.
+            let defaults = match svc {
+                QuotaService::Compute => {
+                    env.cloud
+                        .compute
+                        .get_compute_quota_defaults(project_id)
+                        .await
+                }
+                QuotaService::Storage => {
+                    env.cloud
+                        .block_storage
+                        .get_volume_quota_defaults(project_id)
+                        .await
+                }
+                QuotaService::Network => {
+                    env.cloud
+                        .network
+                        .get_network_quota_defaults(project_id)
+                        .await
+                }
+            };
+            match defaults {
+                Ok(d) => {
+                    plan_resets(&mut plan, &removed, &observed, &d);
+                    // Reset once the write below succeeds (or nothing differed).
+                    reset_candidates.extend(removed.iter().map(|k| record_key(svc, k)));
+                }
+                Err(e) => out.errors.push(os(
+                    format!(
+                        "{path}: reading the default quotas to reset {}",
+                        removed.join(", ")
+                    ),
+                    e,
+                )),
+            }
+        }
         if !plan.update.is_empty() {
             let res = match svc {
                 QuotaService::Compute => {
@@ -161,8 +267,11 @@ pub(crate) async fn apply(
                 }
             }
         }
+        reset_done.append(&mut reset_candidates);
         usage.extend(plan.usage);
     }
+    keep.retain(|k| !reset_done.contains(k));
+    status.quota_keys_set = keep.into_iter().collect();
     status.quota_usage = usage;
     out
 }
@@ -270,6 +379,52 @@ mod tests {
                 .usage
                 .is_empty()
         );
+    }
+
+    #[test]
+    fn removed_keys_we_set_go_back_to_the_default() {
+        let q = Quotas {
+            compute: Some(ComputeQuotas {
+                cores: Some(40),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let recorded = vec![
+            "compute.cores".to_string(),
+            "compute.ram".to_string(),
+            "network.router".to_string(),
+        ];
+        assert_eq!(
+            removed_keys(&q, QuotaService::Compute, &recorded),
+            vec!["ram"]
+        );
+        assert_eq!(
+            removed_keys(&q, QuotaService::Network, &recorded),
+            vec!["router"]
+        );
+        assert!(removed_keys(&q, QuotaService::Storage, &recorded).is_empty());
+        // Network has no spec key but a recorded one: it is visited to reset it.
+        assert_eq!(
+            services_to_visit(&q, &recorded),
+            vec![QuotaService::Compute, QuotaService::Network]
+        );
+        let observed = qs(&[("cores", 40, 0), ("ram", 12345, 0), ("instances", 17, 0)]);
+        let defaults: QuotaUpdate = [
+            ("cores".to_string(), 20),
+            ("ram".to_string(), 51200),
+            ("instances".to_string(), 10),
+        ]
+        .into();
+        let mut plan = plan_service(&q, QuotaService::Compute, &observed);
+        plan_resets(&mut plan, &["ram".to_string()], &observed, &defaults);
+        // Only the removed key: `instances` was never ours and keeps 17.
+        assert_eq!(plan.update, [("ram".to_string(), 51200)].into());
+        // Already at the default: nothing to write.
+        let at_default = qs(&[("cores", 40, 0), ("ram", 51200, 0)]);
+        let mut plan = plan_service(&q, QuotaService::Compute, &at_default);
+        plan_resets(&mut plan, &["ram".to_string()], &at_default, &defaults);
+        assert!(plan.update.is_empty());
     }
 
     #[test]

@@ -348,11 +348,27 @@ async fn seed_readme_project_converges() {
         group.description,
         "[managed-by-openstack-operator] Users for my-project.example.com"
     );
+    // `member` users are in the project group (as with the seed), which holds `member`.
     let grants = w.grants(&pid).await;
     assert!(grants.contains(&(Actor::Group(group.id.clone()), "member".into())));
-    assert!(grants.contains(&(w.user("alice@example.com").await, "member".into())));
-    assert!(grants.contains(&(w.user("bob@example.com").await, "member".into())));
-    assert_eq!(grants.len(), 3);
+    assert_eq!(grants.len(), 1, "{grants:?}");
+    let members: BTreeSet<Actor> = w
+        .cloud
+        .identity
+        .list_group_users(&group.id)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|u| Actor::User(u.id))
+        .collect();
+    assert_eq!(
+        members,
+        [
+            w.user("alice@example.com").await,
+            w.user("bob@example.com").await
+        ]
+        .into()
+    );
 
     let q = w.cloud.compute.get_compute_quota(&pid).await.unwrap();
     assert_eq!(
@@ -420,6 +436,9 @@ async fn seed_readme_project_converges() {
         .await
         .unwrap();
     assert_eq!(idp.remote_ids, vec!["https://idp.example.com".to_string()]);
+    // Created in sso-domain (Keystone generates no domain for it) with our mark.
+    assert_eq!(idp.domain_id.as_deref(), Some(w.sso.id.as_str()));
+    assert_eq!(idp.description, federation::idp_mark(&w.config.cluster_id));
     let proto = w
         .cloud
         .identity
@@ -484,10 +503,10 @@ async fn large_project_converges_and_resync_makes_no_writes() {
         "steady-state resync of the large project: {reads} read calls: {:?}",
         w.fake.calls()
     );
-    // domain, project, group, roles, 3 users, 1 group, assignments, 3 quota sets,
-    // networks/subnets/routers, 3 router interface lists, external networks, security groups,
-    // mapping, IdP, protocol.
-    assert_eq!(reads, 23);
+    // domain, project, group, roles, 3 users, 1 group, the reader role group, the project
+    // group's members, assignments, 3 quota sets, networks/subnets/routers, 3 router interface
+    // lists, external networks, security groups, mapping, IdP, protocol.
+    assert_eq!(reads, 25);
 }
 
 #[tokio::test]
@@ -545,7 +564,7 @@ async fn edits_converge_in_place() {
     {
         let c = s.quotas.as_mut().unwrap().compute.as_mut().unwrap();
         c.cores = Some(50);
-        c.instances = None; // left as it is in Nova
+        c.instances = None; // set by us before: back to Nova's default
     }
     obj.metadata.generation = Some(2);
 
@@ -619,39 +638,77 @@ async fn edits_converge_in_place() {
             .iter()
             .any(|(a, _)| *a == Actor::Group(auditors.id.clone()))
     );
-    let rules = w.mapping().await.unwrap().rules;
-    let any_one_of = &rules[0]["remote"][1]["any_one_of"];
+    // Members follow the member binding: bob is out of the project group.
+    let pg = st.group_id.clone().unwrap();
+    let members: Vec<String> = w
+        .cloud
+        .identity
+        .list_group_users(&pg)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|u| u.id)
+        .collect();
     assert_eq!(
-        any_one_of,
-        &serde_json::json!(["alice@example.com", "dave@example.com"]),
-        "carol is a reader only: the rule's group would make her a member"
+        members
+            .iter()
+            .map(|m| Actor::User(m.clone()))
+            .collect::<Vec<_>>(),
+        vec![w.user("alice@example.com").await]
     );
-    let f = cond(&st, FEDERATION_READY);
-    assert!(
-        f.message
-            .as_deref()
-            .unwrap_or_default()
-            .contains("carol@example.com"),
-        "{f:?}"
+    // One rule per role: members into the project group, the reader into the reader group,
+    // which holds `reader` alone.
+    let rules = w.mapping().await.unwrap().rules;
+    assert_eq!(
+        rules[0]["remote"][1]["any_one_of"],
+        serde_json::json!(["alice@example.com", "dave@example.com"]),
     );
+    assert_eq!(
+        rules[0]["local"][1]["group"]["name"],
+        "big-example-com-users"
+    );
+    assert_eq!(
+        rules[1]["remote"][1]["any_one_of"],
+        serde_json::json!(["carol@example.com"])
+    );
+    assert_eq!(
+        rules[1]["local"][1]["group"]["name"],
+        "big-example-com-users-reader"
+    );
+    let reader_group = st.role_groups["reader"].clone();
+    let grants = w.grants(&pid).await;
+    let of_reader_group: Vec<&String> = grants
+        .iter()
+        .filter(|(a, _)| *a == Actor::Group(reader_group.clone()))
+        .map(|(_, r)| r)
+        .collect();
+    assert_eq!(of_reader_group, vec!["reader"]);
 
+    // instances was set by us and removed from the spec: back to Nova's default.
     let q = w.cloud.compute.get_compute_quota(&pid).await.unwrap();
-    assert_eq!((q["cores"].limit, q["instances"].limit), (50, 20));
+    assert_eq!((q["cores"].limit, q["instances"].limit), (50, 10));
     assert!(!st.quota_usage.contains_key("compute.instances"));
+    assert!(!st.quota_keys_set.contains(&"compute.instances".to_string()));
+    assert!(st.quota_keys_set.contains(&"compute.cores".to_string()));
 
     // Converged: a resync writes nothing.
     w.fake.reset_calls();
     w.pass(&obj, &mut st, fed(&obj)).await.unwrap();
     assert_eq!(w.fake.writes(), 0, "{:?}", w.fake.write_calls());
 
-    // The pending user logs in for the first time: granted on the next pass.
+    // The pending user logs in for the first time: in the project group on the next pass.
     w.fake.add_user(&w.sso.id, "dave@example.com");
     w.pass(&obj, &mut st, fed(&obj)).await.unwrap();
     assert!(st.pending_users.is_empty());
+    let dave = w.user("dave@example.com").await;
     assert!(
-        w.grants(&pid)
+        w.cloud
+            .identity
+            .list_group_users(&pg)
             .await
-            .contains(&(w.user("dave@example.com").await, "member".into()))
+            .unwrap()
+            .iter()
+            .any(|u| Actor::User(u.id.clone()) == dave)
     );
     assert_eq!(
         cond(&st, ROLE_BINDINGS_READY).reason.as_deref(),
@@ -748,14 +805,23 @@ async fn deletion_leaves_nothing_of_ours() {
             .unwrap()
             .is_none()
     );
-    // The IdP is shared by every project (and users): it stays.
+    // The IdP was created by the operator (in sso-domain, so no domain of its own) and the
+    // last project using it is gone: it goes too, and no stray domain is left.
     assert!(
         w.cloud
             .identity
             .get_identity_provider("satosa")
             .await
-            .is_ok()
+            .optional()
+            .unwrap()
+            .is_none()
     );
+    let domains = w.cloud.identity.list_domains().await.unwrap();
+    assert!(
+        domains.iter().all(|d| d.name != "satosa"),
+        "no domain generated for the IdP: {domains:?}"
+    );
+    assert!(st.role_groups.is_empty());
 
     // Deleting again finds nothing and is fine.
     w.fake.reset_calls();
@@ -1031,6 +1097,7 @@ async fn removing_federation_ref_removes_the_rule() {
             mapping: "satosa_oidc_mapping".into(),
             domain: "sso-users".into(),
             group: "my-project-example-com-users".into(),
+            role_groups: vec![],
         })
     );
     // Another project's rule in the same mapping stays.
@@ -1283,7 +1350,8 @@ async fn lost_responses_do_not_duplicate() {
     ] {
         assert_eq!(w.fake.call_count(op), 1, "{op}");
     }
-    assert_eq!(w.fake.call_count("identity.grant_project_role"), 3);
+    // The project group's `member`; alice and bob are members of that group.
+    assert_eq!(w.fake.call_count("identity.grant_project_role"), 1);
     assert!(
         w.fake.call_count("identity.find_project") >= 2,
         "the lost create was looked up"
@@ -1651,4 +1719,40 @@ async fn network_quota_usage_counts_what_the_pass_built() {
     w.fake.reset_calls();
     w.pass(&obj, &mut st, fed(&obj)).await.unwrap();
     assert_eq!(w.fake.writes(), 0, "{:?}", w.fake.write_calls());
+}
+
+#[test]
+fn a_ready_domain_unblocks_only_its_waiting_projects() {
+    let waiting = Arc::new(from_yaml(SEED_README, "uid-wait"));
+    let mut ready = from_yaml(SEED_README, "uid-ready");
+    ready.metadata.name = Some("ready".into());
+    ready.status = Some(OpenstackProjectStatus {
+        conditions: vec![api::Condition::new("Ready", true, "InSync", "ok")],
+        ..Default::default()
+    });
+    let mut elsewhere = from_yaml(SEED_README, "uid-else");
+    elsewhere.metadata.name = Some("elsewhere".into());
+    elsewhere.spec.domain = "other".into();
+    let projects = vec![waiting.clone(), Arc::new(ready), Arc::new(elsewhere)];
+    let mut domain: api::OpenstackDomain = serde_json::from_value(serde_json::json!({
+        "apiVersion": "sunet.se/v1alpha1",
+        "kind": "OpenstackDomain",
+        "metadata": {"name": "sso"},
+        "spec": {"name": "sso-users", "description": "", "enabled": true}
+    }))
+    .unwrap();
+    // Not Ready yet: nothing to do for anyone.
+    assert!(projects_waiting_for(&domain, &projects).is_empty());
+    domain.status = Some(api::domain::OpenstackDomainStatus {
+        domain_id: Some("d1".into()),
+        conditions: vec![api::Condition::new("Ready", true, "Created", "ok")],
+        ..Default::default()
+    });
+    let refs = projects_waiting_for(&domain, &projects);
+    assert_eq!(
+        refs,
+        vec![kube::runtime::reflector::ObjectRef::from_obj(
+            waiting.as_ref()
+        )]
+    );
 }

@@ -88,8 +88,9 @@ pub fn tenant_counts(n: usize) -> Vec<(&'static str, usize)> {
     vec![
         (inventory::PROJECT, n),
         (inventory::GROUP, n),
-        // The project group's `member` (the seed's) and the binding's user.
-        (inventory::ROLE_ASSIGNMENT, 2 * n),
+        // The project group's `member` (the seed's); the binding's user holds it as a member
+        // of that group.
+        (inventory::ROLE_ASSIGNMENT, n),
         (inventory::NETWORK, n),
         (inventory::SUBNET, n),
         (inventory::ROUTER, n),

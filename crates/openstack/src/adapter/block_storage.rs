@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
-use super::compute::parse_quota_detail;
+use super::compute::{parse_quota_defaults, parse_quota_detail};
 use super::{Core, Request, Service, seg};
 use crate::error::Result;
 use crate::model::*;
@@ -35,6 +35,16 @@ impl BlockStorage for BlockStorageAdapter {
         .query("usage", "true");
         let v: Value = self.core.send(&req).await?.json_at("quota_set")?;
         parse_quota_detail(&req.context(), &v)
+    }
+
+    async fn get_volume_quota_defaults(&self, project_id: &str) -> Result<QuotaUpdate> {
+        let req = Request::get(
+            S,
+            "get_volume_quota_defaults",
+            format!("os-quota-sets/{}/defaults", seg(project_id)),
+        );
+        let v: Value = self.core.send(&req).await?.json_at("quota_set")?;
+        parse_quota_defaults(&req.context(), &v)
     }
 
     async fn update_volume_quota(&self, project_id: &str, limits: &QuotaUpdate) -> Result<()> {

@@ -118,6 +118,17 @@ pub(crate) fn parse_quota_detail(ctx: &str, v: &Value) -> Result<QuotaSet> {
     Ok(out)
 }
 
+/// Parse a defaults response (`{"cores": 20, "id": "..."}`): the numeric members.
+pub(crate) fn parse_quota_defaults(ctx: &str, v: &Value) -> Result<QuotaUpdate> {
+    let obj = v
+        .as_object()
+        .ok_or_else(|| Error::unexpected(format!("{ctx}: quota defaults are not an object")))?;
+    Ok(obj
+        .iter()
+        .filter_map(|(k, v)| v.as_i64().map(|v| (k.clone(), v)))
+        .collect())
+}
+
 #[async_trait]
 impl Compute for ComputeAdapter {
     async fn get_flavor(&self, id: &str) -> Result<Flavor> {
@@ -326,6 +337,16 @@ impl Compute for ComputeAdapter {
         ));
         let v: Value = self.core.send(&req).await?.json_at("quota_set")?;
         parse_quota_detail(&req.context(), &v)
+    }
+
+    async fn get_compute_quota_defaults(&self, project_id: &str) -> Result<QuotaUpdate> {
+        let req = self.req(Request::get(
+            S,
+            "get_compute_quota_defaults",
+            format!("os-quota-sets/{}/defaults", seg(project_id)),
+        ));
+        let v: Value = self.core.send(&req).await?.json_at("quota_set")?;
+        parse_quota_defaults(&req.context(), &v)
     }
 
     async fn update_compute_quota(&self, project_id: &str, limits: &QuotaUpdate) -> Result<()> {

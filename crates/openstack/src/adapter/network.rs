@@ -1150,6 +1150,16 @@ impl Network for NetworkAdapter {
         parse_quota_details(&r.context(), &v)
     }
 
+    async fn get_network_quota_defaults(&self, project_id: &str) -> Result<QuotaUpdate> {
+        let r = Request::get(
+            S,
+            "get_network_quota_defaults",
+            format!("quotas/{}/default", seg(project_id)),
+        );
+        let v: Value = self.fetch(&r, "quota").await?;
+        super::compute::parse_quota_defaults(&r.context(), &v)
+    }
+
     async fn update_network_quota(&self, project_id: &str, limits: &QuotaUpdate) -> Result<()> {
         if limits.is_empty() {
             return Ok(());

@@ -143,4 +143,7 @@ impl Network for Unavailable {
     async fn update_network_quota(&self, _: &str, _: &BTreeMap<String, i64>) -> Result<()> {
         self.err("update_network_quota")
     }
+    async fn get_network_quota_defaults(&self, _: &str) -> Result<QuotaUpdate> {
+        self.err("get_network_quota_defaults")
+    }
 }

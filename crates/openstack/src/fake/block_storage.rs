@@ -43,6 +43,15 @@ impl BlockStorage for FakeCloud {
         })
     }
 
+    async fn get_volume_quota_defaults(&self, _project_id: &str) -> Result<QuotaUpdate> {
+        self.run("block_storage.get_volume_quota_defaults", |_| {
+            Ok(default_quota()
+                .into_iter()
+                .map(|(k, v)| (k, v.limit))
+                .collect())
+        })
+    }
+
     async fn update_volume_quota(&self, project_id: &str, limits: &QuotaUpdate) -> Result<()> {
         self.run("block_storage.update_volume_quota", |st| {
             let q = st

@@ -222,6 +222,15 @@ impl Compute for FakeCloud {
         })
     }
 
+    async fn get_compute_quota_defaults(&self, _project_id: &str) -> Result<QuotaUpdate> {
+        self.run("compute.get_compute_quota_defaults", |_| {
+            Ok(default_quota()
+                .into_iter()
+                .map(|(k, v)| (k, v.limit))
+                .collect())
+        })
+    }
+
     async fn update_compute_quota(&self, project_id: &str, limits: &QuotaUpdate) -> Result<()> {
         self.run("compute.update_compute_quota", |st| {
             let q = st

@@ -943,6 +943,13 @@ impl Network for FakeCloud {
         })
     }
 
+    async fn get_network_quota_defaults(&self, _project_id: &str) -> Result<QuotaUpdate> {
+        self.run(
+            "network.get_network_quota_defaults",
+            |_| Ok(default_quota()),
+        )
+    }
+
     async fn update_network_quota(&self, project_id: &str, limits: &QuotaUpdate) -> Result<()> {
         self.run("network.update_network_quota", |st| {
             let q = st.network_quotas.entry(project_id.into()).or_insert_with(default_quota);
