@@ -163,6 +163,26 @@ for u in s.get(U + "/users", params={"name": os.environ["USER_NAME"]}).json()["u
     }
 }
 
+/// Resident memory in KiB of a process and its children (uwsgi's master and workers), read from
+/// /proc; reported, not asserted.
+fn rss_kib(pid: u32) -> u64 {
+    let own = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0);
+    let children =
+        std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+    own + children
+        .split_whitespace()
+        .filter_map(|c| c.parse().ok())
+        .map(rss_kib)
+        .sum::<u64>()
+}
+
 fn memcached_items(port: u16) -> u64 {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("memcached");
@@ -442,6 +462,11 @@ async fn rendered_placement_boots_and_serves_resource_providers() {
         "SELECT name FROM {DB}.resource_providers WHERE uuid = '{uuid}'"
     ));
     assert_eq!(stored.trim(), name);
+
+    eprintln!(
+        "placement-api (uwsgi master + 1 worker) RSS after serving: {} MiB",
+        rss_kib(_uwsgi.0.id()) / 1024
+    );
 
     // keystonemiddleware cached the validated token in the memcached the config names.
     assert!(
