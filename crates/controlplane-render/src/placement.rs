@@ -242,6 +242,26 @@ mod tests {
     }
 
     #[test]
+    fn the_options_validation_refuses_are_the_ones_rendered() {
+        let t = ServiceTemplate::default();
+        let ini = placement_conf(&inputs(&t));
+        for (section, key) in controlplane_api::validation::PLACEMENT_OWNED_OPTIONS {
+            let line = ini
+                .split("\n[")
+                .find(|s| {
+                    s.trim_start_matches('[')
+                        .starts_with(&format!("{section}]"))
+                })
+                .map(|s| s.lines().any(|l| l.starts_with(&format!("{key} = "))));
+            assert_eq!(
+                line,
+                Some(true),
+                "[{section}] {key} is owned but not rendered"
+            );
+        }
+    }
+
+    #[test]
     fn no_cache_means_no_memcached_servers() {
         let t = template();
         let mut i = inputs(&t);
