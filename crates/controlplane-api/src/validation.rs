@@ -25,6 +25,23 @@ pub const KEYSTONE_OWNED_OPTIONS: &[(&str, &str)] = &[
     ("cache", "memcache_servers"),
 ];
 
+/// Placement's options the operator renders itself (database, token validation and the
+/// service user, the auth strategy).
+pub const PLACEMENT_OWNED_OPTIONS: &[(&str, &str)] = &[
+    ("placement_database", "connection"),
+    ("api", "auth_strategy"),
+    ("keystone_authtoken", "auth_type"),
+    ("keystone_authtoken", "auth_url"),
+    ("keystone_authtoken", "www_authenticate_uri"),
+    ("keystone_authtoken", "region_name"),
+    ("keystone_authtoken", "username"),
+    ("keystone_authtoken", "password"),
+    ("keystone_authtoken", "project_name"),
+    ("keystone_authtoken", "user_domain_name"),
+    ("keystone_authtoken", "project_domain_name"),
+    ("keystone_authtoken", "memcached_servers"),
+];
+
 #[derive(Default)]
 struct Errors(Vec<FieldError>);
 
@@ -257,6 +274,7 @@ impl Validate for OpenStackClusterSpec {
                     ),
                 ),
                 Some(ServiceName::Keystone) => template(&mut e, &path, t, KEYSTONE_OWNED_OPTIONS),
+                Some(ServiceName::Placement) => template(&mut e, &path, t, PLACEMENT_OWNED_OPTIONS),
                 Some(_) => template(&mut e, &path, t, &[]),
             }
         }

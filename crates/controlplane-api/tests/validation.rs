@@ -72,6 +72,21 @@ fn cluster_rules() {
             "spec.templates.keystone.configOverrides.database.connection"
         ]
     );
+    // Placement's operator-owned options are refused too; its other options pass.
+    let mut pl = ok.clone();
+    pl["services"] = json!(["keystone", "placement"]);
+    pl["templates"] = json!({"placement": {"configOverrides": {
+        "api": {"auth_strategy": "noauth2"},
+        "placement": {"max_allocation_candidates": "500"},
+        "keystone_authtoken": {"memcached_servers": "evil:11211"}}}});
+    let spec: controlplane_api::OpenStackClusterSpec = serde_json::from_value(pl).expect("parses");
+    assert_eq!(
+        paths(&spec),
+        vec![
+            "spec.templates.placement.configOverrides.api.auth_strategy",
+            "spec.templates.placement.configOverrides.keystone_authtoken.memcached_servers"
+        ]
+    );
     let mut r = ok;
     r["release"] = json!("2023.1");
     let spec: controlplane_api::OpenStackClusterSpec = serde_json::from_value(r).expect("parses");

@@ -2,12 +2,13 @@
 //! script and the commands of its Jobs. The same functions serve the pods (paths under
 //! `/etc/keystone` and `/var/lib/keystone`) and the boot proof (paths in a temporary directory).
 
-use std::collections::BTreeMap;
-
 use controlplane_api::KeystoneSpec;
 
 use crate::hash::InputHash;
 use crate::ini::Ini;
+use crate::uwsgi::Uwsgi;
+
+pub use crate::database::{DB_INIT_SCRIPT, Database, db_init_env, db_init_hash};
 
 /// Port the Keystone API listens on inside the pod and on its Service.
 pub const PORT: u16 = 5000;
@@ -37,44 +38,6 @@ impl Paths {
             log_file: None,
             python_home: None,
         }
-    }
-}
-
-/// Keystone's database connection, resolved from the `database` external service and the
-/// generated credentials.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Database {
-    /// Host name or address.
-    pub host: String,
-    /// Port.
-    pub port: u16,
-    /// Database name.
-    pub name: String,
-    /// User Keystone connects as.
-    pub user: String,
-    /// That user's password (generated).
-    pub password: String,
-    /// Path of the CA bundle when the database is reached over TLS.
-    pub ca_file: Option<String>,
-}
-
-impl Database {
-    /// The SQLAlchemy URL (`mysql+pymysql://...`).
-    pub fn url(&self) -> String {
-        let host = if self.host.contains(':') {
-            format!("[{}]", self.host)
-        } else {
-            self.host.clone()
-        };
-        let mut url = format!(
-            "mysql+pymysql://{}:{}@{}:{}/{}?charset=utf8mb4",
-            self.user, self.password, host, self.port, self.name
-        );
-        if let Some(ca) = &self.ca_file {
-            url.push_str("&ssl_ca=");
-            url.push_str(ca);
-        }
-        url
     }
 }
 
@@ -154,62 +117,14 @@ pub fn keystone_conf(i: &KeystoneInputs<'_>) -> String {
 
 /// uwsgi's configuration for the Keystone API.
 pub fn uwsgi_ini(i: &KeystoneInputs<'_>) -> String {
-    let mut s = String::from("[uwsgi]\n");
-    s.push_str(&format!("http-socket = {}\n", i.listen));
-    if let Some(home) = &i.paths.python_home {
-        s.push_str(&format!("home = {home}\n"));
+    Uwsgi {
+        listen: &i.listen,
+        python_home: i.paths.python_home.as_deref(),
+        workers: i.workers,
+        module: "keystone.wsgi.api:application",
+        config_dir_env: ("OS_KEYSTONE_CONFIG_DIR", &i.paths.config_dir),
     }
-    s.push_str(&format!(
-        "master = true\nprocesses = {}\nthreads = 1\nenable-threads = true\nlazy-apps = true\nneed-app = true\ndie-on-term = true\n",
-        i.workers.max(1)
-    ));
-    // uwsgi's http-socket does not keep connections alive; clients that reuse connections
-    // would see resets without this header.
-    s.push_str("add-header = Connection: close\nbuffer-size = 65535\nworker-reload-mercy = 2\n");
-    s.push_str("module = keystone.wsgi.api:application\n");
-    s.push_str(&format!(
-        "env = OS_KEYSTONE_CONFIG_DIR={}\n",
-        i.paths.config_dir
-    ));
-    s
-}
-
-/// The Python script of the database Job: creates the database and the service user (or
-/// resets its password) with the admin credentials of the `database` external service. It runs
-/// with the service image's own PyMySQL, so no extra image is needed. Every value comes from
-/// the environment; names were validated to `[A-Za-z0-9_]` before they get here.
-pub const DB_INIT_SCRIPT: &str = r#"import os, sys
-import pymysql
-env = os.environ
-name, user, pw = env["DB_NAME"], env["DB_USER"], env["DB_PASSWORD"]
-for v in (name, user):
-    if not v.replace("_", "").isalnum():
-        sys.exit("refusing database or user name %r" % v)
-ssl = {"ca": env["DB_CA_FILE"]} if env.get("DB_CA_FILE") else None
-conn = pymysql.connect(host=env["DB_HOST"], port=int(env["DB_PORT"]),
-                       user=env["DB_ADMIN_USER"], password=env["DB_ADMIN_PASSWORD"],
-                       ssl=ssl, autocommit=True, connect_timeout=10)
-with conn.cursor() as cur:
-    cur.execute("CREATE DATABASE IF NOT EXISTS `" + name + "` CHARACTER SET utf8mb4")
-    cur.execute("CREATE USER IF NOT EXISTS %s@'%%' IDENTIFIED BY %s", (user, pw))
-    cur.execute("ALTER USER %s@'%%' IDENTIFIED BY %s", (user, pw))
-    cur.execute("GRANT ALL PRIVILEGES ON `" + name + "`.* TO %s@'%%'", (user,))
-print("database %s and user %s ready" % (name, user))
-"#;
-
-/// Environment of the database Job except the admin credentials (which come from the external
-/// service's Secret) and the service password (from the generated Secret).
-pub fn db_init_env(db: &Database) -> BTreeMap<String, String> {
-    let mut env = BTreeMap::from([
-        ("DB_HOST".to_string(), db.host.clone()),
-        ("DB_PORT".to_string(), db.port.to_string()),
-        ("DB_NAME".to_string(), db.name.clone()),
-        ("DB_USER".to_string(), db.user.clone()),
-    ]);
-    if let Some(ca) = &db.ca_file {
-        env.insert("DB_CA_FILE".into(), ca.clone());
-    }
-    env
+    .render()
 }
 
 /// Arguments of `keystone-manage bootstrap` (the password comes from `OS_BOOTSTRAP_PASSWORD`,
@@ -240,19 +155,6 @@ pub fn bootstrap_args(spec: &KeystoneSpec, internal_url: &str, public_url: &str)
     .collect()
 }
 
-/// Hash of the database step's inputs.
-pub fn db_init_hash(db: &Database, admin_secret: &str) -> String {
-    InputHash::new()
-        .add("script", DB_INIT_SCRIPT)
-        .add("host", &db.host)
-        .add("port", db.port.to_string())
-        .add("name", &db.name)
-        .add("user", &db.user)
-        .add("password", &db.password)
-        .add("admin-secret", admin_secret)
-        .short()
-}
-
 /// Hash of the db_sync step's inputs: the image and everything in keystone.conf.
 pub fn db_sync_hash(image: &str, keystone_conf: &str) -> String {
     InputHash::new()
@@ -281,6 +183,7 @@ mod tests {
     use super::*;
     use controlplane_api::common::{ExternalServiceRef, ServiceTemplate};
     use controlplane_api::keystone::{DatabaseSpec, TokenSettings};
+    use std::collections::BTreeMap;
 
     pub(crate) fn spec() -> KeystoneSpec {
         KeystoneSpec {

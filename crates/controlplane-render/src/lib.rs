@@ -4,12 +4,16 @@
 //! controllers apply what these functions return, and the boot proof runs the real Keystone
 //! from exactly this output.
 
+pub mod database;
 pub mod hash;
 pub mod ini;
 pub mod keys;
 pub mod keystone;
 pub mod objects;
+pub mod placement;
 pub mod secrets;
+pub mod service_user;
+pub mod uwsgi;
 
 pub use hash::InputHash;
 pub use ini::Ini;

@@ -1,0 +1,477 @@
+//! Proof that the rendered Placement configuration works: the operator's own rendering
+//! (`placement.conf`, the uwsgi configuration, the shared database script, the db sync command
+//! and the shared service-user/catalog script) drives the real Placement of the test cloud's
+//! virtualenv against the test cloud's real MariaDB and real Keystone, with a real memcached as
+//! keystonemiddleware's token cache.
+//!
+//! Needs: `scripts/test-cloud up` (MariaDB on 127.0.0.1:13306, Keystone on 127.0.0.1:5000, the
+//! venv) and `scripts/control-plane-deps` (memcached, python-memcached in the venv). It uses its
+//! own database and user (`cpproof_placement`), its own service user (`cpproof_placement`) and
+//! its own region (`CpProofPlacement`) for the catalog endpoints, and removes them again, so
+//! the test cloud's Placement and its catalog in `RegionOne` are untouched.
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use controlplane_api::common::ServiceTemplate;
+use controlplane_render::database::{self, Database};
+use controlplane_render::placement::{self, KeystoneAuth, Paths, PlacementInputs};
+use controlplane_render::secrets::password;
+use controlplane_render::service_user;
+
+const KEYSTONE: &str = "http://127.0.0.1:5000/v3";
+const REGION: &str = "CpProofPlacement";
+const USER: &str = "cpproof_placement";
+const DB: &str = "cpproof_placement";
+
+fn test_cloud_dir() -> PathBuf {
+    PathBuf::from(
+        std::env::var("TEST_CLOUD_DIR")
+            .unwrap_or_else(|_| "/var/cache/openstack-operator/test-cloud".into()),
+    )
+}
+
+fn venv_bin(name: &str) -> PathBuf {
+    let p = test_cloud_dir().join("venv/bin").join(name);
+    assert!(
+        p.exists(),
+        "{} is missing: run scripts/test-cloud up (it installs Placement into its venv)",
+        p.display()
+    );
+    p
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
+/// Kills a child process (and waits for it) when dropped.
+struct Proc(Child, &'static str);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Ok(pid) = i32::try_from(self.0.id()) {
+            // SAFETY: signalling a child we started; its pid is still ours until we wait.
+            unsafe {
+                libc::kill(pid, libc::SIGTERM);
+            }
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.0.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+        eprintln!("{} did not stop on SIGTERM; killed", self.1);
+    }
+}
+
+fn run(cmd: &mut Command, what: &str) -> String {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("{what}: cannot start: {e}"));
+    assert!(
+        out.status.success(),
+        "{what} failed ({}):\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn mariadb_admin(sql: &str) -> String {
+    run(
+        Command::new("mariadb").args([
+            "-h",
+            "127.0.0.1",
+            "-P",
+            "13306",
+            "-u",
+            "root",
+            "-N",
+            "-B",
+            "-e",
+            sql,
+        ]),
+        "mariadb (test cloud root)",
+    )
+}
+
+/// The test cloud's Keystone admin password, from the clouds.yaml it wrote.
+fn admin_password() -> String {
+    let clouds = test_cloud_dir().join("clouds.yaml");
+    run(
+        Command::new(venv_bin("python3")).arg("-c").arg(
+            "import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))['clouds']['local-admin']['auth']['password'])",
+        ).arg(&clouds),
+        "reading the admin password from clouds.yaml",
+    )
+    .trim()
+    .to_string()
+}
+
+/// Removes what the proof registered in the test cloud's Keystone (its endpoints, region and
+/// user; never the shared `placement` service, which the proof only reuses) and its database.
+struct Cleanup(String);
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let script = r#"import os
+from keystoneauth1 import session
+from keystoneauth1.identity import v3
+U = "http://127.0.0.1:5000/v3"
+s = session.Session(auth=v3.Password(auth_url=U, username="admin", password=os.environ["PW"],
+    project_name="admin", user_domain_id="default", project_domain_id="default"))
+for e in s.get(U + "/endpoints", params={"region_id": os.environ["REGION"]}).json()["endpoints"]:
+    if e.get("region_id") == os.environ["REGION"]:
+        s.delete(U + "/endpoints/" + e["id"])
+if any(r["id"] == os.environ["REGION"] for r in s.get(U + "/regions").json()["regions"]):
+    s.delete(U + "/regions/" + os.environ["REGION"])
+for u in s.get(U + "/users", params={"name": os.environ["USER_NAME"]}).json()["users"]:
+    s.delete(U + "/users/" + u["id"])
+"#;
+        let out = Command::new(venv_bin("python3"))
+            .arg("-c")
+            .arg(script)
+            .env("PW", &self.0)
+            .env("REGION", REGION)
+            .env("USER_NAME", USER)
+            .output();
+        match out {
+            Ok(o) if o.status.success() => {}
+            Ok(o) => eprintln!(
+                "cleanup of the proof's Keystone entries failed: {}",
+                String::from_utf8_lossy(&o.stderr)
+            ),
+            Err(e) => eprintln!("cleanup of the proof's Keystone entries: {e}"),
+        }
+        let _ = Command::new("mariadb")
+            .args(["-h", "127.0.0.1", "-P", "13306", "-u", "root", "-e"])
+            .arg(format!(
+                "DROP DATABASE IF EXISTS {DB}; DROP USER IF EXISTS '{DB}'@'%'"
+            ))
+            .output();
+    }
+}
+
+/// Resident memory in KiB of a process and its children (uwsgi's master and workers), read from
+/// /proc; reported, not asserted.
+fn rss_kib(pid: u32) -> u64 {
+    let own = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0);
+    let children =
+        std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+    own + children
+        .split_whitespace()
+        .filter_map(|c| c.parse().ok())
+        .map(rss_kib)
+        .sum::<u64>()
+}
+
+fn memcached_items(port: u16) -> u64 {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("memcached");
+    s.write_all(b"stats\r\nquit\r\n").expect("stats");
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out.lines()
+        .find_map(|l| l.strip_prefix("STAT total_items "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// A token of the proof's service user, scoped to `service`, and its catalog.
+async fn service_token(client: &reqwest::Client, pw: &str) -> (String, serde_json::Value) {
+    let body = serde_json::json!({"auth": {"identity": {"methods": ["password"], "password": {"user": {
+        "name": USER, "domain": {"id": "default"}, "password": pw}}},
+        "scope": {"project": {"name": "service", "domain": {"id": "default"}}}}});
+    let resp = client
+        .post(format!("{KEYSTONE}/auth/tokens"))
+        .json(&body)
+        .send()
+        .await
+        .expect("token request");
+    assert_eq!(
+        resp.status(),
+        201,
+        "token request answered {}",
+        resp.status()
+    );
+    let token = resp
+        .headers()
+        .get("x-subject-token")
+        .and_then(|v| v.to_str().ok())
+        .expect("X-Subject-Token")
+        .to_string();
+    (token, resp.json().await.expect("token JSON"))
+}
+
+async fn get(
+    client: &reqwest::Client,
+    url: &str,
+    token: Option<&str>,
+    mv: &str,
+) -> reqwest::Response {
+    let mut r = client
+        .get(url)
+        .header("OpenStack-API-Version", format!("placement {mv}"));
+    if let Some(t) = token {
+        r = r.header("X-Auth-Token", t);
+    }
+    match r.send().await {
+        Ok(r) => r,
+        Err(e) => panic!("GET {url}: {e:?}; {}", read_logs()),
+    }
+}
+
+/// The proof's temporary directory, for the logs a failure shows.
+static ROOT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+
+fn read_logs() -> String {
+    let Some(root) = ROOT.get() else {
+        return String::new();
+    };
+    format!(
+        "uwsgi log:\n{}\nplacement log:\n{}",
+        std::fs::read_to_string(root.join("uwsgi.log")).unwrap_or_default(),
+        std::fs::read_to_string(root.join("placement.log")).unwrap_or_default()
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rendered_placement_boots_and_serves_resource_providers() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let root = tmp.path();
+    let _ = ROOT.set(root.to_path_buf());
+    let (api_port, mc_port) = (free_port(), free_port());
+    let admin_pw = admin_password();
+    let _cleanup = Cleanup(admin_pw.clone());
+
+    let memcached = Command::new("memcached")
+        .args([
+            "-l",
+            "127.0.0.1",
+            "-p",
+            &mc_port.to_string(),
+            "-U",
+            "0",
+            "-u",
+            "nobody",
+            "-m",
+            "32",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start memcached ({e}): run scripts/control-plane-deps"));
+    let _memcached = Proc(memcached, "memcached");
+
+    let mut template = ServiceTemplate::default();
+    // A user override, as a cluster would set one; Placement must still start with it.
+    template.config_overrides.insert(
+        "placement".into(),
+        [("max_allocation_candidates".to_string(), "500".to_string())].into(),
+    );
+    let db = Database {
+        host: "127.0.0.1".into(),
+        port: 13306,
+        name: DB.into(),
+        user: DB.into(),
+        password: password(32),
+        ca_file: None,
+    };
+    let keystone = KeystoneAuth {
+        auth_url: KEYSTONE.into(),
+        www_authenticate_uri: KEYSTONE.into(),
+        // The test cloud's identity endpoints are in RegionOne; only the proof's own
+        // Placement endpoints go to REGION.
+        region: "RegionOne".into(),
+        username: USER.into(),
+        password: password(32),
+        project: "service".into(),
+    };
+    let paths = Paths {
+        config_dir: root.join("etc").display().to_string(),
+        log_file: Some(root.join("placement.log").display().to_string()),
+        python_home: Some(test_cloud_dir().join("venv").display().to_string()),
+    };
+    let inputs = PlacementInputs {
+        template: &template,
+        database: db.clone(),
+        keystone: keystone.clone(),
+        memcache_servers: vec![format!("127.0.0.1:{mc_port}")],
+        paths: paths.clone(),
+        listen: format!("127.0.0.1:{api_port}"),
+        workers: 1,
+    };
+    let base = format!("http://127.0.0.1:{api_port}");
+
+    // The database Job's script (shared with Keystone), twice: Jobs are retried.
+    mariadb_admin(&format!("DROP DATABASE IF EXISTS {DB}"));
+    let mut init = Command::new(venv_bin("python3"));
+    init.arg("-c").arg(database::DB_INIT_SCRIPT);
+    for (k, v) in database::db_init_env(&db) {
+        init.env(k, v);
+    }
+    init.env("DB_ADMIN_USER", "root")
+        .env("DB_ADMIN_PASSWORD", "")
+        .env("DB_PASSWORD", &db.password);
+    run(&mut init, "database script");
+    run(&mut init, "database script (again)");
+
+    // The service-user step against the real Keystone, twice: the second run converges on
+    // what the first created instead of failing or duplicating.
+    let entry = placement::service_entry(&keystone, REGION, &base, &base);
+    let mut su = Command::new(venv_bin("python3"));
+    su.arg("-c").arg(service_user::SCRIPT);
+    for (k, v) in service_user::env(&entry, KEYSTONE) {
+        su.env(k, v);
+    }
+    su.env("OS_PASSWORD", &admin_pw)
+        .env("SERVICE_PASSWORD", &keystone.password);
+    run(&mut su, "service-user script");
+    run(&mut su, "service-user script (again)");
+
+    std::fs::create_dir_all(&paths.config_dir).expect("etc");
+    for (name, text) in placement::config_files(&inputs) {
+        std::fs::write(PathBuf::from(&paths.config_dir).join(name), text).expect("config file");
+    }
+    let manage = venv_bin("placement-manage").display().to_string();
+    let sync = placement::db_sync_command(&manage, &paths.config_dir);
+    run(
+        Command::new(&sync[0]).args(&sync[1..]),
+        "placement-manage db sync",
+    );
+    // The schema landed in the rendered database, not elsewhere.
+    let tables = mariadb_admin(&format!(
+        "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = '{DB}' AND table_name = 'resource_providers'"
+    ));
+    assert_eq!(
+        tables.trim(),
+        "1",
+        "db sync did not create {DB}.resource_providers"
+    );
+
+    let uwsgi = Command::new(venv_bin("uwsgi"))
+        .arg("--ini")
+        .arg(PathBuf::from(&paths.config_dir).join("uwsgi.ini"))
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(root.join("uwsgi.log")).expect("uwsgi log"))
+        .spawn()
+        .expect("start uwsgi");
+    let _uwsgi = Proc(uwsgi, "uwsgi");
+    let logs = read_logs;
+
+    let client = reqwest::Client::new();
+    // The version document answers without a token once the app is loaded (a bounded wait).
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        if let Ok(r) = client.get(&base).send().await
+            && r.status().is_success()
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "Placement did not answer on {base}; {}",
+            logs()
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+
+    // auth_strategy = keystone: no token and a forged token are refused.
+    let rps = format!("{base}/resource_providers");
+    assert_eq!(
+        get(&client, &rps, None, "1.14").await.status(),
+        401,
+        "{}",
+        logs()
+    );
+    assert_eq!(
+        get(&client, &rps, Some("gAAAAABforged"), "1.14")
+            .await
+            .status(),
+        401
+    );
+
+    // The service user the step created authenticates, and the catalog it set up is there.
+    let (token, body) = service_token(&client, &keystone.password).await;
+    let svc = body["token"]["catalog"]
+        .as_array()
+        .and_then(|c| c.iter().find(|s| s["type"] == placement::SERVICE_TYPE))
+        .expect("placement in the catalog");
+    let ours: Vec<_> = svc["endpoints"]
+        .as_array()
+        .map(|e| e.iter().filter(|e| e["region_id"] == REGION).collect())
+        .unwrap_or_default();
+    assert_eq!(
+        ours.len(),
+        3,
+        "public/internal/admin endpoints in {REGION}: {svc}"
+    );
+    assert!(ours.iter().all(|e| e["url"] == base.as_str()), "{svc}");
+
+    let resp = get(&client, &rps, Some(&token), "1.14").await;
+    assert_eq!(resp.status(), 200, "{}", logs());
+    let listed: serde_json::Value = resp.json().await.expect("list JSON");
+    assert_eq!(
+        listed["resource_providers"].as_array().map(Vec::len),
+        Some(0)
+    );
+
+    // Create one (1.20 answers with the provider) and read it back.
+    let name = format!("cpproof-rp-{}", password(8));
+    let resp = client
+        .post(&rps)
+        .header("OpenStack-API-Version", "placement 1.20")
+        .header("X-Auth-Token", &token)
+        .json(&serde_json::json!({"name": name}))
+        .send()
+        .await
+        .expect("create provider");
+    assert_eq!(resp.status(), 200, "{}", logs());
+    let created: serde_json::Value = resp.json().await.expect("provider JSON");
+    let uuid = created["uuid"].as_str().expect("provider uuid").to_string();
+    let resp = get(&client, &format!("{rps}/{uuid}"), Some(&token), "1.14").await;
+    assert_eq!(resp.status(), 200);
+    let read: serde_json::Value = resp.json().await.expect("provider JSON");
+    assert_eq!(read["name"], name.as_str());
+    let listed: serde_json::Value = get(&client, &rps, Some(&token), "1.14")
+        .await
+        .json()
+        .await
+        .expect("list JSON");
+    assert_eq!(listed["resource_providers"][0]["uuid"], uuid.as_str());
+    // ... and it is stored in the rendered database.
+    let stored = mariadb_admin(&format!(
+        "SELECT name FROM {DB}.resource_providers WHERE uuid = '{uuid}'"
+    ));
+    assert_eq!(stored.trim(), name);
+
+    eprintln!(
+        "placement-api (uwsgi master + 1 worker) RSS after serving: {} MiB",
+        rss_kib(_uwsgi.0.id()) / 1024
+    );
+
+    // keystonemiddleware cached the validated token in the memcached the config names.
+    assert!(
+        memcached_items(mc_port) > 0,
+        "memcached stored nothing; {}",
+        logs()
+    );
+}
