@@ -309,17 +309,25 @@ pub struct ExecOutput {
     pub exit_code: Option<i32>,
 }
 
-/// One quota line: the limit (-1 = unlimited) and what is in use.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// One quota line: the limit (-1 = unlimited) and what is in use (CPUs
+/// may be fractional).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct ZunQuotaValue {
-    /// The limit; -1 is unlimited.
-    pub limit: i64,
+    /// The limit; negative is unlimited.
+    pub limit: f64,
     /// In use.
-    pub in_use: i64,
+    pub in_use: f64,
+}
+
+impl ZunQuotaValue {
+    /// Whether a limit applies.
+    pub fn is_limited(&self) -> bool {
+        self.limit >= 0.0
+    }
 }
 
 /// A project's Zun quota with usage.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct ZunQuota {
     /// Number of containers (capsule members count as containers).
     pub containers: ZunQuotaValue,

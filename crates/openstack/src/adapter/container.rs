@@ -49,13 +49,13 @@ fn quota_value(v: &Value, key: &str) -> ZunQuotaValue {
     let e = v.get(key);
     let num = |k: &str| {
         e.and_then(|e| e.get(k)).and_then(|x| {
-            x.as_i64()
+            x.as_f64()
                 .or_else(|| x.as_str().and_then(|s| s.parse().ok()))
         })
     };
     ZunQuotaValue {
-        limit: num("limit").unwrap_or(-1),
-        in_use: num("in_use").unwrap_or(0),
+        limit: num("limit").unwrap_or(-1.0),
+        in_use: num("in_use").unwrap_or(0.0),
     }
 }
 
@@ -268,12 +268,14 @@ mod tests {
         assert_eq!(
             q.containers,
             ZunQuotaValue {
-                limit: 40,
-                in_use: 2
+                limit: 40.0,
+                in_use: 2.0
             }
         );
-        assert_eq!(q.memory.in_use, 128);
-        assert_eq!(q.disk.limit, -1);
-        assert_eq!(parse_quota(&json!({})).cpu.limit, -1);
+        assert_eq!(q.memory.in_use, 128.0);
+        assert!(!q.disk.is_limited());
+        assert!(!parse_quota(&json!({})).cpu.is_limited());
+        let frac = parse_quota(&json!({"cpu": {"limit": 20, "in_use": 1.5}}));
+        assert_eq!(frac.cpu.in_use, 1.5);
     }
 }

@@ -44,23 +44,23 @@ pub struct FakeZun {
 impl Default for FakeZun {
     fn default() -> Self {
         let unlimited = ZunQuotaValue {
-            limit: -1,
-            in_use: 0,
+            limit: -1.0,
+            in_use: 0.0,
         };
         Self {
             state: Arc::new(Mutex::new(State {
                 quota_limits: ZunQuota {
                     containers: ZunQuotaValue {
-                        limit: 40,
-                        in_use: 0,
+                        limit: 40.0,
+                        in_use: 0.0,
                     },
                     cpu: ZunQuotaValue {
-                        limit: 20,
-                        in_use: 0,
+                        limit: 20.0,
+                        in_use: 0.0,
                     },
                     memory: ZunQuotaValue {
-                        limit: 51200,
-                        in_use: 0,
+                        limit: 51200.0,
+                        in_use: 0.0,
                     },
                     disk: unlimited,
                 },
@@ -115,9 +115,9 @@ impl FakeZun {
     /// Set the project's quota limits.
     pub fn set_quota_limits(&self, containers: i64, cpu: i64, memory_mb: i64) {
         let mut s = self.lock();
-        s.quota_limits.containers.limit = containers;
-        s.quota_limits.cpu.limit = cpu;
-        s.quota_limits.memory.limit = memory_mb;
+        s.quota_limits.containers.limit = containers as f64;
+        s.quota_limits.cpu.limit = cpu as f64;
+        s.quota_limits.memory.limit = memory_mb as f64;
     }
 
     /// Make a running container exit with `code` (Docker's `Exited(code)`).
@@ -223,7 +223,7 @@ impl Container for FakeZun {
         }
         let (n, cpu, mem) = usage(&s);
         let q = s.quota_limits;
-        let over = |limit: i64, used: f64| limit >= 0 && used > limit as f64;
+        let over = |limit: f64, used: f64| limit >= 0.0 && used > limit;
         if over(q.containers.limit, (n + 1) as f64)
             || over(q.cpu.limit, cpu + req.cpu.unwrap_or(0.0))
             || over(
@@ -477,9 +477,9 @@ impl Container for FakeZun {
         let s = self.enter("get_quota")?;
         let (n, cpu, mem) = usage(&s);
         let mut q = s.quota_limits;
-        q.containers.in_use = n;
-        q.cpu.in_use = cpu.ceil() as i64;
-        q.memory.in_use = mem;
+        q.containers.in_use = n as f64;
+        q.cpu.in_use = cpu;
+        q.memory.in_use = mem as f64;
         Ok(q)
     }
 
@@ -544,8 +544,8 @@ mod tests {
         assert_eq!(l.len(), 1);
         assert_eq!(l[0].name.as_deref(), Some("b"));
         let q = z.get_quota("p").await.unwrap();
-        assert_eq!(q.containers.in_use, 2);
-        assert_eq!(q.memory.in_use, 128);
+        assert_eq!(q.containers.in_use, 2.0);
+        assert_eq!(q.memory.in_use, 128.0);
         z.set_quota_limits(2, -1, -1);
         let e = z.create_container(&req("c", "busybox")).await.unwrap_err();
         assert!(matches!(e, Error::Forbidden { .. }), "{e}");
