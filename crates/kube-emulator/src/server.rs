@@ -536,6 +536,13 @@ fn delete_opts(params: &Params, body: &[u8]) -> ApiResult<DeleteOpts> {
             .get("dryRun")
             .and_then(Value::as_array)
             .is_some_and(|a| a.iter().any(|x| x == "All"));
+        o.grace_period_seconds = v.get("gracePeriodSeconds").and_then(Value::as_i64);
+    }
+    if let Some(g) = params.get("gracePeriodSeconds") {
+        o.grace_period_seconds = Some(
+            g.parse()
+                .map_err(|_| ApiError::bad_request(format!("invalid gracePeriodSeconds {g:?}")))?,
+        );
     }
     if let Some(p) = params.get("propagationPolicy") {
         o.propagation = Some(p.to_string());

@@ -11,4 +11,5 @@ mod events_leases;
 mod faults;
 mod kubectl;
 mod patching;
+mod pods_kubelet;
 mod watching;
