@@ -2,6 +2,7 @@
 //! prints the CustomResourceDefinitions.
 
 mod run;
+mod vk;
 
 use std::path::PathBuf;
 
@@ -25,6 +26,8 @@ enum Command {
     /// Run the controllers against the cluster in KUBECONFIG (or in-cluster) and the cloud
     /// named by OS_CLOUD in OS_CLIENT_CONFIG_FILE.
     Run(Box<run::RunArgs>),
+    /// Register a Node and run the pods bound to it as OpenStack Zun containers.
+    VirtualKubelet(Box<vk::VkArgs>),
     /// Print every CRD as YAML (or write one file per CRD with --out-dir).
     Crds {
         /// Write `<crd name>.yaml` files into this directory instead of printing.
@@ -43,6 +46,13 @@ fn main() -> anyhow::Result<()> {
                 .build()
                 .context("starting the async runtime")?;
             rt.block_on(run::run(*args))
+        }
+        Command::VirtualKubelet(args) => {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .context("starting the async runtime")?;
+            rt.block_on(vk::run(*args))
         }
     }
 }

@@ -188,13 +188,18 @@ impl Health {
 }
 
 fn init_logging(args: &RunArgs) -> anyhow::Result<()> {
+    init_logging_with(&args.log_level, args.log_format)
+}
+
+/// Logging to stderr with a filter (RUST_LOG wins) and a format.
+pub(crate) fn init_logging_with(level: &str, format: LogFormat) -> anyhow::Result<()> {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .or_else(|_| tracing_subscriber::EnvFilter::try_new(&args.log_level))
+        .or_else(|_| tracing_subscriber::EnvFilter::try_new(level))
         .context("parsing --log-level")?;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
-    match args.log_format {
+    match format {
         LogFormat::Json => builder
             .json()
             .flatten_event(true)
@@ -304,7 +309,8 @@ async fn connect_cloud(options: ClientOptions, token: &CancellationToken) -> any
     }
 }
 
-fn shutdown_on_signal(token: CancellationToken) {
+/// Cancel `token` on SIGTERM or Ctrl-C.
+pub(crate) fn shutdown_on_signal(token: CancellationToken) {
     tokio::spawn(async move {
         let term = async {
             match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
