@@ -8,6 +8,13 @@
   subnet `external-subnet` 203.0.113.0/24 (no DHCP, allocation pool .10-.250)
 - application credential `test-cloud-admin` for admin (fixed secret) and clouds.yaml with the
   clouds `local-admin` (password) and `local-admin-appcred` (v3applicationcredential)
+- Zun: catalog type `container`; two tenants: projects `demo` and `demo2`, each with a user of
+  the same name (role member, password TC_DEMO_PW), an application credential `test-cloud-NAME`
+  (the admin's fixed secret), clouds `local-NAME` and `local-NAME-appcred`, and a tenant network
+  (vxlan, owned by the project): `zun-pods` 10.240.0.0/24 and `zun-pods-2` 10.241.0.0/24, subnets
+  `<network>-subnet`; "network id" lines are written to TC_NETWORK_ID_FILE
+
+`bootstrap.py wait-zun` waits until zun-compute's host (TC_ZUN_HOST) is up in zun-api.
 
 Inputs come from the environment (TC_*), set by scripts/test-cloud.
 """
@@ -22,10 +29,19 @@ from keystoneauth1.identity import v3
 
 KS = os.environ["TC_KS_URL"]  # http://127.0.0.1:5000/v3
 ADMIN_PW = os.environ["TC_ADMIN_PW"]
-SVC_PW = os.environ["TC_SVC_PW"]
-APPCRED_SECRET = os.environ["TC_APPCRED_SECRET"]
-CLOUDS = os.environ["TC_CLOUDS"]
 HOST = os.environ.get("TC_HOST", "127.0.0.1")
+WAIT_ZUN = sys.argv[1:] == ["wait-zun"]
+if not WAIT_ZUN:
+    SVC_PW = os.environ["TC_SVC_PW"]
+    APPCRED_SECRET = os.environ["TC_APPCRED_SECRET"]
+    CLOUDS = os.environ["TC_CLOUDS"]
+    DEMO_PW = os.environ["TC_DEMO_PW"]
+    NETWORK_ID_FILE = os.environ["TC_NETWORK_ID_FILE"]
+# tenants for Zun: project = user name, its network, the network's subnet
+TENANTS = [("demo", "zun-pods", "10.240.0.0/24"), ("demo2", "zun-pods-2", "10.241.0.0/24")]
+ZUN = f"http://{HOST}:9517/v1"
+# the newest microversion zun 18 (2026.1) knows
+ZUN_MICROVERSION = "container 1.40"
 REGION = "RegionOne"
 APPCRED_NAME = "test-cloud-admin"
 # set by scripts/test-cloud when its inputs changed (not on a plain restart)
@@ -39,6 +55,7 @@ CATALOG = [
     ("placement", "placement", "placement", f"http://{HOST}:8778"),
     ("cinder", "cinder", "block-storage", f"http://{HOST}:8776/v3"),
     ("cinder", "cinderv3", "volumev3", f"http://{HOST}:8776/v3"),
+    ("zun", "zun", "container", f"http://{HOST}:9517/v1"),
 ]
 NEUTRON = f"http://{HOST}:9696/v2.0"
 
@@ -54,6 +71,12 @@ def admin_session():
 
 
 S = admin_session()
+
+
+def user_session(user, password, project):
+    auth = v3.Password(auth_url=KS, username=user, password=password, project_name=project,
+                       user_domain_id="default", project_domain_id="default")
+    return session.Session(auth=auth)
 
 
 def get(url, key):
@@ -169,11 +192,96 @@ def network():
             "allocation_pools": [{"start": "203.0.113.10", "end": "203.0.113.250"}]}})
 
 
+def tenant(name, network, cidr):
+    """Project and user NAME (role member): a tenant whose pods run on Zun, with its own
+    network, subnet and application credential. Returns (appcred id, network id)."""
+    roles = {r["name"]: r["id"] for r in get(f"{KS}/roles", "roles")}
+    proj = ensure(f"{KS}/projects", "project", f"name={name}&domain_id=default",
+                  {"name": name, "domain_id": "default", "description": "scripts/test-cloud: a tenant for Zun"})
+    found = get(f"{KS}/users?name={name}&domain_id=default", "users")
+    if found:
+        u = found[0]
+        if CHECK_PASSWORDS and not user_password_works(name, DEMO_PW, name):
+            log(f"reset password of {name}")
+            S.patch(f"{KS}/users/{u['id']}", json={"user": {"password": DEMO_PW}})
+    else:
+        log(f"create user {name}")
+        u = S.post(f"{KS}/users", json={"user": {
+            "name": name, "domain_id": "default", "password": DEMO_PW,
+            "default_project_id": proj["id"]}}).json()["user"]
+    S.put(f"{KS}/projects/{proj['id']}/users/{u['id']}/roles/{roles['member']}")
+
+    nets = get(f"{NEUTRON}/networks?name={network}&project_id={proj['id']}", "networks")
+    if nets:
+        net = nets[0]
+    else:
+        log(f"create network {network}")
+        net = S.post(f"{NEUTRON}/networks", json={"network": {
+            "name": network, "project_id": proj["id"],
+            "description": f"scripts/test-cloud: tenant network for Zun containers (project {name})"}}).json()["network"]
+    if not get(f"{NEUTRON}/subnets?network_id={net['id']}&name={network}-subnet", "subnets"):
+        log(f"create subnet {network}-subnet")
+        gw = cidr.rsplit(".", 2)[0] + ".0.1"
+        S.post(f"{NEUTRON}/subnets", json={"subnet": {
+            "name": f"{network}-subnet", "network_id": net["id"], "project_id": proj["id"],
+            "ip_version": 4, "cidr": cidr, "gateway_ip": gw, "enable_dhcp": False}})
+
+    ds = user_session(name, DEMO_PW, name)
+    base = f"{KS}/users/{u['id']}/application_credentials"
+    ac_name = f"test-cloud-{name}"
+    for ac in ds.get(f"{base}?name={ac_name}").json()["application_credentials"]:
+        if not CHECK_PASSWORDS:
+            return ac["id"], net["id"]
+        try:
+            auth = v3.ApplicationCredential(auth_url=KS, application_credential_id=ac["id"],
+                                            application_credential_secret=APPCRED_SECRET)
+            session.Session(auth=auth).get_token()
+            return ac["id"], net["id"]
+        except exceptions.Unauthorized:
+            log(f"application credential {ac['id']} does not authenticate: recreating")
+            ds.delete(f"{base}/{ac['id']}")
+    log(f"create application credential {ac_name}")
+    ac = ds.post(base, json={"application_credential": {
+        "name": ac_name, "secret": APPCRED_SECRET,
+        "description": f"scripts/test-cloud: {name} (member) on project {name}"}}).json()["application_credential"]
+    return ac["id"], net["id"]
+
+
+def user_password_works(user, password, project):
+    try:
+        user_session(user, password, project).get_token()
+        return True
+    except exceptions.Unauthorized:
+        return False
+
+
+def wait_zun():
+    """Wait until zun-api answers and lists zun-compute's host (its resource tracker reported)."""
+    host = os.environ["TC_ZUN_HOST"]
+    hdr = {"OpenStack-API-Version": ZUN_MICROVERSION}
+    deadline = time.time() + 180
+    last = "no answer"
+    while time.time() < deadline:
+        try:
+            svcs = S.get(f"{ZUN}/services", headers=hdr).json()["services"]
+            hosts = S.get(f"{ZUN}/hosts", headers=hdr).json()["hosts"]
+            up = [s for s in svcs if s["binary"] == "zun-compute" and s["host"] == host and s["state"] == "up"]
+            if up and any(h["hostname"] == host for h in hosts):
+                log(f"zun: compute host {host} is up")
+                return
+            last = f"services {[(s['host'], s['state']) for s in svcs]}, hosts {[h['hostname'] for h in hosts]}"
+        except (exceptions.HttpError, exceptions.ConnectFailure, KeyError, ValueError) as e:
+            last = repr(e)
+        time.sleep(1)
+    log(f"zun: compute host {host} not up after 180 s: {last}")
+    sys.exit(1)
+
+
 def q(s):
     return json.dumps(s)  # a JSON string is a valid double-quoted YAML scalar
 
 
-def write_clouds(ac_id):
+def write_clouds(ac_id, tenant_acs):
     common = f"""    region_name: {REGION}
     identity_api_version: 3
     interface: public
@@ -196,6 +304,23 @@ clouds:
       application_credential_id: {q(ac_id)}
       application_credential_secret: {q(APPCRED_SECRET)}
 {common}"""
+    for name, ac in tenant_acs.items():
+        text += f"""  local-{name}:
+    auth_type: password
+    auth:
+      auth_url: {q(KS)}
+      username: {name}
+      password: {q(DEMO_PW)}
+      project_name: {name}
+      user_domain_name: Default
+      project_domain_name: Default
+{common}  local-{name}-appcred:
+    auth_type: v3applicationcredential
+    auth:
+      auth_url: {q(KS)}
+      application_credential_id: {q(ac)}
+      application_credential_secret: {q(APPCRED_SECRET)}
+{common}"""
     tmp = CLOUDS + ".tmp"
     with open(tmp, "w") as f:
         f.write(text)
@@ -204,11 +329,17 @@ clouds:
 
 
 def main():
+    if WAIT_ZUN:
+        wait_zun()
+        return
     log("bootstrap start")
     keystone()
     ac_id = appcred()
     network()
-    write_clouds(ac_id)
+    tenants = {name: tenant(name, network, cidr) for name, network, cidr in TENANTS}
+    with open(NETWORK_ID_FILE, "w") as f:
+        f.writelines(f"{network} {tenants[name][1]}\n" for name, network, _ in TENANTS)
+    write_clouds(ac_id, {name: ac for name, (ac, _) in tenants.items()})
     log("bootstrap done")
 
 

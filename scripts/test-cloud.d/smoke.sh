@@ -3,6 +3,7 @@
 # against a running test cloud, with the openstack CLI from the test cloud's venv.
 # Prints one line per check and "N passed, N failed"; exits non-zero if any check failed.
 # Everything it creates carries a random suffix and is deleted at the end.
+# With the argument `zun` it runs only the Zun checks (smoke-zun.sh).
 set -uo pipefail
 TC_DIR=${TEST_CLOUD_DIR:-/var/cache/openstack-operator/test-cloud}
 export OS_CLIENT_CONFIG_FILE=$TC_DIR/clouds.yaml OS_CLOUD=local-admin
@@ -62,6 +63,14 @@ if [ -z "$TOKEN" ]; then
   echo "smoke: cannot get a token from keystone"
   echo "0 passed, 1 failed"
   exit 1
+fi
+
+if [ "${1:-}" = zun ]; then # `scripts/test-cloud smoke zun`: only the Zun checks
+  . "$(dirname "$0")/smoke-zun.sh"
+  zun_cleanup >/dev/null 2>&1
+  echo "$PASS passed, $FAIL failed"
+  [ "$FAIL" = 0 ]
+  exit
 fi
 
 # ---------------------------------------------------------------- keystone
@@ -148,6 +157,9 @@ ok api -X PUT "http://127.0.0.1:5000/v3/projects/$DID/tags/smoke$SFX"
 domain_has_tag() { api "http://127.0.0.1:5000/v3/domains/$1" | grep -q "\"$2\""; }
 ok domain_has_tag "$DID" "smoke$SFX"
 
+# ---------------------------------------------------------------- zun
+. "$(dirname "$0")/smoke-zun.sh"
+
 # ---------------------------------------------------------------- clean up (best effort, not counted)
 {
   for i in "$RAW" "$QCOW" "$BAD"; do api -X DELETE "http://127.0.0.1:9292/v2/images/$i"; done
@@ -161,6 +173,7 @@ ok domain_has_tag "$DID" "smoke$SFX"
   osc project delete --domain "dom$SFX" "proj$SFX"
   osc domain set --disable "dom$SFX"
   osc domain delete "dom$SFX"
+  zun_cleanup
 } >/dev/null 2>&1
 
 echo "$PASS passed, $FAIL failed"

@@ -44,11 +44,15 @@ pub struct OpenstackImageSpec {
     #[serde(default)]
     pub protected: bool,
     /// Glance tags.
+    // Glance's own limits: 128 tags per image (image_tag_quota's default), 255 characters each
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 128), extend("items" = {"type": "string", "maxLength": 255}))]
     pub tags: Option<Vec<String>>,
     /// Image properties (flattened onto the image). Reconciled as a set: keys removed here
     /// are removed from the image.
+    // at most 128: Glance's image_property_quota default
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("maxProperties" = 128))]
     pub properties: Option<BTreeMap<String, String>>,
     /// Where the image data comes from; needed to create an image that does not exist.
     #[serde(default, skip_serializing_if = "Option::is_none")]

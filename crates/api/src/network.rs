@@ -114,23 +114,29 @@ pub struct ProviderSubnet {
     #[schemars(length(min = 1, max = 255))]
     pub name: String,
     /// IPv4 CIDR, e.g. `192.168.1.0/24`.
-    #[schemars(regex(pattern = r"^([0-9]{1,3}\.){3}[0-9]{1,3}/[0-9]{1,2}$"))]
+    // maxLength: the pattern allows at most 18 characters; the bound is what lets the
+    // API server's CEL cost estimate see that (it ignores patterns)
+    #[schemars(
+        regex(pattern = r"^([0-9]{1,3}\.){3}[0-9]{1,3}/[0-9]{1,2}$"),
+        length(max = 18)
+    )]
     #[x_kube(validation = Rule::new("isCIDR(self)").message("subnets[].cidr must be a valid IPv4 CIDR such as 192.168.1.0/24"))]
     pub cidr: String,
     /// Gateway address; Neutron picks the first address when unset.
+    // 45: the longest textual IP address (IPv6 with an embedded IPv4 address, written out)
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 64))]
+    #[schemars(length(max = 45))]
     pub gateway_ip: Option<String>,
     /// The seed README's spelling of `gatewayIp`; accepted and treated the same.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 64))]
+    #[schemars(length(max = 45))]
     pub gateway: Option<String>,
     /// Whether Neutron serves DHCP on the subnet.
     #[serde(default = "default_true")]
     pub enable_dhcp: bool,
-    /// DNS servers handed out by DHCP.
+    /// DNS servers handed out by DHCP (IP addresses).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 16))]
+    #[schemars(length(max = 16), extend("items" = {"type": "string", "maxLength": 45, "x-kubernetes-validations": [{"rule": "isIP(self)", "message": "subnets[].dnsNameservers[] must be IP addresses such as 192.0.2.53"}]}))]
     pub dns_nameservers: Option<Vec<String>>,
     /// Address ranges Neutron allocates ports from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -152,10 +158,10 @@ impl ProviderSubnet {
 #[x_kube(validation = Rule::new("isIP(self.start) && isIP(self.end)").message("allocationPools[].start and allocationPools[].end must be IP addresses"))]
 pub struct AllocationPool {
     /// First address of the range.
-    #[schemars(length(min = 1, max = 64))]
+    #[schemars(length(min = 1, max = 45))]
     pub start: String,
     /// Last address of the range.
-    #[schemars(length(min = 1, max = 64))]
+    #[schemars(length(min = 1, max = 45))]
     pub end: String,
 }
 

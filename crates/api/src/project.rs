@@ -246,15 +246,20 @@ pub struct ProjectNetwork {
     #[schemars(length(min = 1, max = 255))]
     pub name: String,
     /// IPv4 CIDR of the subnet.
-    #[schemars(regex(pattern = r"^([0-9]{1,3}\.){3}[0-9]{1,3}/[0-9]{1,2}$"))]
+    // maxLength: the pattern allows at most 18 characters; the bound is what lets the
+    // API server's CEL cost estimate see that (it ignores patterns)
+    #[schemars(
+        regex(pattern = r"^([0-9]{1,3}\.){3}[0-9]{1,3}/[0-9]{1,2}$"),
+        length(max = 18)
+    )]
     #[x_kube(validation = Rule::new("isCIDR(self)").message("networks[].cidr must be a valid IPv4 CIDR such as 10.0.0.0/24"))]
     pub cidr: String,
     /// Whether Neutron serves DHCP on the subnet.
     #[serde(default = "default_true")]
     pub enable_dhcp: bool,
-    /// DNS servers handed out by DHCP.
+    /// DNS servers handed out by DHCP (IP addresses).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 16))]
+    #[schemars(length(max = 16), extend("items" = {"type": "string", "maxLength": 45, "x-kubernetes-validations": [{"rule": "isIP(self)", "message": "networks[].dnsNameservers[] must be IP addresses such as 192.0.2.53"}]}))]
     pub dns_nameservers: Option<Vec<String>>,
     /// Presence creates a router for the subnet.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -314,8 +319,9 @@ pub struct SecurityGroupRule {
     #[schemars(range(min = 1, max = 65535))]
     pub port_range_max: Option<i64>,
     /// Remote CIDR, e.g. `0.0.0.0/0`.
+    // 49: the longest textual IPv6 prefix (an IPv4-embedded address written out in full, /128)
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 64))]
+    #[schemars(length(max = 49))]
     #[x_kube(validation = Rule::new("isCIDR(self)").message("rules[].remoteIpPrefix must be a CIDR such as 0.0.0.0/0 or ::/0"))]
     pub remote_ip_prefix: Option<String>,
     /// Name of another security group in this spec as the remote.

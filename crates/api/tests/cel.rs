@@ -181,6 +181,40 @@ fn project_network_cidr_rule() {
     assert_rejected("OpenstackProject", obj, "networks[].cidr");
 }
 
+/// The seed let `8.8.8` through admission (it only failed later, in Neutron); our CRDs refuse
+/// a DNS server that is not an IP address when it is written.
+#[test]
+fn dns_nameservers_must_be_ip_addresses() {
+    let project = |dns: Value| {
+        json!({"apiVersion": "sunet.se/v1alpha1", "kind": "OpenstackProject", "metadata": {"name": "p", "namespace": "d"},
+            "spec": {"name": "p", "domain": "d", "networks": [{"name": "n", "cidr": "10.0.0.0/24", "dnsNameservers": dns}]}})
+    };
+    assert_rejected(
+        "OpenstackProject",
+        project(json!(["8.8.8"])),
+        "dnsNameservers[]",
+    );
+    assert_rejected(
+        "OpenstackProject",
+        project(json!(["1.1.1.1", "ns1.example.com"])),
+        "dnsNameservers[]",
+    );
+    assert_accepted(
+        "OpenstackProject",
+        project(json!(["8.8.8.8", "2001:4860:4860::8888"])),
+    );
+    let k = "OpenstackNetwork";
+    assert_rejected(
+        k,
+        network(json!({"name": "s", "cidr": "10.0.0.0/24", "dnsNameservers": ["8.8.8"]})),
+        "dnsNameservers[]",
+    );
+    assert_accepted(
+        k,
+        network(json!({"name": "s", "cidr": "10.0.0.0/24", "dnsNameservers": ["192.0.2.53"]})),
+    );
+}
+
 #[test]
 fn image_url_and_hash_rules() {
     let img = |url: &str, hash: Value| {

@@ -113,6 +113,56 @@ impl ApplyError {
             None => self.to_string(),
         }
     }
+
+    /// Whether, and how, the server refused the object for what it holds rather than for
+    /// anything about the request or the server. A real kube-apiserver refuses an apply
+    /// whose values do not fit the schema's types (or whose list-map keys repeat) while it
+    /// builds the typed patch object, with a 500 and no reason; everything else it finds
+    /// invalid is a 4xx, typically 422 Invalid.
+    pub fn refusal(&self) -> Option<Refusal> {
+        let s = self.status()?;
+        if (400..500).contains(&s.code) {
+            Some(Refusal::Invalid)
+        } else if s.code == 500 && s.reason.is_empty() && s.message.starts_with(TYPED_PATCH_ERROR) {
+            Some(Refusal::TypedPatch)
+        } else {
+            None
+        }
+    }
+}
+
+/// How kube-apiserver's message starts when an apply patch does not fit the schema.
+pub const TYPED_PATCH_ERROR: &str = "failed to create typed patch object (";
+
+/// How the API server refused an object.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// A 4xx (422 Invalid from validation, CEL rules, list-map duplicates on create).
+    Invalid,
+    /// The 500 of an apply patch that does not fit the schema (structured-merge-diff).
+    TypedPatch,
+}
+
+/// Whether an error text names a field: the path itself; for a key of a list-map item
+/// (`spec.subnets[1].name`), the item (`spec.subnets[1]`), where validation reports
+/// duplicates and rules on the item; or the list with structured-merge-diff's
+/// `duplicate entries for key` (`.spec.subnets: duplicate entries for key [name="s"]`),
+/// which is how an apply patch's duplicate is reported.
+pub fn names_field(text: &str, field: &str) -> bool {
+    if text.contains(field) {
+        return true;
+    }
+    let Some((item, _)) = field.rsplit_once('.') else {
+        return false;
+    };
+    if !item.ends_with(']') {
+        return false;
+    }
+    if text.contains(item) {
+        return true;
+    }
+    item.rsplit_once('[')
+        .is_some_and(|(list, _)| text.contains(&format!("{list}: duplicate entries for key")))
 }
 
 /// One applied object: where it lives and what it was applied as.

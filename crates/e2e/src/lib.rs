@@ -29,7 +29,7 @@ pub mod wait;
 
 pub use env::{EnvOptions, TestEnv};
 pub use inventory::{Inventory, Scope};
-pub use k8s::{ApplyError, Managed};
+pub use k8s::{ApplyError, Managed, Refusal, names_field};
 /// The emulator's handle and its fault hooks' types (for [`Target::emulator`]).
 pub use kube_emulator::Handle as EmulatorHandle;
 pub use kube_emulator::faults::{FailRule, FaultRequest};

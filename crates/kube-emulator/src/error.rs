@@ -195,6 +195,12 @@ impl ApiError {
         Self::base(422, "Invalid", message)
     }
 
+    /// 500 with no reason: what the server answers for an error it did not classify
+    /// (e.g. an apply patch that does not fit the schema), its text as the message.
+    pub fn unclassified(message: impl Into<String>) -> Self {
+        Self::base(500, "", message)
+    }
+
     /// 400 BadRequest.
     pub fn bad_request(message: impl Into<String>) -> Self {
         Self::base(400, "BadRequest", message)
@@ -271,6 +277,12 @@ impl ApiError {
             "reason": self.reason,
             "code": self.code,
         });
+        if self.reason.is_empty() {
+            // StatusReasonUnknown is "" and omitted from the JSON
+            if let Some(m) = status.as_object_mut() {
+                m.remove("reason");
+            }
+        }
         let mut details = serde_json::Map::new();
         if let Some(n) = &self.details.name {
             details.insert("name".into(), json!(n));

@@ -30,6 +30,8 @@
 #![warn(missing_docs)]
 
 pub mod cel;
+pub mod cel_cost;
+pub mod crd_schema;
 pub mod discovery;
 pub mod error;
 pub mod faults;
@@ -41,6 +43,7 @@ pub mod schema;
 pub mod selectors;
 pub mod server;
 pub mod store;
+pub mod typed;
 pub mod util;
 pub mod watch;
 

@@ -425,6 +425,19 @@ impl State {
                 "invalid object type: apply patches must set apiVersion and kind",
             ));
         }
+        // the server refuses an applied configuration that carries managedFields (an object
+        // read back and applied as is), before anything else about it
+        if body
+            .pointer("/metadata/managedFields")
+            .is_some_and(|m| !m.is_null())
+        {
+            return Err(ApiError::bad_request("metadata.managedFields must be nil"));
+        }
+        // the server names the patch object as sent, before filling anything in
+        let (patch_ns, patch_name) = (
+            meta_str(&body, "namespace").to_string(),
+            meta_str(&body, "name").to_string(),
+        );
         let mut body = prepare_body(info, ns, body)?;
         let bname = meta_str(&body, "name").to_string();
         if bname.is_empty() {
@@ -432,6 +445,18 @@ impl State {
         } else if bname != name {
             return Err(ApiError::bad_request(format!(
                 "the name of the object ({bname}) does not match the name on the URL ({name})"
+            )));
+        }
+        if let Some(schema) = &info.schema
+            && let Some(errors) = crate::typed::apply_patch_errors(&body, schema)
+        {
+            return Err(ApiError::unclassified(crate::typed::typed_patch_message(
+                &patch_ns,
+                &patch_name,
+                &info.group,
+                &info.version,
+                &info.kind,
+                &errors,
             )));
         }
         let own = ownership(info, &opts.field_manager, sub);
@@ -1561,6 +1586,9 @@ fn validate_crd(obj: &Value, old: Option<&Value>, causes: &mut Vec<Cause>) {
             "Invalid value: must have exactly one version marked as storage version",
         ));
     }
+    let shared_schema = versions.windows(2).all(|w| {
+        w[0].pointer("/schema/openAPIV3Schema") == w[1].pointer("/schema/openAPIV3Schema")
+    });
     for (i, v) in versions.iter().enumerate() {
         match v.pointer("/schema/openAPIV3Schema") {
             None => causes.push(Cause::new(
@@ -1575,12 +1603,34 @@ fn validate_crd(obj: &Value, old: Option<&Value>, causes: &mut Vec<Cause>) {
                         format!("spec.versions[{i}].schema.{e}"),
                         "Invalid value: invalid schema",
                     ));
+                } else if let schema_errors = crate::crd_schema::schema_causes(
+                    s,
+                    &if shared_schema {
+                        "spec.validation.openAPIV3Schema".to_string()
+                    } else {
+                        format!("spec.versions[{i}].schema.openAPIV3Schema")
+                    },
+                ) && !schema_errors.is_empty()
+                {
+                    // the server skips CEL checks of a schema that has schema errors
+                    if i == 0 || !shared_schema {
+                        causes.extend(schema_errors);
+                    }
                 } else if let Err(e) = crate::cel::compile_all(s) {
                     causes.push(Cause::new(
                         "FieldValueInvalid",
                         format!("spec.versions[{i}].schema.openAPIV3Schema"),
                         format!("Invalid value: compilation failed: {e}"),
                     ));
+                } else if i == 0 || !shared_schema {
+                    // the server validates a schema all versions share once, under the
+                    // internal API's spec.validation
+                    let prefix = if shared_schema {
+                        "spec.validation.".to_string()
+                    } else {
+                        format!("spec.versions[{i}].schema.")
+                    };
+                    causes.extend(crate::cel_cost::budget_causes(s, &prefix));
                 }
             }
         }

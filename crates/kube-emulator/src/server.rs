@@ -15,7 +15,7 @@ use axum::routing::get;
 use serde_json::{Value, json};
 
 use crate::discovery;
-use crate::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult, Cause};
 use crate::faults::{FaultConfig, FaultRequest};
 use crate::ops::{DeleteOpts, FieldValidation, State, Sub, WriteOpts};
 use crate::patch::PatchKind;
@@ -474,7 +474,24 @@ fn decode_yaml(body: &[u8]) -> ApiResult<Value> {
         .map_err(|e| ApiError::bad_request(format!("error decoding YAML request body: {e}")))
 }
 
-fn write_opts(params: &Params, headers: &HeaderMap) -> ApiResult<WriteOpts> {
+/// 422 for invalid `{Create,Update,Patch}Options`, as the real server words it.
+fn invalid_options(options_kind: &str, causes: Vec<Cause>) -> ApiError {
+    ApiError::invalid("meta.k8s.io", options_kind, "", causes)
+}
+
+fn write_opts(params: &Params, headers: &HeaderMap, options_kind: &str) -> ApiResult<WriteOpts> {
+    if let Some(fm) = params.get("fieldManager")
+        && fm.len() > 128
+    {
+        return Err(invalid_options(
+            options_kind,
+            vec![Cause::new(
+                "FieldValueTooLong",
+                "fieldManager",
+                "Too long: may not be more than 128 bytes",
+            )],
+        ));
+    }
     let dry_run = match params.get("dryRun") {
         None => false,
         Some("All") => true,
@@ -677,7 +694,7 @@ async fn handle(
             ))
         }
         (Method::POST, None) => {
-            let opts = write_opts(&params, &headers)?;
+            let opts = write_opts(&params, &headers, "CreateOptions")?;
             let obj = decode_body(&content_type(&headers), &body)?;
             if !in_namespace && info.namespaced {
                 return Err(ApiError::path_not_found());
@@ -692,7 +709,7 @@ async fn handle(
             ))
         }
         (Method::PUT, Some(name)) => {
-            let opts = write_opts(&params, &headers)?;
+            let opts = write_opts(&params, &headers, "UpdateOptions")?;
             let obj = decode_body(&content_type(&headers), &body)?;
             let out = app.lock().update(&info, &ns, &name, sub, obj, &opts)?;
             let code = if out.created {
@@ -715,13 +732,18 @@ async fn handle(
                 serde_json::from_slice(&body)
                     .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?
             };
-            let mut opts = write_opts(&params, &headers)?;
+            let mut opts = write_opts(&params, &headers, "PatchOptions")?;
             if kind == PatchKind::Apply && params.get("fieldManager").is_none() {
                 opts.field_manager.clear();
             }
             if kind != PatchKind::Apply && params.get("force").is_some() {
-                return Err(ApiError::bad_request(
-                    "force may not be specified for non-apply patch",
+                return Err(invalid_options(
+                    "PatchOptions",
+                    vec![Cause::new(
+                        "FieldValueForbidden",
+                        "force",
+                        "Forbidden: may not be specified for non-apply patch",
+                    )],
                 ));
             }
             let out = app

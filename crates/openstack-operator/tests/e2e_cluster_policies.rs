@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use api::{OpenstackDomain, OpenstackFlavor, OpenstackImage, OpenstackNetwork};
 use e2e::env::CLUSTER_TAG_PREFIX;
-use e2e::k8s::{condition, is_ready, phase};
+use e2e::k8s::{condition, is_ready, names_field, phase};
 use e2e::metrics::{Metrics, delta, is_read_operation};
 use e2e::wait::{Check, wait_for};
 use e2e::{EnvOptions, TestEnv};
@@ -279,15 +279,6 @@ fn bad_input(file: &str, name: &str) -> anyhow::Result<(String, String)> {
     Ok((serde_json::to_string(&doc)?, expect))
 }
 
-/// Whether an error text names the expected field: the text itself, or for a path whose last
-/// segment is a key of a list-map item (`spec.subnets[1].name`), the item (`spec.subnets[1]`).
-fn names_field(text: &str, expect: &str) -> bool {
-    text.contains(expect)
-        || expect
-            .rsplit_once('.')
-            .is_some_and(|(item, _)| item.ends_with(']') && text.contains(item))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_network_manifests_are_refused_without_openstack_writes() -> anyhow::Result<()> {
     env("bad_network")
@@ -305,12 +296,9 @@ async fn bad_network_manifests_are_refused_without_openstack_writes() -> anyhow:
                         let status = e
                             .status()
                             .with_context(|| format!("{file}: not an API refusal: {e}"))?;
-                        assert_eq!(
-                            (status.code, status.reason.as_str()),
-                            (422, "Invalid"),
-                            "{file}: {}",
-                            e.describe()
-                        );
+                        // 422 Invalid, or (a real server, duplicate list-map keys in an
+                        // apply) the 500 of a patch that does not fit the schema
+                        assert!(e.refusal().is_some(), "{file}: {}", e.describe());
                         assert!(
                             names_field(&e.describe(), &expect),
                             "{file}: the refusal names {expect:?}: {}",

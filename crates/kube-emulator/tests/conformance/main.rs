@@ -3,8 +3,10 @@
 
 mod common;
 
+mod apply_types;
 mod core_kinds;
 mod crd;
+mod crd_cost;
 mod deletion;
 mod errors;
 mod events_leases;
