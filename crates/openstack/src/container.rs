@@ -63,8 +63,9 @@ pub struct ZunAddress {
 /// Zun's restart policy (Docker's names).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ZunRestartPolicy {
-    /// `no`, `always`, `on-failure` or `unless-stopped`.
-    #[serde(rename = "Name")]
+    /// `no`, `always`, `on-failure` or `unless-stopped` (zun-api may show
+    /// a policy without it: `{}` means Docker's default, `no`).
+    #[serde(rename = "Name", default)]
     pub name: String,
     /// Retries for `on-failure` (0 = unlimited).
     #[serde(

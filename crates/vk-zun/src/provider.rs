@@ -443,6 +443,13 @@ impl Provider for ZunProvider {
                 }
             }
             Ok(None) => {}
+            // Reading quotas may be admin-only: capacity stays the
+            // configured one and the node says why.
+            Err(openstack::Error::Forbidden { .. }) => {
+                debug!(
+                    "the Zun quota is not readable with these credentials; using the configured capacity"
+                );
+            }
             Err(e) => {
                 ready = Condition::new(
                     "Ready",
