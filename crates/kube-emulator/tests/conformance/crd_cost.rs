@@ -115,6 +115,27 @@ async fn network_crd_refused_by_v1_36_is_refused_with_its_factors() {
         14.1,
         "whole schema",
     );
+    // and, as printed, the very figures the server printed
+    for (field, shown) in [
+        (cidr.clone(), "2.0x"),
+        (format!("{NET}.x-kubernetes-validations[0].rule"), "4.0x"),
+        (format!("{NET}.x-kubernetes-validations[1].rule"), "4.0x"),
+        (
+            format!("{NET}.x-kubernetes-validations[3].rule"),
+            "more than 100x",
+        ),
+        ("spec.validation.openAPIV3Schema".to_string(), "14.1x"),
+    ] {
+        let start = m
+            .find(&format!("{field}: Forbidden: "))
+            .expect("an error for the field");
+        let own = &m[start..];
+        let own = &own[..own.find(" (try").unwrap_or(own.len())];
+        assert!(
+            own.ends_with(&format!("by factor of {shown}")),
+            "{field}: {shown} in {m}"
+        );
+    }
     assert!(m.contains(
         "contributed to estimated rule cost total exceeding cost limit for entire OpenAPIv3 schema"
     ));
@@ -134,8 +155,11 @@ async fn project_crd_refused_by_v1_36_is_refused_with_its_factor() {
     assert_eq!(s.code, 422);
     let field = "spec.validation.openAPIV3Schema.properties[spec].properties[networks].items.properties[cidr].x-kubernetes-validations[0].rule";
     assert_near(factor(&s.message, field), 1.006637, "networks[].cidr");
+    // our estimate happens to be the server's to the unit (10,066,368): the same text
     assert!(
-        s.message.contains("factor of 1.00"),
+        s.message.contains(&format!(
+            "{field}: Forbidden: estimated rule cost exceeds budget by factor of 1.006637x (try"
+        )),
         "below 1.5x the server prints six decimals: {}",
         s.message
     );
