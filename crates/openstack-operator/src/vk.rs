@@ -73,6 +73,22 @@ pub struct VkArgs {
     /// Zun project whose quota sizes the node (default: the token's project).
     #[arg(long, env = "VK_PROJECT_ID")]
     pub project_id: Option<String>,
+    /// The kubelet API: listen address (the port is --kubelet-port).
+    #[arg(long, env = "KUBELET_ADDRESS", default_value = "0.0.0.0")]
+    pub kubelet_address: std::net::IpAddr,
+    /// Serving certificate of the kubelet API (PEM); with --tls-private-key-file.
+    #[arg(long, env = "KUBELET_TLS_CERT_FILE", requires = "tls_private_key_file")]
+    pub tls_cert_file: Option<std::path::PathBuf>,
+    /// Its private key (PEM).
+    #[arg(long, env = "KUBELET_TLS_KEY_FILE", requires = "tls_cert_file")]
+    pub tls_private_key_file: Option<std::path::PathBuf>,
+    /// CA bundle that signs client certificates (the API server's kubelet
+    /// client certificate); without it only bearer tokens authenticate.
+    #[arg(long, env = "KUBELET_CLIENT_CA_FILE")]
+    pub client_ca_file: Option<std::path::PathBuf>,
+    /// Do not serve the kubelet API (logs, exec, stats).
+    #[arg(long)]
+    pub no_kubelet_api: bool,
     /// Log filter (overridden by RUST_LOG).
     #[arg(long, env = "LOG_LEVEL", default_value = "info")]
     pub log_level: String,
@@ -96,7 +112,10 @@ pub async fn run(args: VkArgs) -> anyhow::Result<()> {
     let token = CancellationToken::new();
     shutdown_on_signal(token.clone());
     let selector = CloudSelector::from_env();
-    let core = Core::connect(&selector, ClientOptions::from_env()?)
+    let options = ClientOptions::from_env()?;
+    let mut metrics_registry = prometheus_client::registry::Registry::default();
+    options.metrics.register(&mut metrics_registry);
+    let core = Core::connect(&selector, options)
         .await
         .with_context(|| format!("connecting to OpenStack ({selector:?})"))?;
     let project_id = args
@@ -104,6 +123,7 @@ pub async fn run(args: VkArgs) -> anyhow::Result<()> {
         .clone()
         .or_else(|| core.current_project_id());
     let zun = Arc::new(ContainerAdapter::new(core));
+    let zun_for_api: Arc<dyn openstack::container::Container> = zun.clone();
     let cfg = Config {
         node_name: args.node_name.clone(),
         network: args.network.clone(),
@@ -149,9 +169,66 @@ pub async fn run(args: VkArgs) -> anyhow::Result<()> {
             ShutdownMode::Delete => OnShutdown::Delete,
         },
     };
+    if !args.no_kubelet_api {
+        start_kubelet_api(
+            &args,
+            client.clone(),
+            zun_for_api,
+            metrics_registry,
+            token.clone(),
+        )
+        .await
+        .context("starting the kubelet API")?;
+    }
     info!(node = %args.node_name, project = project_id.as_deref().unwrap_or("?"), "starting the virtual kubelet");
     vk_runtime::run(client, node, provider, token)
         .await
         .context("running the node")?;
+    Ok(())
+}
+
+/// Serve the kubelet API on `--kubelet-address:--kubelet-port` until `stop`.
+async fn start_kubelet_api(
+    args: &VkArgs,
+    client: Client,
+    zun: Arc<dyn openstack::container::Container>,
+    registry: prometheus_client::registry::Registry,
+    stop: CancellationToken,
+) -> anyhow::Result<()> {
+    use vk_kubelet_api::{auth, kube_pods::KubePods, tls};
+    let serving = match (&args.tls_cert_file, &args.tls_private_key_file) {
+        (Some(c), Some(k)) => tls::load_serving(c, k)?,
+        _ => {
+            info!(
+                node = %args.node_name,
+                "no --tls-cert-file: made a self-signed serving certificate for the kubelet API (local demos only; the API server must skip kubelet TLS verification)"
+            );
+            tls::self_signed(&args.node_name, std::slice::from_ref(&args.internal_ip))?
+        }
+    };
+    let client_ca = args
+        .client_ca_file
+        .as_deref()
+        .map(|p| tls::load_certs(p, "client CA"))
+        .transpose()?;
+    let tls_cfg = tls::server_config(serving, client_ca)?;
+    let api = Arc::new(vk_kubelet_api::KubeletApi::new(
+        args.node_name.clone(),
+        Arc::new(KubePods::new(client.clone(), args.node_name.clone())),
+        Arc::new(vk_zun::kubelet::ZunKubelet::new(
+            zun,
+            args.node_name.clone(),
+        )),
+        Arc::new(auth::CachedReviewer::new(auth::KubeReviewer::new(client))),
+        registry,
+    ));
+    let port = u16::try_from(args.kubelet_port)
+        .with_context(|| format!("--kubelet-port {} is not a TCP port", args.kubelet_port))?;
+    let addr = std::net::SocketAddr::new(args.kubelet_address, port);
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("binding the kubelet API to {addr}"))?;
+    info!(%addr, "kubelet API listening (HTTPS)");
+    tokio::spawn(tls::serve(listener, tls_cfg, api.router(), stop));
     Ok(())
 }

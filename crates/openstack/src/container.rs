@@ -360,6 +360,40 @@ pub struct ZunService {
     pub availability_zone: Option<String>,
 }
 
+/// A container's resource snapshot (`GET /containers/{id}/stats`, Zun's
+/// docker driver: memory is usage minus inactive file cache, i.e. the
+/// working set; its `CPU %` is cumulative container time over the host's
+/// cumulative time since boot, not a rate, so it is kept only as shown).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ZunStats {
+    /// `MEM USAGE(MiB)`.
+    pub memory_usage_mib: f64,
+    /// `MEM LIMIT(MiB)`.
+    pub memory_limit_mib: f64,
+    /// `CPU %` as Zun computes it.
+    pub cpu_percent: f64,
+}
+
+/// `GET /containers/{id}/top`: Docker's `ps` titles and rows.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ZunTop {
+    /// Column titles (`PID`, `TIME`, ...).
+    #[serde(rename = "Titles", default)]
+    pub titles: Vec<String>,
+    /// One row per process.
+    #[serde(rename = "Processes", default)]
+    pub processes: Vec<Vec<String>>,
+}
+
+/// An interactive exec or attach: the zun-wsproxy URL to connect to.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ZunSession {
+    /// `ws://host:port?token=...&uuid=...[&exec_id=...]`.
+    pub url: String,
+    /// Docker's exec id (exec only).
+    pub exec_id: Option<String>,
+}
+
 /// The Zun port.
 #[async_trait]
 pub trait Container: Send + Sync {
@@ -401,6 +435,33 @@ pub trait Container: Send + Sync {
     async fn list_availability_zones(&self) -> Result<Vec<String>>;
     /// The zun-compute services and their state (admin only by default).
     async fn list_services(&self) -> Result<Vec<ZunService>>;
+
+    /// A running container's resource snapshot.
+    async fn container_stats(&self, id: &str) -> Result<ZunStats> {
+        Err(crate::error::Error::unexpected(format!(
+            "container stats of {id}: not offered by this port"
+        )))
+    }
+    /// A running container's processes (`ps_args` as Docker's top takes them).
+    async fn container_top(&self, id: &str, ps_args: &str) -> Result<ZunTop> {
+        let _ = ps_args;
+        Err(crate::error::Error::unexpected(format!(
+            "container top of {id}: not offered by this port"
+        )))
+    }
+    /// Start an interactive exec (stdin and a TTY) and return its proxy URL.
+    async fn exec_interactive(&self, id: &str, command: &[String]) -> Result<ZunSession> {
+        let _ = command;
+        Err(crate::error::Error::unexpected(format!(
+            "interactive exec in {id}: not offered by this port"
+        )))
+    }
+    /// The proxy URL attaching to a container created `interactive`.
+    async fn attach(&self, id: &str) -> Result<ZunSession> {
+        Err(crate::error::Error::unexpected(format!(
+            "attach to {id}: not offered by this port"
+        )))
+    }
 }
 
 /// Whether every `(k, v)` of `want` is in `have`.

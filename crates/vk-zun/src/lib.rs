@@ -5,8 +5,10 @@
 //! - [`status`]: what to do on Zun and the pod status to show (pure).
 //! - [`provider`]: the [`vk_runtime::provider::Provider`] on the Zun port:
 //!   one list per pass, the actions, the node's capacity from the quota.
+//! - [`kubelet`]: the kubelet API's backend (logs, exec, attach, stats).
 //! - [`labels`], [`quantity`]: ownership labels and resource quantities.
 
+pub mod kubelet;
 pub mod labels;
 pub mod provider;
 pub mod quantity;

@@ -14,4 +14,5 @@ mod faults;
 mod kubectl;
 mod patching;
 mod pods_kubelet;
+mod reviews;
 mod watching;

@@ -234,6 +234,71 @@ impl Container for ContainerAdapter {
         let r = self.req(Request::get(S, "list_services", "services"))?;
         self.core.send(&r).await?.json_at("services")
     }
+
+    async fn container_stats(&self, id: &str) -> Result<ZunStats> {
+        let r = Request::get(
+            S,
+            "container_stats",
+            format!("containers/{}/stats", seg(id)),
+        );
+        let v: Value = self.core.send(&self.req(r)?).await?.json()?;
+        Ok(parse_stats(&v))
+    }
+
+    async fn container_top(&self, id: &str, ps_args: &str) -> Result<ZunTop> {
+        let r = Request::get(S, "container_top", format!("containers/{}/top", seg(id)))
+            .query("ps_args", ps_args);
+        self.core.send(&self.req(r)?).await?.json()
+    }
+
+    async fn exec_interactive(&self, id: &str, command: &[String]) -> Result<ZunSession> {
+        let line = command
+            .iter()
+            .map(|w| shell_quote(w))
+            .collect::<Vec<_>>()
+            .join(" ");
+        // run=false leaves the exec created, not started: zun-wsproxy starts
+        // it when the client connects (interactive gives it stdin and a TTY).
+        let r = Request::post(
+            S,
+            "exec_interactive",
+            format!("containers/{}/execute", seg(id)),
+        )
+        .query("command", line)
+        .query("run", "false")
+        .query("interactive", "true");
+        let v: Value = self.core.send(&self.req(r)?).await?.json()?;
+        let url = v.get("proxy_url").and_then(Value::as_str).ok_or_else(|| {
+            Error::unexpected("container exec_interactive: no proxy_url in the answer")
+        })?;
+        Ok(ZunSession {
+            url: url.to_string(),
+            exec_id: v.get("exec_id").and_then(Value::as_str).map(str::to_string),
+        })
+    }
+
+    async fn attach(&self, id: &str) -> Result<ZunSession> {
+        let r = Request::get(S, "attach", format!("containers/{}/attach", seg(id)));
+        let url: String = self.core.send(&self.req(r)?).await?.json()?;
+        Ok(ZunSession { url, exec_id: None })
+    }
+}
+
+/// Parse `GET /containers/{id}/stats` (numbers, or strings of numbers).
+pub(crate) fn parse_stats(v: &Value) -> ZunStats {
+    let num = |k: &str| {
+        v.get(k)
+            .and_then(|x| {
+                x.as_f64()
+                    .or_else(|| x.as_str().and_then(|s| s.trim().parse().ok()))
+            })
+            .unwrap_or(0.0)
+    };
+    ZunStats {
+        memory_usage_mib: num("MEM USAGE(MiB)"),
+        memory_limit_mib: num("MEM LIMIT(MiB)"),
+        cpu_percent: num("CPU %"),
+    }
 }
 
 /// POSIX shell quoting, as Python's `shlex.quote` (which Zun's `shlex.split`
@@ -258,6 +323,16 @@ mod tests {
         assert_eq!(shell_quote("a b"), "'a b'");
         assert_eq!(shell_quote("it's"), "'it'\"'\"'s'");
         assert_eq!(shell_quote(""), "''");
+    }
+
+    #[test]
+    fn stats_parsing() {
+        let v = json!({"CONTAINER": "c", "CPU %": 0.01, "MEM USAGE(MiB)": 1.5, "MEM LIMIT(MiB)": "64",
+                       "MEM %": 2.3, "BLOCK I/O(B)": "0/0", "NET I/O(B)": "0/0"});
+        let s = parse_stats(&v);
+        assert_eq!(s.memory_usage_mib, 1.5);
+        assert_eq!(s.memory_limit_mib, 64.0);
+        assert_eq!(s.cpu_percent, 0.01);
     }
 
     #[test]
