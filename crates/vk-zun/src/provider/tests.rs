@@ -307,3 +307,47 @@ async fn capacity_comes_from_the_quota_minus_what_others_use() {
     assert_eq!(ready.status, "False");
     assert!(ready.message.contains("zun-api down"));
 }
+
+#[tokio::test]
+async fn a_refused_create_backs_off() {
+    let z = FakeZun::new();
+    let p = provider(&z);
+    let mut pods = vec![seed_pod()];
+    let o = NoObjects::default();
+    z.fail_next(
+        "create_container",
+        openstack::Error::transient("container create_container: HTTP 500"),
+    );
+    let u = sync(&p, &mut pods, &o).await;
+    let cs = &u[0]
+        .status
+        .as_ref()
+        .unwrap()
+        .container_statuses
+        .as_ref()
+        .unwrap()[0];
+    let w = cs.state.as_ref().unwrap().waiting.as_ref().unwrap();
+    assert_eq!(w.reason.as_deref(), Some("CreateContainerError"));
+    assert!(w.message.as_deref().unwrap().contains("HTTP 500"));
+    // Within the back-off the create is not repeated and the error stays shown.
+    let u = sync(&p, &mut pods, &o).await;
+    assert_eq!(z.calls("create_container"), 1);
+    let cs = &u[0]
+        .status
+        .as_ref()
+        .unwrap()
+        .container_statuses
+        .as_ref()
+        .unwrap()[0];
+    assert_eq!(
+        cs.state
+            .as_ref()
+            .unwrap()
+            .waiting
+            .as_ref()
+            .unwrap()
+            .reason
+            .as_deref(),
+        Some("CreateContainerError")
+    );
+}
