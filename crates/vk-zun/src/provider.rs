@@ -48,8 +48,11 @@ struct Memory {
     own_usage: (f64, i64, i64),
     /// Failed creates per pod uid: (failures, when the last one failed, its errors),
     /// so a failing create is retried with the kubelet's back-off, not every pass.
-    create_failures: HashMap<String, (i32, jiff::Timestamp, BTreeMap<Key, (String, String)>)>,
+    create_failures: HashMap<String, (i32, jiff::Timestamp, CreateErrors)>,
 }
+
+/// Per pod container: (reason, message) of a failed create.
+type CreateErrors = BTreeMap<Key, (String, String)>;
 
 /// The Zun provider of one node (one tenant project).
 pub struct ZunProvider {
