@@ -318,7 +318,13 @@ impl ZunProvider {
                     }
                 }
                 Action::Delete { id } => match self.zun.delete_container(&id, true, false).await {
-                    Ok(()) => observed.retain(|c| c.uuid != id),
+                    // Zun deletes asynchronously: the pod goes once a list no
+                    // longer shows the container.
+                    Ok(()) => {
+                        for c in observed.iter_mut().filter(|c| c.uuid == id) {
+                            c.status = openstack::container::status::DELETING.into();
+                        }
+                    }
                     Err(e) if e.is_not_found() => observed.retain(|c| c.uuid != id),
                     Err(e) => warn!(zun = %id, error = %e, "delete failed; retrying next pass"),
                 },

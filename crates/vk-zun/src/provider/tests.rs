@@ -167,8 +167,14 @@ async fn graceful_deletion_stops_deletes_then_releases_the_pod() {
     assert_eq!(u[0].events[0].reason, "Killing");
     let u = sync(&p, &mut pods, &o).await;
     assert_eq!(z.calls("delete_container"), 1);
-    assert!(u[0].deleted, "nothing left: the runtime may remove the pod");
+    assert!(
+        !u[0].deleted,
+        "Zun deletes asynchronously: wait until a list confirms it"
+    );
     assert!(z.containers().is_empty());
+    let u = sync(&p, &mut pods, &o).await;
+    assert!(u[0].deleted, "nothing left: the runtime may remove the pod");
+    assert_eq!(z.calls("delete_container"), 1);
 }
 
 #[tokio::test]
