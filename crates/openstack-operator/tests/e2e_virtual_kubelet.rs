@@ -298,6 +298,13 @@ async fn seed_example_pod_runs_logs_and_is_deleted_gracefully() -> anyhow::Resul
     let Some(c) = case("vk-seed").await? else {
         return Ok(());
     };
+    // Clean up whatever the body did, also when it failed.
+    let result = seed_example_pod_runs_logs_and_is_deleted_gracefully_body(&c).await;
+    c.cleanup().await;
+    result
+}
+
+async fn seed_example_pod_runs_logs_and_is_deleted_gracefully_body(c: &Case) -> anyhow::Result<()> {
     let vk = Vk::start(&c.target, &c.z, &c.node)?;
     let nodes: Api<Node> = Api::all(c.client.clone());
     let node_name = c.node.clone();
@@ -385,7 +392,6 @@ async fn seed_example_pod_runs_logs_and_is_deleted_gracefully() -> anyhow::Resul
         c.containers_of(&uid).await?.is_empty(),
         "the Zun container is gone with the pod"
     );
-    c.cleanup().await;
     Ok(())
 }
 
@@ -394,6 +400,15 @@ async fn command_args_env_workdir_and_limits_are_applied_exactly() -> anyhow::Re
     let Some(c) = case("vk-spec").await? else {
         return Ok(());
     };
+    // Clean up whatever the body did, also when it failed.
+    let result = command_args_env_workdir_and_limits_are_applied_exactly_body(&c).await;
+    c.cleanup().await;
+    result
+}
+
+async fn command_args_env_workdir_and_limits_are_applied_exactly_body(
+    c: &Case,
+) -> anyhow::Result<()> {
     let vk = Vk::start(&c.target, &c.z, &c.node)?;
     let cm: ConfigMap = serde_json::from_value(
         json!({"metadata": {"name": "app-config"}, "data": {"GREETING": "hej"}}),
@@ -461,7 +476,6 @@ async fn command_args_env_workdir_and_limits_are_applied_exactly() -> anyhow::Re
         .exec(&id, &["sh".into(), "-c".into(), "cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null || cat /sys/fs/cgroup/memory.max".into()])
         .await?;
     assert_eq!(out.output.trim(), (64 * 1024 * 1024).to_string());
-    c.cleanup().await;
     Ok(())
 }
 
@@ -470,6 +484,13 @@ async fn exits_end_as_kubernetes_shows_them() -> anyhow::Result<()> {
     let Some(c) = case("vk-exit").await? else {
         return Ok(());
     };
+    // Clean up whatever the body did, also when it failed.
+    let result = exits_end_as_kubernetes_shows_them_body(&c).await;
+    c.cleanup().await;
+    result
+}
+
+async fn exits_end_as_kubernetes_shows_them_body(c: &Case) -> anyhow::Result<()> {
     let vk = Vk::start(&c.target, &c.z, &c.node)?;
     let cases = [
         ("never", "Never"),
@@ -529,7 +550,6 @@ async fn exits_end_as_kubernetes_shows_them() -> anyhow::Result<()> {
             "{name}"
         );
     }
-    c.cleanup().await;
     Ok(())
 }
 
@@ -538,6 +558,13 @@ async fn unsupported_field_fails_the_pod_naming_it() -> anyhow::Result<()> {
     let Some(c) = case("vk-unsup").await? else {
         return Ok(());
     };
+    // Clean up whatever the body did, also when it failed.
+    let result = unsupported_field_fails_the_pod_naming_it_body(&c).await;
+    c.cleanup().await;
+    result
+}
+
+async fn unsupported_field_fails_the_pod_naming_it_body(c: &Case) -> anyhow::Result<()> {
     let vk = Vk::start(&c.target, &c.z, &c.node)?;
     let pod = c
         .create(
@@ -561,7 +588,6 @@ async fn unsupported_field_fails_the_pod_naming_it() -> anyhow::Result<()> {
         c.containers_of(&pod.uid().unwrap()).await?.is_empty(),
         "nothing was created in Zun"
     );
-    c.cleanup().await;
     Ok(())
 }
 
@@ -570,6 +596,13 @@ async fn container_removed_behind_our_back_fails_the_pod() -> anyhow::Result<()>
     let Some(c) = case("vk-gone").await? else {
         return Ok(());
     };
+    // Clean up whatever the body did, also when it failed.
+    let result = container_removed_behind_our_back_fails_the_pod_body(&c).await;
+    c.cleanup().await;
+    result
+}
+
+async fn container_removed_behind_our_back_fails_the_pod_body(c: &Case) -> anyhow::Result<()> {
     let vk = Vk::start(&c.target, &c.z, &c.node)?;
     let pod = c
         .create(
@@ -598,7 +631,6 @@ async fn container_removed_behind_our_back_fails_the_pod() -> anyhow::Result<()>
         c.containers_of(&pod.uid().unwrap()).await?.is_empty(),
         "not re-created behind the controller's back"
     );
-    c.cleanup().await;
     Ok(())
 }
 
@@ -608,6 +640,13 @@ async fn killed_mid_create_and_restarted_leaves_one_container_per_pod_and_no_orp
     let Some(c) = case("vk-crash").await? else {
         return Ok(());
     };
+    // Clean up whatever the body did, also when it failed.
+    let result = killed_body(&c).await;
+    c.cleanup().await;
+    result
+}
+
+async fn killed_body(c: &Case) -> anyhow::Result<()> {
     let mut vk = Vk::start(&c.target, &c.z, &c.node)?;
     let a = c
         .create(
@@ -710,6 +749,5 @@ async fn killed_mid_create_and_restarted_leaves_one_container_per_pod_and_no_orp
         running[0].status, "Running",
         "pods are left running on shutdown"
     );
-    c.cleanup().await;
     Ok(())
 }
