@@ -68,10 +68,13 @@ pub struct ZunRestartPolicy {
     #[serde(rename = "Name", default)]
     pub name: String,
     /// Retries for `on-failure` (0 = unlimited).
+    // zun-api does `int(MaximumRetryCount)` when the key is present: a null
+    // answers 500, so it is left out when unset.
     #[serde(
         rename = "MaximumRetryCount",
         default,
-        deserialize_with = "de_opt_u32_or_string"
+        deserialize_with = "de_opt_u32_or_string",
+        skip_serializing_if = "Option::is_none"
     )]
     pub max_retry: Option<u32>,
 }
@@ -575,6 +578,11 @@ mod tests {
         };
         let v = serde_json::to_value(&r).unwrap();
         assert_eq!(v, json!({"name": "a-b", "image": "busybox", "memory": 64}));
+        let p = ZunRestartPolicy {
+            name: "no".into(),
+            max_retry: None,
+        };
+        assert_eq!(serde_json::to_value(&p).unwrap(), json!({"Name": "no"}));
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! actions [`crate::status::decide`] asks for, and the statuses
 //! [`crate::status::render`] computes.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
@@ -46,7 +46,13 @@ struct Memory {
     events: HashSet<(String, String, String)>,
     /// CPUs and MiB our own containers use (from the last list).
     own_usage: (f64, i64, i64),
+    /// Failed creates per pod uid: (failures, when the last one failed, its errors),
+    /// so a failing create is retried with the kubelet's back-off, not every pass.
+    create_failures: HashMap<String, (i32, jiff::Timestamp, CreateErrors)>,
 }
+
+/// Per pod container: (reason, message) of a failed create.
+type CreateErrors = BTreeMap<Key, (String, String)>;
 
 /// The Zun provider of one node (one tenant project).
 pub struct ZunProvider {
@@ -234,7 +240,21 @@ impl ZunProvider {
         } else {
             status::decide(pod, &observed, now)
         };
+        let backing_off = {
+            let m = self.mem();
+            m.create_failures
+                .get(&uid)
+                .and_then(|(n, at, errs)| (now < *at + status::backoff(*n)).then(|| errs.clone()))
+        };
+        let mut tried_create = false;
         for a in actions {
+            if matches!(a, Action::CreateInit(_) | Action::CreateMain(_)) {
+                if let Some(errs) = &backing_off {
+                    pass.create_errors.extend(errs.clone());
+                    continue;
+                }
+                tried_create = true;
+            }
             match a {
                 Action::CreateInit(i) => {
                     let name = pod
@@ -298,11 +318,32 @@ impl ZunProvider {
                     }
                 }
                 Action::Delete { id } => match self.zun.delete_container(&id, true, false).await {
-                    Ok(()) => observed.retain(|c| c.uuid != id),
+                    // Zun deletes asynchronously: the pod goes once a list no
+                    // longer shows the container.
+                    Ok(()) => {
+                        for c in observed.iter_mut().filter(|c| c.uuid == id) {
+                            c.status = openstack::container::status::DELETING.into();
+                        }
+                    }
                     Err(e) if e.is_not_found() => observed.retain(|c| c.uuid != id),
                     Err(e) => warn!(zun = %id, error = %e, "delete failed; retrying next pass"),
                 },
                 Action::Fail(reason, message) => pass.failure = Some((reason, message)),
+            }
+        }
+        if tried_create {
+            let mut m = self.mem();
+            // Only Zun's refusals back off; a missing ConfigMap costs no Zun call.
+            let zun_failed = pass
+                .create_errors
+                .values()
+                .any(|(reason, _)| reason == "CreateContainerError");
+            if !zun_failed {
+                m.create_failures.remove(&uid);
+            } else {
+                let n = m.create_failures.get(&uid).map(|f| f.0).unwrap_or(0) + 1;
+                m.create_failures
+                    .insert(uid.clone(), (n, now, pass.create_errors.clone()));
             }
         }
         if let Some((reason, message)) = &pass.failure {
@@ -565,7 +606,9 @@ impl Provider for ZunProvider {
                     }
                 }
             }
-            self.mem().events.retain(|(uid, _, _)| live.contains(uid));
+            let mut m = self.mem();
+            m.events.retain(|(uid, _, _)| live.contains(uid));
+            m.create_failures.retain(|uid, _| live.contains(uid));
         }
         Ok(out)
     }

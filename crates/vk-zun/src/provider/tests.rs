@@ -167,8 +167,14 @@ async fn graceful_deletion_stops_deletes_then_releases_the_pod() {
     assert_eq!(u[0].events[0].reason, "Killing");
     let u = sync(&p, &mut pods, &o).await;
     assert_eq!(z.calls("delete_container"), 1);
-    assert!(u[0].deleted, "nothing left: the runtime may remove the pod");
+    assert!(
+        !u[0].deleted,
+        "Zun deletes asynchronously: wait until a list confirms it"
+    );
     assert!(z.containers().is_empty());
+    let u = sync(&p, &mut pods, &o).await;
+    assert!(u[0].deleted, "nothing left: the runtime may remove the pod");
+    assert_eq!(z.calls("delete_container"), 1);
 }
 
 #[tokio::test]
@@ -306,4 +312,48 @@ async fn capacity_comes_from_the_quota_minus_what_others_use() {
     let ready = st.conditions.iter().find(|c| c.type_ == "Ready").unwrap();
     assert_eq!(ready.status, "False");
     assert!(ready.message.contains("zun-api down"));
+}
+
+#[tokio::test]
+async fn a_refused_create_backs_off() {
+    let z = FakeZun::new();
+    let p = provider(&z);
+    let mut pods = vec![seed_pod()];
+    let o = NoObjects::default();
+    z.fail_next(
+        "create_container",
+        openstack::Error::transient("container create_container: HTTP 500"),
+    );
+    let u = sync(&p, &mut pods, &o).await;
+    let cs = &u[0]
+        .status
+        .as_ref()
+        .unwrap()
+        .container_statuses
+        .as_ref()
+        .unwrap()[0];
+    let w = cs.state.as_ref().unwrap().waiting.as_ref().unwrap();
+    assert_eq!(w.reason.as_deref(), Some("CreateContainerError"));
+    assert!(w.message.as_deref().unwrap().contains("HTTP 500"));
+    // Within the back-off the create is not repeated and the error stays shown.
+    let u = sync(&p, &mut pods, &o).await;
+    assert_eq!(z.calls("create_container"), 1);
+    let cs = &u[0]
+        .status
+        .as_ref()
+        .unwrap()
+        .container_statuses
+        .as_ref()
+        .unwrap()[0];
+    assert_eq!(
+        cs.state
+            .as_ref()
+            .unwrap()
+            .waiting
+            .as_ref()
+            .unwrap()
+            .reason
+            .as_deref(),
+        Some("CreateContainerError")
+    );
 }
