@@ -65,8 +65,16 @@ impl Backend for Fake {
         let all = "Hello Kubernetes!\nsecond\n";
         Ok(vk_kubelet_api::query::trim_logs(all, q.tail_lines, None))
     }
-    async fn exec(&self, _: &Pod, _: &str, _: &[String]) -> Result<ExecResult, KubeletError> {
-        Ok(ExecResult::default())
+    async fn exec(&self, _: &Pod, _: &str, cmd: &[String]) -> Result<ExecResult, KubeletError> {
+        Ok(ExecResult {
+            stdout: format!("ran {}\n", cmd.join(" ")).into_bytes(),
+            stderr: Vec::new(),
+            exit_code: Some(if cmd.last().map(String::as_str) == Some("fail") {
+                3
+            } else {
+                0
+            }),
+        })
     }
     async fn exec_interactive(
         &self,
@@ -232,6 +240,83 @@ async fn auth_logs_errors_and_stats_over_tls() {
             .unwrap()
             .contains("vk_kubelet_api_requests_total")
     );
+    exec_with_kube_rs(&base).await;
     stop.cancel();
     emu.shutdown().await;
+}
+
+/// kube-rs's `Api<Pod>::exec` (its `AttachedProcess` and WebSocket code)
+/// against the kubelet port: a layer moves the API server's
+/// `pods/{pod}/exec?container=` path to the kubelet's
+/// `/exec/{ns}/{pod}/{container}`, as the API server does when it proxies.
+async fn exec_with_kube_rs(base: &str) {
+    use kube::api::{Api, AttachParams};
+    use tokio::io::AsyncReadExt;
+    let mut cfg = kube::Config::new(base.parse().unwrap());
+    cfg.accept_invalid_certs = true;
+    let rewrite =
+        tower::util::MapRequestLayer::new(|mut req: http::Request<kube::client::Body>| {
+            let uri = req.uri().clone();
+            let path = uri.path();
+            let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+            if let ["api", "v1", "namespaces", ns, "pods", pod, "exec"] = parts.as_slice() {
+                let mut container = String::new();
+                let rest: Vec<String> = uri
+                    .query()
+                    .unwrap_or("")
+                    .split('&')
+                    .filter(|kv| match kv.strip_prefix("container=") {
+                        Some(c) => {
+                            container = c.to_string();
+                            false
+                        }
+                        None => true,
+                    })
+                    .map(str::to_string)
+                    .collect();
+                let new = format!("/exec/{ns}/{pod}/{container}?{}", rest.join("&"));
+                *req.uri_mut() = if uri.scheme().is_some() {
+                    format!("{}{}", base_of(&uri), new).parse().unwrap()
+                } else {
+                    new.parse().unwrap()
+                };
+            }
+            req.headers_mut().insert(
+                http::header::AUTHORIZATION,
+                "Bearer t-admin".parse().unwrap(),
+            );
+            req
+        });
+    let client = kube::client::ClientBuilder::try_from(cfg)
+        .unwrap()
+        .with_layer(&rewrite)
+        .build();
+    let pods: Api<Pod> = Api::namespaced(client, "default");
+    let ap = AttachParams::default()
+        .container("myapp-container")
+        .stderr(false);
+    let mut ok = pods.exec("myapp-pod", ["echo", "hi"], &ap).await.unwrap();
+    let mut out = String::new();
+    ok.stdout().unwrap().read_to_string(&mut out).await.unwrap();
+    let status = ok.take_status().unwrap().await.unwrap();
+    assert_eq!(out, "ran echo hi\n");
+    assert_eq!(status.status.as_deref(), Some("Success"));
+    let mut bad = pods.exec("myapp-pod", ["sh", "fail"], &ap).await.unwrap();
+    let status = bad.take_status().unwrap().await.unwrap();
+    assert_eq!(status.status.as_deref(), Some("Failure"));
+    assert_eq!(status.reason.as_deref(), Some("NonZeroExitCode"));
+    let code = status
+        .details
+        .and_then(|d| d.causes)
+        .and_then(|c| c.into_iter().next())
+        .and_then(|c| c.message);
+    assert_eq!(code.as_deref(), Some("3"));
+}
+
+fn base_of(uri: &http::Uri) -> String {
+    format!(
+        "{}://{}",
+        uri.scheme_str().unwrap_or("https"),
+        uri.authority().map(|a| a.as_str()).unwrap_or("")
+    )
 }
