@@ -39,6 +39,7 @@ pub mod ops;
 pub mod patch;
 pub mod protobuf;
 pub mod resources;
+pub mod review;
 pub mod schema;
 pub mod selectors;
 pub mod server;
@@ -127,6 +128,7 @@ impl Emulator {
         let app = Arc::new(App {
             state: Mutex::new(state),
             faults: Mutex::new(FaultConfig::default()),
+            auth: Mutex::new(review::AuthConfig::default()),
             server_address: addr.to_string(),
         });
         let router = server::router(app.clone());
@@ -288,6 +290,11 @@ impl Handle {
     /// Forget watch history: resuming a watch from any earlier resourceVersion yields 410 Gone.
     pub fn compact_history(&self) {
         self.app.lock().store.compact();
+    }
+
+    /// What TokenReview and SubjectAccessReview answer from now on.
+    pub fn set_auth(&self, cfg: review::AuthConfig) {
+        *self.app.auth.lock().unwrap_or_else(|e| e.into_inner()) = cfg;
     }
 
     /// Remove all fail rules and latency.

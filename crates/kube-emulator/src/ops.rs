@@ -71,6 +71,8 @@ pub struct DeleteOpts {
     pub precondition_rv: Option<String>,
     /// `dryRun=All`.
     pub dry_run: bool,
+    /// `gracePeriodSeconds` (pods honour it; see [`pod_grace_period`]).
+    pub grace_period_seconds: Option<i64>,
 }
 
 /// Which part of an object a request addresses.
@@ -828,11 +830,45 @@ impl State {
         if opts.dry_run {
             return Ok(info.from_stored(&old));
         }
+        if info.flavor == Flavor::Pod {
+            let period = pod_grace_period(&old, opts.grace_period_seconds);
+            if period > 0 {
+                let out = self.mark_pod_terminating(&info.storage, &old, period);
+                self.after_write(&info.storage);
+                return Ok(info.from_stored(&out));
+            }
+        }
         let out = self.delete_stored(&info.storage, ns, name, policy.as_deref());
         self.after_write(&info.storage);
         Ok(out
             .map(|o| info.from_stored(&o))
             .unwrap_or_else(|| info.from_stored(&old)))
+    }
+
+    /// Graceful pod deletion (`BeforeDelete` in `k8s.io/apiserver/pkg/registry/rest/delete.go`):
+    /// the pod stays with `deletionTimestamp = now + period` and `deletionGracePeriodSeconds`
+    /// until its kubelet deletes it again with period 0; a later delete may only shorten
+    /// the period, never lengthen it.
+    fn mark_pod_terminating(&mut self, key: &StorageKey, old: &Value, period: i64) -> Value {
+        let current = meta(old)
+            .and_then(|m| m.get("deletionGracePeriodSeconds"))
+            .and_then(Value::as_i64);
+        let terminating = !meta_str(old, "deletionTimestamp").is_empty();
+        if terminating && current.is_some_and(|c| c <= period) {
+            return old.clone();
+        }
+        let mut new = old.clone();
+        let at = jiff::Timestamp::now() + jiff::SignedDuration::from_secs(period);
+        let m = meta_mut(&mut new);
+        m.insert(
+            "deletionTimestamp".into(),
+            json!(at.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()),
+        );
+        m.insert("deletionGracePeriodSeconds".into(), json!(period));
+        if let Some(g) = m.get("generation").and_then(Value::as_i64) {
+            m.insert("generation".into(), json!(g + 1));
+        }
+        self.store.put(key, new, EventType::Modified)
     }
 
     /// Core deletion: add GC finalizers for the policy, then mark terminating or remove.
@@ -1227,6 +1263,35 @@ fn prepare_body(info: &ResourceInfo, ns: &str, body: Value) -> ApiResult<Value> 
         meta.remove("namespace");
     }
     Ok(obj)
+}
+
+/// The grace period of a pod deletion (`podStrategy.CheckGracefulDelete` in
+/// `pkg/registry/core/pod/strategy.go`): the request's `gracePeriodSeconds`, else the pod's
+/// `terminationGracePeriodSeconds` (defaulted to 30 by the real server on create); 0 for a
+/// pod not bound to a node or already Succeeded/Failed; a negative value becomes 1.
+pub fn pod_grace_period(pod: &Value, requested: Option<i64>) -> i64 {
+    let spec = pod.get("spec");
+    let mut period = requested.unwrap_or_else(|| {
+        spec.and_then(|s| s.get("terminationGracePeriodSeconds"))
+            .and_then(Value::as_i64)
+            .unwrap_or(30)
+    });
+    let node = spec
+        .and_then(|s| s.get("nodeName"))
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let phase = pod
+        .get("status")
+        .and_then(|s| s.get("phase"))
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    if node.is_empty() || phase == "Succeeded" || phase == "Failed" {
+        period = 0;
+    }
+    if period < 0 {
+        period = 1;
+    }
+    period
 }
 
 /// Set the fields the server owns on create.

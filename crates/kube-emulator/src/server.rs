@@ -30,6 +30,8 @@ pub struct App {
     pub state: Mutex<State>,
     /// Fault injection configuration.
     pub faults: Mutex<FaultConfig>,
+    /// What the review APIs answer (see [`crate::review`]).
+    pub auth: Mutex<crate::review::AuthConfig>,
     /// `host:port` the server is reachable at (for `/api`).
     pub server_address: String,
 }
@@ -90,11 +92,42 @@ pub fn router(app: Arc<App>) -> Router {
             "/version",
             get(|| async { json_response(StatusCode::OK, &discovery::version()) }),
         )
+        .route(
+            "/apis/authentication.k8s.io/v1/tokenreviews",
+            axum::routing::post(token_review),
+        )
+        .route(
+            "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+            axum::routing::post(subject_access_review),
+        )
         .route("/openapi/v3", get(openapi_root))
         .route("/openapi/v3/{*gv}", get(openapi_gv))
         .fallback(api_handler)
         .layer(middleware::from_fn_with_state(app.clone(), fault_layer))
         .with_state(app)
+}
+
+async fn review(
+    app: &App,
+    body: &[u8],
+    f: fn(&crate::review::AuthConfig, Value) -> ApiResult<Value>,
+) -> Response {
+    let r = decode_body("application/json", body).and_then(|v| {
+        let cfg = app.auth.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        f(&cfg, v)
+    });
+    match r {
+        Ok(v) => json_response(StatusCode::CREATED, &v),
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn token_review(AxState(app): AxState<Arc<App>>, body: Bytes) -> Response {
+    review(&app, &body, crate::review::token_review).await
+}
+
+async fn subject_access_review(AxState(app): AxState<Arc<App>>, body: Bytes) -> Response {
+    review(&app, &body, crate::review::subject_access_review).await
 }
 
 async fn get_faults(AxState(app): AxState<Arc<App>>) -> Response {
@@ -553,6 +586,13 @@ fn delete_opts(params: &Params, body: &[u8]) -> ApiResult<DeleteOpts> {
             .get("dryRun")
             .and_then(Value::as_array)
             .is_some_and(|a| a.iter().any(|x| x == "All"));
+        o.grace_period_seconds = v.get("gracePeriodSeconds").and_then(Value::as_i64);
+    }
+    if let Some(g) = params.get("gracePeriodSeconds") {
+        o.grace_period_seconds = Some(
+            g.parse()
+                .map_err(|_| ApiError::bad_request(format!("invalid gracePeriodSeconds {g:?}")))?,
+        );
     }
     if let Some(p) = params.get("propagationPolicy") {
         o.propagation = Some(p.to_string());

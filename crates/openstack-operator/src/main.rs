@@ -3,6 +3,7 @@
 
 mod control_plane;
 mod run;
+mod vk;
 
 use std::path::PathBuf;
 
@@ -29,6 +30,8 @@ enum Command {
     /// Run the control-plane operator (OpenStackCluster, Keystone, OpenStackExternalService)
     /// against the cluster in KUBECONFIG (or in-cluster). Needs no OpenStack credentials.
     ControlPlane(Box<control_plane::ControlPlaneArgs>),
+    /// Register a Node and run the pods bound to it as OpenStack Zun containers.
+    VirtualKubelet(Box<vk::VkArgs>),
     /// Print every CRD as YAML, the resource operator's and the control plane's (or write one
     /// file per CRD with --out-dir / --control-plane-out-dir).
     Crds {
@@ -62,6 +65,13 @@ fn main() -> anyhow::Result<()> {
                 .build()
                 .context("starting the async runtime")?;
             rt.block_on(control_plane::run(*args))
+        }
+        Command::VirtualKubelet(args) => {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .context("starting the async runtime")?;
+            rt.block_on(vk::run(*args))
         }
     }
 }

@@ -196,8 +196,11 @@ impl Health {
 }
 
 /// The operator's own crates: a bare level in the log filter applies to these.
-const OWN_TARGETS: [&str; 8] = [
+const OWN_TARGETS: [&str; 11] = [
     "openstack_operator",
+    "vk_runtime",
+    "vk_zun",
+    "vk_kubelet_api",
     "controllers",
     "openstack",
     "api",
@@ -380,6 +383,7 @@ async fn connect_cloud(options: ClientOptions, token: &CancellationToken) -> any
     }
 }
 
+/// Cancel `token` on SIGTERM or Ctrl-C.
 pub(crate) fn shutdown_on_signal(token: CancellationToken) {
     tokio::spawn(async move {
         let term = async {

@@ -4,11 +4,14 @@
 //! - [`Error`]: one error type with the services' messages kept verbatim.
 //! - [`Identity`], [`Compute`], [`Image`], [`Network`], [`BlockStorage`]:
 //!   object-safe async traits, bundled in [`Cloud`].
+//! - [`container::Container`]: the Zun port (containers, capsules, quota),
+//!   outside [`Cloud`] because only the virtual kubelet uses it.
 //! - [`fake::FakeCloud`]: an in-memory implementation for unit tests.
 //! - [`adapter`]: the real implementation on `openstack_sdk`, with the shared
 //!   client core (auth, rate limiting, retries, timeouts, metrics).
 
 pub mod adapter;
+pub mod container;
 pub mod error;
 pub mod fake;
 pub mod model;

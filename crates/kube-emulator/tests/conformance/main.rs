@@ -13,5 +13,7 @@ mod events_leases;
 mod faults;
 mod kubectl;
 mod patching;
+mod pods_kubelet;
+mod reviews;
 mod watching;
 mod workloads;

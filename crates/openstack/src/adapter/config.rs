@@ -22,6 +22,23 @@ pub enum CloudSelector {
         /// Entry under `clouds:`.
         cloud: String,
     },
+    /// The `OS_*` variables of an OpenStack RC file (`OS_AUTH_URL`,
+    /// `OS_USERNAME`, `OS_PASSWORD`, `OS_PROJECT_NAME`, `OS_DOMAIN_ID`, ...),
+    /// without any clouds.yaml (the virtual kubelet seed's configuration).
+    OsVariables,
+}
+
+impl CloudSelector {
+    /// `OS_CLOUD` (or `OS_CLIENT_CONFIG_FILE`) selects clouds.yaml; else
+    /// `OS_AUTH_URL` selects the `OS_*` variables; else clouds.yaml's default.
+    pub fn from_env() -> Self {
+        let set = |k: &str| std::env::var(k).is_ok_and(|v| !v.is_empty());
+        if !set("OS_CLOUD") && !set("OS_CLIENT_CONFIG_FILE") && set("OS_AUTH_URL") {
+            Self::OsVariables
+        } else {
+            Self::Env
+        }
+    }
 }
 
 /// Tuning of the shared client. Defaults follow the seed (10 concurrent
@@ -96,6 +113,7 @@ fn env_num<T: std::str::FromStr>(name: &str) -> Result<Option<T>> {
 /// Load the selected cloud's configuration. Returns it with its name.
 pub(crate) fn load_cloud_config(sel: &CloudSelector) -> Result<(CloudConfig, String)> {
     let (file, cloud, origin) = match sel {
+        CloudSelector::OsVariables => return os_variables_config(),
         CloudSelector::File { path, cloud } => (
             ConfigFile::builder()
                 .add_source(path)
@@ -147,6 +165,53 @@ pub(crate) fn load_cloud_config(sel: &CloudSelector) -> Result<(CloudConfig, Str
             ))
         })?;
     Ok((cfg, cloud))
+}
+
+/// A cloud configuration from the `OS_*` variables. `OS_DOMAIN_ID` /
+/// `OS_DOMAIN_NAME` stand for the user's and the project's domain when those
+/// are not given separately (as python-openstackclient reads RC files).
+fn os_variables_config() -> Result<(CloudConfig, String)> {
+    let mut cfg = CloudConfig::from_env()
+        .map_err(|e| Error::config(format!("cannot read the OS_* variables: {e}")))?;
+    let auth = cfg.auth.get_or_insert_with(Default::default);
+    if auth.auth_url.is_none() {
+        return Err(Error::config("OS_AUTH_URL is not set"));
+    }
+    if let Some(d) = auth.domain_id.clone() {
+        auth.user_domain_id.get_or_insert(d.clone());
+        if auth.project_domain_name.is_none() {
+            auth.project_domain_id.get_or_insert(d);
+        }
+    }
+    if let Some(d) = auth.domain_name.clone() {
+        if auth.user_domain_id.is_none() {
+            auth.user_domain_name.get_or_insert(d.clone());
+        }
+        if auth.project_domain_id.is_none() {
+            auth.project_domain_name.get_or_insert(d);
+        }
+    }
+    // A domain-scoped token is not what RC files mean by OS_DOMAIN_*.
+    if auth.project_name.is_some() || auth.project_id.is_some() {
+        auth.domain_id = None;
+        auth.domain_name = None;
+    }
+    if cfg.auth_type.is_none() {
+        cfg.auth_type = Some(
+            if auth.application_credential_id.is_some()
+                || auth.application_credential_name.is_some()
+            {
+                "v3applicationcredential".into()
+            } else {
+                "password".into()
+            },
+        );
+    }
+    let name = cfg
+        .name
+        .clone()
+        .unwrap_or_else(|| "OS_* variables".to_string());
+    Ok((cfg, name))
 }
 
 #[cfg(test)]

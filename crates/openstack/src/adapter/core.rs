@@ -45,6 +45,8 @@ pub enum Service {
     Network,
     /// Cinder.
     BlockStorage,
+    /// Zun (catalog type `container`).
+    Container,
 }
 
 impl Service {
@@ -56,6 +58,7 @@ impl Service {
             Self::Image => "image",
             Self::Network => "network",
             Self::BlockStorage => "block_storage",
+            Self::Container => "container",
         }
     }
 
@@ -66,6 +69,8 @@ impl Service {
             Self::Image => ServiceType::Image,
             Self::Network => ServiceType::Network,
             Self::BlockStorage => ServiceType::BlockStorage,
+            // The SDK knows no Zun type; its catalog lookup takes the name.
+            Self::Container => ServiceType::Other("container".into()),
         }
     }
 }

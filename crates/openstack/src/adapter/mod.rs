@@ -18,6 +18,7 @@
 pub mod block_storage;
 pub mod compute;
 pub mod config;
+pub mod container;
 pub mod core;
 pub mod identity;
 pub mod image;
@@ -30,6 +31,7 @@ mod unavailable;
 use std::sync::Arc;
 
 pub use self::config::{ClientOptions, CloudSelector};
+pub use self::container::ContainerAdapter;
 pub use self::core::{Core, Request, Response, Service};
 pub use self::metrics::Metrics;
 pub use self::unavailable::Unavailable;

@@ -15,6 +15,7 @@
 
 mod block_storage;
 mod compute;
+mod container;
 mod identity;
 mod image;
 mod network;
@@ -22,6 +23,7 @@ mod network;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+pub use self::container::FakeZun;
 use crate::error::{Error, Result};
 use crate::model::*;
 use crate::traits::Cloud;

@@ -1,0 +1,234 @@
+//! `openstack-operator virtual-kubelet`: a Node whose pods run as Zun containers.
+//!
+//! Credentials as the seed provider takes them (the `OS_*` variables of an
+//! RC file) or clouds.yaml (`OS_CLOUD`, `OS_CLIENT_CONFIG_FILE`); the
+//! Kubernetes API from `KUBECONFIG` or the in-cluster service account.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Args, ValueEnum};
+use k8s_openapi::api::core::v1::Taint;
+use kube::Client;
+use openstack::adapter::{ClientOptions, CloudSelector, ContainerAdapter, Core};
+use tokio_util::sync::CancellationToken;
+use tracing::info;
+use vk_runtime::node::Identity;
+use vk_runtime::{NodeConfig, OnShutdown};
+use vk_zun::{Config, UnlimitedCapacity, ZunProvider};
+
+use crate::run::{LogFormat, init_logging_with, shutdown_on_signal};
+
+/// What to do with the Node when the process stops.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ShutdownMode {
+    /// Mark the node NotReady; pods keep running and are taken back on restart.
+    NotReady,
+    /// Delete the Node object; pods keep running in Zun.
+    Delete,
+}
+
+/// Flags of the virtual kubelet.
+#[derive(Args, Debug, Clone)]
+pub struct VkArgs {
+    /// Name of the Node to register.
+    #[arg(long, env = "VK_NODE_NAME", default_value = "virtual-kubelet")]
+    pub node_name: String,
+    /// Neutron network (id or name) for pods that name none in the
+    /// `virtual-kubelet.sunet.se/network` annotation.
+    #[arg(long, env = "VK_NETWORK")]
+    pub network: Option<String>,
+    /// Zun image driver (`docker` or `glance`); Zun's default when unset.
+    #[arg(long, env = "VK_IMAGE_DRIVER")]
+    pub image_driver: Option<String>,
+    /// Send each container's imagePullPolicy to Zun (admin-only in Zun's default policy).
+    #[arg(long, env = "VK_SEND_IMAGE_PULL_POLICY")]
+    pub send_image_pull_policy: bool,
+    /// Zun availability zone to create in (and the node's topology zone).
+    #[arg(long, env = "VK_AVAILABILITY_ZONE")]
+    pub availability_zone: Option<String>,
+    /// CPUs of a container that sets neither limit nor request.
+    #[arg(long, default_value_t = 0.5)]
+    pub default_cpu: f64,
+    /// MiB of a container that sets neither limit nor request.
+    #[arg(long, default_value_t = 512)]
+    pub default_memory_mib: u64,
+    /// The node's InternalIP (and pods' hostIP).
+    #[arg(long, env = "VK_INTERNAL_IP", default_value = "127.0.0.1")]
+    pub internal_ip: String,
+    /// Port published as `status.daemonEndpoints.kubeletEndpoint.port`.
+    #[arg(long, env = "KUBELET_PORT", default_value_t = 10250)]
+    pub kubelet_port: i32,
+    /// Seconds between two syncs of all pods with Zun (one Zun list each).
+    #[arg(long, default_value_t = 5)]
+    pub poll_interval_seconds: u64,
+    /// Seconds between two computations of the node's state.
+    #[arg(long, default_value_t = 10)]
+    pub status_interval_seconds: u64,
+    /// What happens to the Node on SIGTERM.
+    #[arg(long, value_enum, default_value = "not-ready")]
+    pub on_shutdown: ShutdownMode,
+    /// Zun project whose quota sizes the node (default: the token's project).
+    #[arg(long, env = "VK_PROJECT_ID")]
+    pub project_id: Option<String>,
+    /// The kubelet API: listen address (the port is --kubelet-port).
+    #[arg(long, env = "KUBELET_ADDRESS", default_value = "0.0.0.0")]
+    pub kubelet_address: std::net::IpAddr,
+    /// Serving certificate of the kubelet API (PEM); with --tls-private-key-file.
+    #[arg(long, env = "KUBELET_TLS_CERT_FILE", requires = "tls_private_key_file")]
+    pub tls_cert_file: Option<std::path::PathBuf>,
+    /// Its private key (PEM).
+    #[arg(long, env = "KUBELET_TLS_KEY_FILE", requires = "tls_cert_file")]
+    pub tls_private_key_file: Option<std::path::PathBuf>,
+    /// CA bundle that signs client certificates (the API server's kubelet
+    /// client certificate); without it only bearer tokens authenticate.
+    #[arg(long, env = "KUBELET_CLIENT_CA_FILE")]
+    pub client_ca_file: Option<std::path::PathBuf>,
+    /// Do not serve the kubelet API (logs, exec, stats).
+    #[arg(long)]
+    pub no_kubelet_api: bool,
+    /// Log filter (overridden by RUST_LOG).
+    #[arg(long, env = "LOG_LEVEL", default_value = "info")]
+    pub log_level: String,
+    /// Log format.
+    #[arg(long, value_enum, default_value = "text")]
+    pub log_format: LogFormat,
+}
+
+/// `kubernetes.io/arch` of this build.
+fn arch() -> &'static str {
+    match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => other,
+    }
+}
+
+/// Run the virtual kubelet until SIGTERM.
+pub async fn run(args: VkArgs) -> anyhow::Result<()> {
+    init_logging_with(args.log_format, &args.log_level)?;
+    let token = CancellationToken::new();
+    shutdown_on_signal(token.clone());
+    let selector = CloudSelector::from_env();
+    let options = ClientOptions::from_env()?;
+    let mut metrics_registry = prometheus_client::registry::Registry::default();
+    options.metrics.register(&mut metrics_registry);
+    let core = Core::connect(&selector, options)
+        .await
+        .with_context(|| format!("connecting to OpenStack ({selector:?})"))?;
+    let project_id = args
+        .project_id
+        .clone()
+        .or_else(|| core.current_project_id());
+    let zun = Arc::new(ContainerAdapter::new(core));
+    let zun_for_api: Arc<dyn openstack::container::Container> = zun.clone();
+    let cfg = Config {
+        node_name: args.node_name.clone(),
+        network: args.network.clone(),
+        image_driver: args.image_driver.clone(),
+        send_pull_policy: args.send_image_pull_policy,
+        default_cpu: args.default_cpu,
+        default_memory_mib: args.default_memory_mib,
+        availability_zone: args.availability_zone.clone(),
+        host_ip: args.internal_ip.clone(),
+    };
+    let provider = Arc::new(ZunProvider::new(
+        zun,
+        cfg,
+        project_id.clone(),
+        UnlimitedCapacity::default(),
+    ));
+    let client = Client::try_default()
+        .await
+        .context("connecting to Kubernetes (KUBECONFIG or in-cluster)")?;
+    let node = NodeConfig {
+        identity: Identity {
+            name: args.node_name.clone(),
+            labels: BTreeMap::new(),
+            taints: vec![Taint {
+                key: "virtual-kubelet.io/provider".into(),
+                value: Some("openstack".into()),
+                effect: "NoSchedule".into(),
+                ..Default::default()
+            }],
+            kubelet_port: args.kubelet_port,
+            version: format!("v1.36.0-vk-openstack-zun-{}", env!("CARGO_PKG_VERSION")),
+            os: "linux".into(),
+            arch: arch().into(),
+            internal_ip: args.internal_ip.clone(),
+        },
+        lease_duration_s: 40,
+        lease_renew: Duration::from_secs(10),
+        status_interval: Duration::from_secs(args.status_interval_seconds.max(1)),
+        status_max_age: Duration::from_secs(60),
+        poll_interval: Duration::from_secs(args.poll_interval_seconds.max(1)),
+        on_shutdown: match args.on_shutdown {
+            ShutdownMode::NotReady => OnShutdown::NotReady,
+            ShutdownMode::Delete => OnShutdown::Delete,
+        },
+    };
+    if !args.no_kubelet_api {
+        start_kubelet_api(
+            &args,
+            client.clone(),
+            zun_for_api,
+            metrics_registry,
+            token.clone(),
+        )
+        .await
+        .context("starting the kubelet API")?;
+    }
+    info!(node = %args.node_name, project = project_id.as_deref().unwrap_or("?"), "starting the virtual kubelet");
+    vk_runtime::run(client, node, provider, token)
+        .await
+        .context("running the node")?;
+    Ok(())
+}
+
+/// Serve the kubelet API on `--kubelet-address:--kubelet-port` until `stop`.
+async fn start_kubelet_api(
+    args: &VkArgs,
+    client: Client,
+    zun: Arc<dyn openstack::container::Container>,
+    registry: prometheus_client::registry::Registry,
+    stop: CancellationToken,
+) -> anyhow::Result<()> {
+    use vk_kubelet_api::{auth, kube_pods::KubePods, tls};
+    let serving = match (&args.tls_cert_file, &args.tls_private_key_file) {
+        (Some(c), Some(k)) => tls::load_serving(c, k)?,
+        _ => {
+            info!(
+                node = %args.node_name,
+                "no --tls-cert-file: made a self-signed serving certificate for the kubelet API (local demos only; the API server must skip kubelet TLS verification)"
+            );
+            tls::self_signed(&args.node_name, std::slice::from_ref(&args.internal_ip))?
+        }
+    };
+    let client_ca = args
+        .client_ca_file
+        .as_deref()
+        .map(|p| tls::load_certs(p, "client CA"))
+        .transpose()?;
+    let tls_cfg = tls::server_config(serving, client_ca)?;
+    let api = Arc::new(vk_kubelet_api::KubeletApi::new(
+        args.node_name.clone(),
+        Arc::new(KubePods::new(client.clone(), args.node_name.clone())),
+        Arc::new(vk_zun::kubelet::ZunKubelet::new(
+            zun,
+            args.node_name.clone(),
+        )),
+        Arc::new(auth::CachedReviewer::new(auth::KubeReviewer::new(client))),
+        registry,
+    ));
+    let port = u16::try_from(args.kubelet_port)
+        .with_context(|| format!("--kubelet-port {} is not a TCP port", args.kubelet_port))?;
+    let addr = std::net::SocketAddr::new(args.kubelet_address, port);
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("binding the kubelet API to {addr}"))?;
+    info!(%addr, "kubelet API listening (HTTPS)");
+    tokio::spawn(tls::serve(listener, tls_cfg, api.router(), stop));
+    Ok(())
+}

@@ -1,0 +1,753 @@
+//! End to end: `openstack-operator virtual-kubelet` as a process, against the suite's
+//! Kubernetes API (the emulator, or `E2E_KUBECONFIG`) and the test cloud's real Zun
+//! (zun-api, zun-compute, Docker, kuryr, Neutron), as the Zun tenant `ZUN_TENANT_CLOUD` on
+//! `ZUN_NETWORK`. Pods are bound with `spec.nodeName` (the emulator has no scheduler). Each
+//! test has its own node and namespace. Without Zun in the cloud (`ZUN_TENANT_CLOUD` unset)
+//! the tests say so and do nothing.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use anyhow::Context;
+use e2e::target::Target;
+use e2e::wait::{Check, wait_for};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod, PodStatus, Secret};
+use kube::api::{Api, DeleteParams, PostParams};
+use kube::{Client, ResourceExt};
+use openstack::adapter::{ClientOptions, CloudSelector, ContainerAdapter, Core};
+use openstack::container::{Container, LogOptions, ZunContainer};
+use serde_json::json;
+
+const BIN: &str = env!("CARGO_BIN_EXE_openstack-operator");
+const LONG: Duration = Duration::from_secs(180);
+const POLL: Duration = Duration::from_millis(500);
+const POD_UID: &str = "virtual-kubelet.sunet.se/pod-uid";
+const NODE: &str = "virtual-kubelet.sunet.se/node";
+
+struct Zun {
+    cloud: String,
+    file: String,
+    network: String,
+}
+
+/// The Zun tenant of the test cloud, or `None` (and a message) when the cloud has no Zun.
+fn zun_env() -> Option<Zun> {
+    let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    match (var("ZUN_TENANT_CLOUD"), var("OS_CLIENT_CONFIG_FILE")) {
+        (Some(cloud), Some(file)) => Some(Zun {
+            cloud,
+            file,
+            network: var("ZUN_NETWORK").unwrap_or_else(|| "zun-pods".into()),
+        }),
+        _ => {
+            eprintln!(
+                "SKIPPED: no Zun in this cloud (ZUN_TENANT_CLOUD unset; `eval \"$(scripts/test-cloud env)\"` sets it when the test cloud runs Zun)"
+            );
+            None
+        }
+    }
+}
+
+async fn zun_client(z: &Zun) -> anyhow::Result<ContainerAdapter> {
+    let core = Core::connect(
+        &CloudSelector::File {
+            path: z.file.clone().into(),
+            cloud: z.cloud.clone(),
+        },
+        ClientOptions {
+            requests_per_second: 0,
+            ..ClientOptions::default()
+        },
+    )
+    .await
+    .context("connecting as the Zun tenant")?;
+    Ok(ContainerAdapter::new(core))
+}
+
+/// A running `openstack-operator virtual-kubelet`, killed on drop.
+struct Vk {
+    child: Option<Child>,
+    args: Vec<String>,
+    env: Vec<(String, String)>,
+    log: PathBuf,
+}
+
+impl Vk {
+    fn start(target: &Target, z: &Zun, node: &str) -> anyhow::Result<Self> {
+        let dir = e2e::operator::log_dir(std::path::Path::new(BIN));
+        std::fs::create_dir_all(&dir)?;
+        let log = dir.join(format!("vk-{node}.log"));
+        File::create(&log)?;
+        let mut vk = Vk {
+            child: None,
+            args: [
+                "virtual-kubelet",
+                "--node-name",
+                node,
+                "--network",
+                &z.network,
+                "--poll-interval-seconds",
+                "1",
+                "--status-interval-seconds",
+                "2",
+                "--internal-ip",
+                "127.0.0.1",
+                "--log-level",
+                "info,vk_zun=debug,vk_runtime=debug",
+            ]
+            .map(str::to_string)
+            .to_vec(),
+            env: vec![
+                (
+                    "KUBECONFIG".into(),
+                    target.kubeconfig().display().to_string(),
+                ),
+                ("OS_CLOUD".into(), z.cloud.clone()),
+                ("OS_CLIENT_CONFIG_FILE".into(), z.file.clone()),
+            ],
+            log,
+        };
+        vk.spawn()?;
+        Ok(vk)
+    }
+
+    fn spawn(&mut self) -> anyhow::Result<()> {
+        let mut f = File::options().append(true).open(&self.log)?;
+        writeln!(f, "=== e2e: {BIN} {}", self.args.join(" "))?;
+        let err = f.try_clone()?;
+        let mut cmd = Command::new(BIN);
+        cmd.args(&self.args)
+            .env_remove("OS_AUTH_URL")
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(f))
+            .stderr(Stdio::from(err));
+        for (k, v) in &self.env {
+            cmd.env(k, v);
+        }
+        self.child = Some(
+            cmd.spawn()
+                .context("starting the virtual kubelet (cargo build --bins)")?,
+        );
+        Ok(())
+    }
+
+    /// SIGKILL: no shutdown path runs.
+    fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// SIGTERM and wait for the exit.
+    fn terminate(&mut self) -> anyhow::Result<std::process::ExitStatus> {
+        let mut c = self.child.take().context("not running")?;
+        let pid = c.id() as libc::pid_t;
+        // SAFETY: signalling a child process we spawned and still own.
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+        Ok(c.wait()?)
+    }
+
+    fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(40)..].join("\n")
+    }
+}
+
+impl Drop for Vk {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+struct Case {
+    target: Target,
+    client: Client,
+    zun: ContainerAdapter,
+    z: Zun,
+    node: String,
+    ns: String,
+}
+
+async fn case(prefix: &str) -> anyhow::Result<Option<Case>> {
+    let Some(z) = zun_env() else { return Ok(None) };
+    let target = Target::from_env().await?;
+    let client = target.client().await?;
+    let zun = zun_client(&z).await?;
+    let ns = e2e::names::unique(prefix);
+    let nsobj: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}}))?;
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &nsobj)
+        .await?;
+    Ok(Some(Case {
+        target,
+        client,
+        zun,
+        z,
+        node: e2e::names::unique("vk"),
+        ns,
+    }))
+}
+
+impl Case {
+    fn pods(&self) -> Api<Pod> {
+        Api::namespaced(self.client.clone(), &self.ns)
+    }
+
+    fn pod(&self, name: &str, spec: serde_json::Value) -> anyhow::Result<Pod> {
+        let mut spec = spec;
+        spec["nodeName"] = json!(self.node);
+        spec["tolerations"] = json!([{"key": "virtual-kubelet.io/provider", "operator": "Equal",
+                                      "value": "openstack", "effect": "NoSchedule"}]);
+        Ok(serde_json::from_value(
+            json!({"metadata": {"name": name}, "spec": spec}),
+        )?)
+    }
+
+    async fn create(&self, name: &str, spec: serde_json::Value) -> anyhow::Result<Pod> {
+        Ok(self
+            .pods()
+            .create(&PostParams::default(), &self.pod(name, spec)?)
+            .await?)
+    }
+
+    /// Waits until `done` holds for the pod's status.
+    async fn wait_pod(
+        &self,
+        name: &str,
+        what: &str,
+        vk: &Vk,
+        done: impl Fn(&PodStatus) -> bool,
+    ) -> anyhow::Result<PodStatus> {
+        let pods = self.pods();
+        wait_for(LONG, POLL, what, async || {
+            let s = pods.get(name).await?.status.unwrap_or_default();
+            Ok(if done(&s) {
+                Check::Done(s)
+            } else {
+                Check::Pending(format!("{s:?}"))
+            })
+        })
+        .await
+        .with_context(|| format!("virtual kubelet log tail:\n{}", vk.log_tail()))
+    }
+
+    /// The Zun containers of a pod (by its uid label, on this node).
+    async fn containers_of(&self, uid: &str) -> anyhow::Result<Vec<ZunContainer>> {
+        let want = BTreeMap::from([
+            (POD_UID.to_string(), uid.to_string()),
+            (NODE.to_string(), self.node.clone()),
+        ]);
+        Ok(self.zun.list_containers(&want, None).await?)
+    }
+
+    async fn cleanup(&self) {
+        for p in self
+            .pods()
+            .list(&Default::default())
+            .await
+            .map(|l| l.items)
+            .unwrap_or_default()
+        {
+            let _ = self
+                .pods()
+                .delete(
+                    &p.name_any(),
+                    &DeleteParams {
+                        grace_period_seconds: Some(0),
+                        ..Default::default()
+                    },
+                )
+                .await;
+        }
+        let ours = BTreeMap::from([(NODE.to_string(), self.node.clone())]);
+        for c in self
+            .zun
+            .list_containers(&ours, None)
+            .await
+            .unwrap_or_default()
+        {
+            let _ = self.zun.delete_container(&c.uuid, true, false).await;
+        }
+        let _ = Api::<Node>::all(self.client.clone())
+            .delete(&self.node, &DeleteParams::default())
+            .await;
+    }
+}
+
+fn phase(s: &PodStatus) -> &str {
+    s.phase.as_deref().unwrap_or("")
+}
+
+fn main_state(s: &PodStatus) -> k8s_openapi::api::core::v1::ContainerStatus {
+    s.container_statuses
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .next()
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn seed_example_pod_runs_logs_and_is_deleted_gracefully() -> anyhow::Result<()> {
+    let Some(c) = case("vk-seed").await? else {
+        return Ok(());
+    };
+    // Clean up whatever the body did, also when it failed.
+    let result = seed_example_pod_runs_logs_and_is_deleted_gracefully_body(&c).await;
+    c.cleanup().await;
+    result
+}
+
+async fn seed_example_pod_runs_logs_and_is_deleted_gracefully_body(c: &Case) -> anyhow::Result<()> {
+    let vk = Vk::start(&c.target, &c.z, &c.node)?;
+    let nodes: Api<Node> = Api::all(c.client.clone());
+    let node_name = c.node.clone();
+    let node = wait_for(LONG, POLL, "the node to be Ready", async || {
+        let n = nodes.get_opt(&node_name).await?;
+        let ready = n.as_ref().and_then(|n| {
+            n.status
+                .as_ref()?
+                .conditions
+                .as_ref()?
+                .iter()
+                .find(|c| c.type_ == "Ready")
+                .map(|c| c.status.clone())
+        });
+        Ok(match (n, ready.as_deref()) {
+            (Some(n), Some("True")) => Check::Done(n),
+            (n, _) => Check::Pending(format!("{:?}", n.and_then(|n| n.status))),
+        })
+    })
+    .await
+    .with_context(|| vk.log_tail())?;
+    let labels = node.labels();
+    assert_eq!(labels["type"], "virtual-kubelet");
+    assert_eq!(labels["topology.kubernetes.io/zone"], "nova");
+    let taint = &node.spec.clone().unwrap().taints.unwrap()[0];
+    assert_eq!(
+        (taint.key.as_str(), taint.effect.as_str()),
+        ("virtual-kubelet.io/provider", "NoSchedule")
+    );
+
+    let pod = c
+        .create(
+            "myapp-pod",
+            json!({"terminationGracePeriodSeconds": 5, "containers": [{"name": "myapp-container", "image": "busybox",
+                "command": ["sh", "-c", "echo Hello Kubernetes! && sleep 3600"]}]}),
+        )
+        .await?;
+    let st = c
+        .wait_pod("myapp-pod", "the seed pod to run", &vk, |s| {
+            phase(s) == "Running"
+        })
+        .await?;
+    assert!(
+        st.pod_ip.as_deref().is_some_and(|ip| ip.starts_with("10.")),
+        "{:?}",
+        st.pod_ip
+    );
+    let uid = pod.uid().unwrap();
+    let made = c.containers_of(&uid).await?;
+    assert_eq!(made.len(), 1);
+    let id = made[0].uuid.clone();
+    assert_eq!(main_state(&st).container_id, Some(format!("zun://{id}")));
+    let zun = &c.zun;
+    let logs = wait_for(LONG, POLL, "the greeting in the logs", async || {
+        let l = zun.container_logs(&id, &LogOptions::default()).await?;
+        Ok(if l.contains("Hello Kubernetes!") {
+            Check::Done(l)
+        } else {
+            Check::Pending(l)
+        })
+    })
+    .await?;
+    assert!(logs.contains("Hello Kubernetes!"));
+
+    // Graceful deletion: the API keeps the pod (deletionTimestamp) until the node has
+    // stopped and deleted the container and removed the pod itself.
+    let deleted = c
+        .pods()
+        .delete("myapp-pod", &DeleteParams::default())
+        .await?;
+    let terminating = deleted
+        .left()
+        .context("a bound pod is not removed at once")?;
+    assert_eq!(terminating.metadata.deletion_grace_period_seconds, Some(5));
+    let pods = c.pods();
+    wait_for(LONG, POLL, "the node to remove the pod", async || {
+        Ok(match pods.get_opt("myapp-pod").await? {
+            None => Check::Done(()),
+            Some(p) => Check::Pending(format!("{:?}", p.metadata.deletion_timestamp)),
+        })
+    })
+    .await
+    .with_context(|| vk.log_tail())?;
+    assert!(
+        c.containers_of(&uid).await?.is_empty(),
+        "the Zun container is gone with the pod"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn command_args_env_workdir_and_limits_are_applied_exactly() -> anyhow::Result<()> {
+    let Some(c) = case("vk-spec").await? else {
+        return Ok(());
+    };
+    // Clean up whatever the body did, also when it failed.
+    let result = command_args_env_workdir_and_limits_are_applied_exactly_body(&c).await;
+    c.cleanup().await;
+    result
+}
+
+async fn command_args_env_workdir_and_limits_are_applied_exactly_body(
+    c: &Case,
+) -> anyhow::Result<()> {
+    let vk = Vk::start(&c.target, &c.z, &c.node)?;
+    let cm: ConfigMap = serde_json::from_value(
+        json!({"metadata": {"name": "app-config"}, "data": {"GREETING": "hej"}}),
+    )?;
+    Api::<ConfigMap>::namespaced(c.client.clone(), &c.ns)
+        .create(&PostParams::default(), &cm)
+        .await?;
+    let secret: Secret = serde_json::from_value(
+        json!({"metadata": {"name": "app-secret"}, "stringData": {"PASSWORD": "s3cr3t"}}),
+    )?;
+    Api::<Secret>::namespaced(c.client.clone(), &c.ns)
+        .create(&PostParams::default(), &secret)
+        .await?;
+    let pod = c
+        .create(
+            "spec-pod",
+            json!({"restartPolicy": "Never", "containers": [{
+                "name": "c", "image": "busybox", "workingDir": "/tmp",
+                "command": ["sh", "-c"],
+                "args": ["echo \"LINE greeting=$GREETING password=$PASSWORD pwd=$(pwd) pod=$POD_NAME cpu=$CPU_M arg=$0\"; sleep 600", "$(GREETING)-expanded"],
+                "env": [
+                    {"name": "GREETING", "valueFrom": {"configMapKeyRef": {"name": "app-config", "key": "GREETING"}}},
+                    {"name": "PASSWORD", "valueFrom": {"secretKeyRef": {"name": "app-secret", "key": "PASSWORD"}}},
+                    {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                    {"name": "CPU_M", "valueFrom": {"resourceFieldRef": {"resource": "limits.cpu", "divisor": "1m"}}}
+                ],
+                "resources": {"limits": {"cpu": "250m", "memory": "64Mi"}, "requests": {"cpu": "100m", "memory": "32Mi"}}
+            }]}),
+        )
+        .await?;
+    c.wait_pod("spec-pod", "the pod to run", &vk, |s| phase(s) == "Running")
+        .await?;
+    let made = c.containers_of(&pod.uid().unwrap()).await?;
+    assert_eq!(made.len(), 1);
+    let z = &made[0];
+    assert_eq!(z.cpu, Some(0.25), "limits win over requests");
+    assert!(
+        z.memory
+            .as_deref()
+            .is_some_and(|m| m.trim_end_matches('M') == "64"),
+        "{:?}",
+        z.memory
+    );
+    assert_eq!(z.workdir.as_deref(), Some("/tmp"));
+    let id = z.uuid.clone();
+    let zun = &c.zun;
+    let logs = wait_for(LONG, POLL, "the pod's line in its logs", async || {
+        let l = zun.container_logs(&id, &LogOptions::default()).await?;
+        Ok(if l.contains("LINE") {
+            Check::Done(l)
+        } else {
+            Check::Pending(l)
+        })
+    })
+    .await?;
+    assert!(
+        logs.contains(
+            "LINE greeting=hej password=s3cr3t pwd=/tmp pod=spec-pod cpu=250 arg=hej-expanded"
+        ),
+        "{logs:?}"
+    );
+    // The memory limit reached the container's cgroup (v1 on the test machines).
+    let out = c
+        .zun
+        .exec(&id, &["sh".into(), "-c".into(), "cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null || cat /sys/fs/cgroup/memory.max".into()])
+        .await?;
+    assert_eq!(out.output.trim(), (64 * 1024 * 1024).to_string());
+    Ok(())
+}
+
+#[tokio::test]
+async fn exits_end_as_kubernetes_shows_them() -> anyhow::Result<()> {
+    let Some(c) = case("vk-exit").await? else {
+        return Ok(());
+    };
+    // Clean up whatever the body did, also when it failed.
+    let result = exits_end_as_kubernetes_shows_them_body(&c).await;
+    c.cleanup().await;
+    result
+}
+
+async fn exits_end_as_kubernetes_shows_them_body(c: &Case) -> anyhow::Result<()> {
+    let vk = Vk::start(&c.target, &c.z, &c.node)?;
+    let cases = [
+        ("never", "Never"),
+        ("onfailure", "OnFailure"),
+        ("always", "Always"),
+    ];
+    for (short, policy) in cases {
+        for code in [0, 3] {
+            c.create(
+                &format!("{short}-{code}"),
+                json!({"restartPolicy": policy, "containers": [{"name": "c", "image": "busybox",
+                    "command": ["sh", "-c", format!("sleep 1; exit {code}")]}]}),
+            )
+            .await?;
+        }
+    }
+    let terminated = |s: &PodStatus| main_state(s).state.and_then(|st| st.terminated);
+    let last = |s: &PodStatus| main_state(s).last_state.and_then(|st| st.terminated);
+    // Never and OnFailure with 0: Succeeded, terminated Completed.
+    for name in ["never-0", "onfailure-0"] {
+        let s = c
+            .wait_pod(name, &format!("{name} to succeed"), &vk, |s| {
+                phase(s) == "Succeeded"
+            })
+            .await?;
+        let t = terminated(&s).context("terminated state")?;
+        assert_eq!(
+            (t.exit_code, t.reason.as_deref()),
+            (0, Some("Completed")),
+            "{name}"
+        );
+        assert_eq!(main_state(&s).restart_count, 0, "{name}");
+    }
+    // Never with 3: Failed, terminated Error 3.
+    let s = c
+        .wait_pod("never-3", "never-3 to fail", &vk, |s| phase(s) == "Failed")
+        .await?;
+    let t = terminated(&s).context("terminated state")?;
+    assert_eq!((t.exit_code, t.reason.as_deref()), (3, Some("Error")));
+    // Restarted: OnFailure with 3, Always with 0 and 3: Running with restarts and the last
+    // run's exit in lastState.
+    for (name, code, reason) in [
+        ("onfailure-3", 3, "Error"),
+        ("always-0", 0, "Completed"),
+        ("always-3", 3, "Error"),
+    ] {
+        let s = c
+            .wait_pod(name, &format!("{name} to be restarted"), &vk, |s| {
+                main_state(s).restart_count >= 1 && last(s).is_some()
+            })
+            .await?;
+        assert_eq!(phase(&s), "Running", "{name}: {s:?}");
+        let t = last(&s).context("lastState")?;
+        assert_eq!(
+            (t.exit_code, t.reason.as_deref()),
+            (code, Some(reason)),
+            "{name}"
+        );
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn unsupported_field_fails_the_pod_naming_it() -> anyhow::Result<()> {
+    let Some(c) = case("vk-unsup").await? else {
+        return Ok(());
+    };
+    // Clean up whatever the body did, also when it failed.
+    let result = unsupported_field_fails_the_pod_naming_it_body(&c).await;
+    c.cleanup().await;
+    result
+}
+
+async fn unsupported_field_fails_the_pod_naming_it_body(c: &Case) -> anyhow::Result<()> {
+    let vk = Vk::start(&c.target, &c.z, &c.node)?;
+    let pod = c
+        .create(
+            "host-net",
+            json!({"hostNetwork": true, "containers": [{"name": "c", "image": "busybox", "command": ["sleep", "60"]}]}),
+        )
+        .await?;
+    let s = c
+        .wait_pod("host-net", "the pod to fail", &vk, |s| phase(s) == "Failed")
+        .await?;
+    assert_eq!(s.reason.as_deref(), Some("ProviderFailed"));
+    assert!(
+        s.message
+            .as_deref()
+            .unwrap_or("")
+            .contains("spec.hostNetwork"),
+        "{:?}",
+        s.message
+    );
+    assert!(
+        c.containers_of(&pod.uid().unwrap()).await?.is_empty(),
+        "nothing was created in Zun"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn container_removed_behind_our_back_fails_the_pod() -> anyhow::Result<()> {
+    let Some(c) = case("vk-gone").await? else {
+        return Ok(());
+    };
+    // Clean up whatever the body did, also when it failed.
+    let result = container_removed_behind_our_back_fails_the_pod_body(&c).await;
+    c.cleanup().await;
+    result
+}
+
+async fn container_removed_behind_our_back_fails_the_pod_body(c: &Case) -> anyhow::Result<()> {
+    let vk = Vk::start(&c.target, &c.z, &c.node)?;
+    let pod = c
+        .create(
+            "victim",
+            json!({"containers": [{"name": "c", "image": "busybox", "command": ["sleep", "600"]}]}),
+        )
+        .await?;
+    c.wait_pod("victim", "the pod to run", &vk, |s| phase(s) == "Running")
+        .await?;
+    let made = c.containers_of(&pod.uid().unwrap()).await?;
+    assert_eq!(made.len(), 1);
+    c.zun.delete_container(&made[0].uuid, true, false).await?;
+    let s = c
+        .wait_pod("victim", "the pod to fail", &vk, |s| phase(s) == "Failed")
+        .await?;
+    assert_eq!(s.reason.as_deref(), Some("ProviderFailed"));
+    assert!(
+        s.message
+            .as_deref()
+            .unwrap_or("")
+            .contains("deleted outside Kubernetes"),
+        "{:?}",
+        s.message
+    );
+    assert!(
+        c.containers_of(&pod.uid().unwrap()).await?.is_empty(),
+        "not re-created behind the controller's back"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn killed_mid_create_and_restarted_leaves_one_container_per_pod_and_no_orphan()
+-> anyhow::Result<()> {
+    let Some(c) = case("vk-crash").await? else {
+        return Ok(());
+    };
+    // Clean up whatever the body did, also when it failed.
+    let result = killed_body(&c).await;
+    c.cleanup().await;
+    result
+}
+
+async fn killed_body(c: &Case) -> anyhow::Result<()> {
+    let mut vk = Vk::start(&c.target, &c.z, &c.node)?;
+    let a = c
+        .create(
+            "a",
+            json!({"containers": [{"name": "c", "image": "busybox", "command": ["sleep", "600"]}]}),
+        )
+        .await?;
+    let a_uid = a.uid().unwrap();
+    // Kill it as soon as Zun has the container, before the status can say so.
+    wait_for(
+        LONG,
+        Duration::from_millis(50),
+        "the create to reach Zun",
+        async || {
+            Ok(if c.containers_of(&a_uid).await?.is_empty() {
+                Check::Pending("none".into())
+            } else {
+                Check::Done(())
+            })
+        },
+    )
+    .await?;
+    vk.kill();
+    // While it is down: pod b is bound, and a pod whose container exists goes away.
+    let b = c
+        .create(
+            "b",
+            json!({"containers": [{"name": "c", "image": "busybox", "command": ["sleep", "600"]}]}),
+        )
+        .await?;
+    c.pods()
+        .delete(
+            "a",
+            &DeleteParams {
+                grace_period_seconds: Some(0),
+                ..Default::default()
+            },
+        )
+        .await?;
+    let a2 = c
+        .create(
+            "a",
+            json!({"containers": [{"name": "c", "image": "busybox", "command": ["sleep", "600"]}]}),
+        )
+        .await?;
+    vk.spawn()?;
+    for name in ["a", "b"] {
+        c.wait_pod(
+            name,
+            &format!("{name} to run after the restart"),
+            &vk,
+            |s| phase(s) == "Running",
+        )
+        .await?;
+    }
+    for p in [&a2, &b] {
+        assert_eq!(
+            c.containers_of(&p.uid().unwrap()).await?.len(),
+            1,
+            "exactly one container for {}",
+            p.name_any()
+        );
+    }
+    let zun = &c.zun;
+    let old = a_uid.clone();
+    let node = c.node.clone();
+    wait_for(
+        LONG,
+        POLL,
+        "the orphan of the deleted pod to be removed",
+        async || {
+            let want = BTreeMap::from([
+                (POD_UID.to_string(), old.clone()),
+                (NODE.to_string(), node.clone()),
+            ]);
+            let left = zun.list_containers(&want, None).await?;
+            Ok(if left.is_empty() {
+                Check::Done(())
+            } else {
+                Check::Pending(format!("{} left", left.len()))
+            })
+        },
+    )
+    .await?;
+    // SIGTERM: the node goes NotReady and the pods keep running.
+    let status = vk.terminate()?;
+    assert!(status.success(), "{status:?}\n{}", vk.log_tail());
+    let n = Api::<Node>::all(c.client.clone()).get(&c.node).await?;
+    let ready = n
+        .status
+        .unwrap()
+        .conditions
+        .unwrap()
+        .into_iter()
+        .find(|c| c.type_ == "Ready")
+        .unwrap();
+    assert_eq!(ready.status, "False");
+    let running = c.containers_of(&b.uid().unwrap()).await?;
+    assert_eq!(
+        running[0].status, "Running",
+        "pods are left running on shutdown"
+    );
+    Ok(())
+}

@@ -1,0 +1,23 @@
+//! The virtual kubelet's HTTPS API, provider-agnostic: the kubelet's paths
+//! (`/containerLogs`, `/exec`, `/attach`, `/portForward`, `/healthz`,
+//! `/stats/summary`, `/metrics/resource`, `/metrics`, `/pods`) with its
+//! authentication (client certificates, TokenReview) and authorisation
+//! (SubjectAccessReview on `nodes/<subresource>`).
+//!
+//! - [`attrs`], [`query`], [`summary`]: the pure parts.
+//! - [`backend`]: what a provider implements ([`backend::Backend`]) and the
+//!   pods of the node ([`backend::Pods`]).
+//! - [`auth`]: who is asking and whether they may.
+//! - [`server`]: the routes; [`tls`]: certificates and the accept loop.
+//! - [`kube_pods`]: [`backend::Pods`] on the Kubernetes API.
+
+pub mod attrs;
+pub mod auth;
+pub mod backend;
+pub mod kube_pods;
+pub mod query;
+pub mod server;
+pub mod summary;
+pub mod tls;
+
+pub use server::KubeletApi;

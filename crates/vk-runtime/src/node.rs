@@ -1,0 +1,234 @@
+//! The Node object and its status, as pure functions.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    DaemonEndpoint, Node, NodeAddress, NodeCondition, NodeDaemonEndpoints, NodeSpec, NodeStatus,
+    NodeSystemInfo, Taint,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+
+use crate::provider::NodeState;
+
+/// What the node is, from flags.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Identity {
+    /// Node name.
+    pub name: String,
+    /// Labels beyond the standard ones.
+    pub labels: BTreeMap<String, String>,
+    /// Taints.
+    pub taints: Vec<Taint>,
+    /// `status.daemonEndpoints.kubeletEndpoint.port`.
+    pub kubelet_port: i32,
+    /// `nodeInfo.kubeletVersion` (says what it is).
+    pub version: String,
+    /// `nodeInfo.operatingSystem` and `kubernetes.io/os`.
+    pub os: String,
+    /// `nodeInfo.architecture` and `kubernetes.io/arch`.
+    pub arch: String,
+    /// The node's InternalIP.
+    pub internal_ip: String,
+}
+
+/// The node's labels: the standard ones, the zone, then the extra ones.
+pub fn labels(id: &Identity, zone: Option<&str>) -> BTreeMap<String, String> {
+    let mut l = BTreeMap::new();
+    l.insert("type".into(), "virtual-kubelet".into());
+    l.insert("kubernetes.io/role".into(), "agent".into());
+    l.insert("kubernetes.io/os".into(), id.os.clone());
+    l.insert("kubernetes.io/arch".into(), id.arch.clone());
+    l.insert("kubernetes.io/hostname".into(), id.name.clone());
+    l.insert(
+        "node.kubernetes.io/exclude-from-external-load-balancers".into(),
+        "true".into(),
+    );
+    if let Some(z) = zone {
+        l.insert("topology.kubernetes.io/zone".into(), z.into());
+    }
+    l.extend(id.labels.clone());
+    l
+}
+
+/// The Node to create (metadata and spec; status is written separately).
+pub fn node_object(id: &Identity, zone: Option<&str>) -> Node {
+    Node {
+        metadata: ObjectMeta {
+            name: Some(id.name.clone()),
+            labels: Some(labels(id, zone)),
+            ..Default::default()
+        },
+        spec: Some(NodeSpec {
+            taints: Some(id.taints.clone()),
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+/// The node status for `state`. Condition times follow the kubelet: the
+/// heartbeat is `now`, the transition time changes only with the status.
+pub fn status(
+    id: &Identity,
+    state: &NodeState,
+    prev: Option<&NodeStatus>,
+    now: jiff::Timestamp,
+) -> NodeStatus {
+    let conditions = state
+        .conditions
+        .iter()
+        .map(|c| {
+            let before = prev
+                .and_then(|p| p.conditions.as_ref())
+                .and_then(|l| l.iter().find(|p| p.type_ == c.type_));
+            let since = match before {
+                Some(b) if b.status == c.status => b.last_transition_time.clone(),
+                _ => Some(Time(now)),
+            };
+            NodeCondition {
+                type_: c.type_.clone(),
+                status: c.status.clone(),
+                reason: Some(c.reason.clone()),
+                message: Some(c.message.clone()),
+                last_heartbeat_time: Some(Time(now)),
+                last_transition_time: since,
+            }
+        })
+        .collect();
+    let mut addresses = vec![
+        NodeAddress {
+            type_: "InternalIP".into(),
+            address: id.internal_ip.clone(),
+        },
+        NodeAddress {
+            type_: "Hostname".into(),
+            address: id.name.clone(),
+        },
+    ];
+    addresses.extend(state.addresses.iter().cloned());
+    NodeStatus {
+        capacity: Some(state.capacity.clone()),
+        allocatable: Some(state.allocatable.clone()),
+        conditions: Some(conditions),
+        addresses: Some(addresses),
+        daemon_endpoints: Some(NodeDaemonEndpoints {
+            kubelet_endpoint: Some(DaemonEndpoint {
+                port: id.kubelet_port,
+            }),
+        }),
+        node_info: Some(NodeSystemInfo {
+            architecture: id.arch.clone(),
+            boot_id: String::new(),
+            container_runtime_version: "zun://1.40".into(),
+            kernel_version: String::new(),
+            kube_proxy_version: String::new(),
+            kubelet_version: id.version.clone(),
+            machine_id: String::new(),
+            operating_system: id.os.clone(),
+            os_image: "OpenStack Zun".into(),
+            system_uuid: String::new(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// Whether two statuses differ in anything but heartbeat times.
+pub fn changed(a: &NodeStatus, b: &NodeStatus) -> bool {
+    let strip = |s: &NodeStatus| {
+        let mut s = s.clone();
+        for c in s.conditions.iter_mut().flatten() {
+            c.last_heartbeat_time = None;
+        }
+        s
+    };
+    strip(a) != strip(b)
+}
+
+/// The status with Ready set to False (shutdown), other conditions kept.
+pub fn not_ready(prev: &NodeStatus, message: &str, now: jiff::Timestamp) -> NodeStatus {
+    let mut s = prev.clone();
+    for c in s.conditions.iter_mut().flatten() {
+        if c.type_ == "Ready" {
+            if c.status != "False" {
+                c.last_transition_time = Some(Time(now));
+            }
+            c.status = "False".into();
+            c.reason = Some("KubeletNotReady".into());
+            c.message = Some(message.into());
+            c.last_heartbeat_time = Some(Time(now));
+        }
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::provider::Condition;
+
+    fn id() -> Identity {
+        Identity {
+            name: "vk".into(),
+            labels: BTreeMap::new(),
+            taints: vec![Taint {
+                key: "virtual-kubelet.io/provider".into(),
+                value: Some("openstack".into()),
+                effect: "NoSchedule".into(),
+                ..Default::default()
+            }],
+            kubelet_port: 10250,
+            version: "v1.36.0-vk-openstack-zun-0.1.0".into(),
+            os: "linux".into(),
+            arch: "amd64".into(),
+            internal_ip: "10.1.1.1".into(),
+        }
+    }
+
+    #[test]
+    fn labels_and_taint() {
+        let n = node_object(&id(), Some("nova"));
+        let l = n.metadata.labels.unwrap();
+        assert_eq!(l["type"], "virtual-kubelet");
+        assert_eq!(l["kubernetes.io/role"], "agent");
+        assert_eq!(l["kubernetes.io/os"], "linux");
+        assert_eq!(l["topology.kubernetes.io/zone"], "nova");
+        let t = &n.spec.unwrap().taints.unwrap()[0];
+        assert_eq!(t.key, "virtual-kubelet.io/provider");
+        assert_eq!(t.effect, "NoSchedule");
+    }
+
+    #[test]
+    fn transition_time_moves_only_on_change() {
+        let t0: jiff::Timestamp = "2026-12-01T00:00:00Z".parse().unwrap();
+        let t1: jiff::Timestamp = "2026-12-01T00:01:00Z".parse().unwrap();
+        let st = NodeState {
+            conditions: vec![Condition::new("Ready", true, "KubeletReady", "ok")],
+            ..Default::default()
+        };
+        let a = status(&id(), &st, None, t0);
+        let b = status(&id(), &st, Some(&a), t1);
+        let cb = &b.conditions.as_ref().unwrap()[0];
+        assert_eq!(cb.last_transition_time, Some(Time(t0)));
+        assert_eq!(cb.last_heartbeat_time, Some(Time(t1)));
+        assert!(!changed(&a, &b), "only the heartbeat moved");
+        let down = NodeState {
+            conditions: vec![Condition::new("Ready", false, "ZunUnavailable", "x")],
+            ..Default::default()
+        };
+        let c = status(&id(), &down, Some(&b), t1);
+        assert!(changed(&b, &c));
+        assert_eq!(
+            c.conditions.as_ref().unwrap()[0].last_transition_time,
+            Some(Time(t1))
+        );
+        assert_eq!(
+            c.daemon_endpoints.unwrap().kubelet_endpoint.unwrap().port,
+            10250
+        );
+        let nr = not_ready(&b, "stopped", t1);
+        let r = &nr.conditions.unwrap()[0];
+        assert_eq!(r.status, "False");
+        assert_eq!(r.reason.as_deref(), Some("KubeletNotReady"));
+    }
+}

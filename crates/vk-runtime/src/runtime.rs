@@ -1,0 +1,462 @@
+//! The virtual kubelet's loops for one node.
+//!
+//! One [`run`] serves one Node; a process serving several tenants runs one
+//! per tenant (each with its own provider), sharing the Kubernetes client.
+//!
+//! - Node: created (or its labels and taints brought in line) at start;
+//!   status written when it changes, and at least every `status_max_age`
+//!   (the kubelet's `nodeStatusReportFrequency`, 1 min).
+//! - Lease `kube-node-lease/<node>` renewed every `lease_renew` (10 s), so
+//!   the node controller sees the node alive between status writes.
+//! - Pods: a watch with `fieldSelector=spec.nodeName=<node>`; every
+//!   `poll_interval` (and shortly after any pod event) the provider syncs
+//!   all of them at once; a status is written only when it differs.
+//! - Deletion: a pod with a deletionTimestamp is stopped within its grace
+//!   period by the provider; once nothing is left, the pod object is
+//!   deleted with `gracePeriodSeconds=0`, as the kubelet does.
+//! - Shutdown: the node is marked NotReady (or deleted, by choice); pods
+//!   are left running.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Event, EventSource, Namespace, Node, NodeStatus, ObjectReference, Pod, Secret,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference, Time};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, ResourceExt};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use crate::node::{self, Identity};
+use crate::provider::{EventType, Objects, PodUpdate, Provider};
+
+/// Namespace of node leases.
+pub const LEASE_NAMESPACE: &str = "kube-node-lease";
+
+/// What to do with the Node on SIGTERM.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OnShutdown {
+    /// Mark it NotReady (pods keep running and are taken back on restart).
+    NotReady,
+    /// Delete the Node object.
+    Delete,
+}
+
+/// A node's configuration.
+#[derive(Clone, Debug)]
+pub struct NodeConfig {
+    /// Identity (name, labels, taints, port, version...).
+    pub identity: Identity,
+    /// Lease duration, seconds (kubelet: 40).
+    pub lease_duration_s: i32,
+    /// Lease renewal interval (kubelet: 10 s).
+    pub lease_renew: Duration,
+    /// How often the node's state is computed.
+    pub status_interval: Duration,
+    /// A status write at least this often even when nothing changed.
+    pub status_max_age: Duration,
+    /// How often the provider syncs all pods.
+    pub poll_interval: Duration,
+    /// Shutdown behaviour.
+    pub on_shutdown: OnShutdown,
+}
+
+/// Errors that stop the node.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    /// A Kubernetes call that must succeed at start failed.
+    #[error("{context}: {source}")]
+    Kube {
+        /// What was being done.
+        context: String,
+        /// The error.
+        source: kube::Error,
+    },
+}
+
+fn kube_err(context: impl Into<String>) -> impl FnOnce(kube::Error) -> RuntimeError {
+    move |source| RuntimeError::Kube {
+        context: context.into(),
+        source,
+    }
+}
+
+/// [`Objects`] read from the API server.
+pub struct KubeObjects {
+    client: Client,
+}
+
+#[async_trait]
+impl Objects for KubeObjects {
+    async fn config_map(&self, ns: &str, name: &str) -> Result<Option<ConfigMap>, String> {
+        Api::<ConfigMap>::namespaced(self.client.clone(), ns)
+            .get_opt(name)
+            .await
+            .map_err(|e| format!("reading configmap {ns}/{name}: {e}"))
+    }
+
+    async fn secret(&self, ns: &str, name: &str) -> Result<Option<Secret>, String> {
+        Api::<Secret>::namespaced(self.client.clone(), ns)
+            .get_opt(name)
+            .await
+            .map_err(|e| format!("reading secret {ns}/{name}: {e}"))
+    }
+}
+
+/// Run one node until `shutdown` is cancelled.
+pub async fn run(
+    client: Client,
+    cfg: NodeConfig,
+    provider: Arc<dyn Provider>,
+    shutdown: CancellationToken,
+) -> Result<(), RuntimeError> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let id = &cfg.identity;
+    let state = provider.node_state().await;
+    let node = register(&nodes, id, state.zone.as_deref()).await?;
+    let now = jiff::Timestamp::now();
+    let mut last_status = node::status(id, &state, node.status.as_ref(), now);
+    write_node_status(&nodes, &id.name, &last_status)
+        .await
+        .map_err(kube_err(format!("writing the status of node {}", id.name)))?;
+    let mut last_write = tokio::time::Instant::now();
+    info!(node = %id.name, "node registered");
+
+    let node_uid = node.metadata.uid.clone().unwrap_or_default();
+    let lease_task = tokio::spawn(lease_loop(
+        client.clone(),
+        cfg.clone(),
+        node_uid,
+        shutdown.clone(),
+    ));
+
+    let (store, writer) = reflector::store::<Pod>();
+    let wake = Arc::new(tokio::sync::Notify::new());
+    let pods_api: Api<Pod> = Api::all(client.clone());
+    let wcfg = watcher::Config::default().fields(&format!("spec.nodeName={}", id.name));
+    let wake_w = wake.clone();
+    let watch_task = tokio::spawn(async move {
+        let stream = watcher(pods_api, wcfg)
+            .default_backoff()
+            .reflect(writer)
+            .touched_objects();
+        futures::pin_mut!(stream);
+        while let Some(ev) = stream.next().await {
+            match ev {
+                Ok(_) => wake_w.notify_one(),
+                Err(e) => warn!(error = %e, "pod watch error; retrying"),
+            }
+        }
+    });
+
+    let objects = KubeObjects {
+        client: client.clone(),
+    };
+    let mut status_tick = tokio::time::interval(cfg.status_interval);
+    status_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut poll_tick = tokio::time::interval(cfg.poll_interval);
+    poll_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            _ = status_tick.tick() => {
+                let state = provider.node_state().await;
+                let now = jiff::Timestamp::now();
+                let next = node::status(id, &state, Some(&last_status), now);
+                if node::changed(&last_status, &next) || last_write.elapsed() >= cfg.status_max_age {
+                    match write_node_status(&nodes, &id.name, &next).await {
+                        Ok(()) => {
+                            last_status = next;
+                            last_write = tokio::time::Instant::now();
+                        }
+                        Err(e) => warn!(error = %e, "node status write failed; retrying"),
+                    }
+                }
+            }
+            _ = poll_tick.tick() => sync_once(&client, &store, provider.as_ref(), &objects).await,
+            _ = wake.notified() => {
+                // Let a burst of events settle into one pass.
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                sync_once(&client, &store, provider.as_ref(), &objects).await;
+            }
+        }
+    }
+    watch_task.abort();
+    lease_task.abort();
+    match cfg.on_shutdown {
+        OnShutdown::NotReady => {
+            let s = node::not_ready(
+                &last_status,
+                "the virtual kubelet stopped; its pods keep running",
+                jiff::Timestamp::now(),
+            );
+            write_node_status(&nodes, &id.name, &s)
+                .await
+                .map_err(kube_err("marking the node NotReady"))?;
+            info!(node = %id.name, "node marked NotReady; pods left running");
+        }
+        OnShutdown::Delete => {
+            match nodes.delete(&id.name, &DeleteParams::default()).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(s)) if s.is_not_found() => {}
+                Err(e) => return Err(kube_err("deleting the node")(e)),
+            }
+            info!(node = %id.name, "node deleted; pods left running");
+        }
+    }
+    Ok(())
+}
+
+async fn register(
+    nodes: &Api<Node>,
+    id: &Identity,
+    zone: Option<&str>,
+) -> Result<Node, RuntimeError> {
+    let want = node::node_object(id, zone);
+    match nodes
+        .get_opt(&id.name)
+        .await
+        .map_err(kube_err(format!("reading node {}", id.name)))?
+    {
+        None => nodes
+            .create(&PostParams::default(), &want)
+            .await
+            .map_err(kube_err(format!("creating node {}", id.name))),
+        Some(_) => {
+            let patch = serde_json::json!({
+                "metadata": {"labels": want.metadata.labels},
+                "spec": {"taints": want.spec.as_ref().and_then(|s| s.taints.clone())},
+            });
+            nodes
+                .patch(&id.name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map_err(kube_err(format!("updating node {}", id.name)))
+        }
+    }
+}
+
+async fn write_node_status(
+    nodes: &Api<Node>,
+    name: &str,
+    s: &NodeStatus,
+) -> Result<(), kube::Error> {
+    let patch = serde_json::json!({ "status": s });
+    nodes
+        .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map(|_| ())
+}
+
+async fn lease_loop(
+    client: Client,
+    cfg: NodeConfig,
+    node_uid: String,
+    shutdown: CancellationToken,
+) {
+    let leases: Api<Lease> = Api::namespaced(client.clone(), LEASE_NAMESPACE);
+    let name = cfg.identity.name.clone();
+    let mut tick = tokio::time::interval(cfg.lease_renew);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        if let Err(e) = renew_lease(&client, &leases, &cfg, &name, &node_uid).await {
+            warn!(lease = %name, error = %e, "lease renewal failed; retrying");
+        }
+    }
+}
+
+async fn renew_lease(
+    client: &Client,
+    leases: &Api<Lease>,
+    cfg: &NodeConfig,
+    name: &str,
+    node_uid: &str,
+) -> Result<(), kube::Error> {
+    let now = MicroTime(jiff::Timestamp::now());
+    match leases.get_opt(name).await? {
+        Some(mut l) => {
+            let spec = l.spec.get_or_insert_with(Default::default);
+            spec.renew_time = Some(now);
+            spec.holder_identity = Some(name.to_string());
+            spec.lease_duration_seconds = Some(cfg.lease_duration_s);
+            leases.replace(name, &PostParams::default(), &l).await?;
+        }
+        None => {
+            let lease = Lease {
+                metadata: ObjectMeta {
+                    name: Some(name.to_string()),
+                    namespace: Some(LEASE_NAMESPACE.into()),
+                    // As the kubelet: the Node owns its Lease.
+                    owner_references: (!node_uid.is_empty()).then(|| {
+                        vec![OwnerReference {
+                            api_version: "v1".into(),
+                            kind: "Node".into(),
+                            name: name.to_string(),
+                            uid: node_uid.to_string(),
+                            ..Default::default()
+                        }]
+                    }),
+                    ..Default::default()
+                },
+                spec: Some(LeaseSpec {
+                    holder_identity: Some(name.to_string()),
+                    lease_duration_seconds: Some(cfg.lease_duration_s),
+                    renew_time: Some(now),
+                    ..Default::default()
+                }),
+            };
+            match leases.create(&PostParams::default(), &lease).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(s)) if s.is_not_found() => {
+                    // The namespace is missing (a bare test cluster).
+                    let ns = Namespace {
+                        metadata: ObjectMeta {
+                            name: Some(LEASE_NAMESPACE.into()),
+                            ..Default::default()
+                        },
+                        ..Default::default()
+                    };
+                    let _ = Api::<Namespace>::all(client.clone())
+                        .create(&PostParams::default(), &ns)
+                        .await;
+                    leases.create(&PostParams::default(), &lease).await?;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    debug!(lease = %name, "lease renewed");
+    Ok(())
+}
+
+async fn sync_once(
+    client: &Client,
+    store: &Store<Pod>,
+    provider: &dyn Provider,
+    objects: &dyn Objects,
+) {
+    let complete = store.wait_until_ready().now_or_never_ready();
+    let pods: Vec<Pod> = store.state().iter().map(|p| (**p).clone()).collect();
+    let updates = match provider.sync(&pods, objects, complete).await {
+        Ok(u) => u,
+        Err(e) => {
+            warn!(error = %e, "provider sync failed; retrying next interval");
+            return;
+        }
+    };
+    for u in updates {
+        let Some(pod) = pods
+            .iter()
+            .find(|p| p.metadata.uid.as_deref() == Some(&u.uid))
+        else {
+            continue;
+        };
+        apply_update(client, pod, &u).await;
+    }
+}
+
+/// `Store::wait_until_ready` as a non-blocking check.
+trait ReadyNow {
+    fn now_or_never_ready(self) -> bool;
+}
+
+impl<F: std::future::Future> ReadyNow for F {
+    fn now_or_never_ready(self) -> bool {
+        futures::FutureExt::now_or_never(self).is_some()
+    }
+}
+
+async fn apply_update(client: &Client, pod: &Pod, u: &PodUpdate) {
+    let api: Api<Pod> = Api::namespaced(client.clone(), &u.namespace);
+    for e in &u.events {
+        record_event(client, pod, e).await;
+    }
+    if let Some(status) = &u.status
+        && pod.status.as_ref() != Some(status)
+    {
+        let mut next = pod.clone();
+        next.status = Some(status.clone());
+        next.metadata.managed_fields = None;
+        match api
+            .replace_status(&u.name, &PostParams::default(), &next)
+            .await
+        {
+            Ok(_) => debug!(pod = %u.name, "pod status written"),
+            Err(kube::Error::Api(s)) if s.code == 409 || s.is_not_found() => {
+                debug!(pod = %u.name, "pod changed meanwhile; next pass")
+            }
+            Err(e) => warn!(pod = %u.name, error = %e, "pod status write failed"),
+        }
+    }
+    if u.deleted {
+        let dp = DeleteParams {
+            grace_period_seconds: Some(0),
+            preconditions: Some(Preconditions {
+                uid: Some(u.uid.clone()),
+                resource_version: None,
+            }),
+            ..Default::default()
+        };
+        match api.delete(&u.name, &dp).await {
+            Ok(_) => info!(pod = %u.name, "pod deleted"),
+            Err(kube::Error::Api(s)) if s.is_not_found() || s.code == 409 => {}
+            Err(e) => warn!(pod = %u.name, error = %e, "pod delete failed"),
+        }
+    }
+}
+
+async fn record_event(client: &Client, pod: &Pod, e: &crate::provider::PodEvent) {
+    let ns = pod.namespace().unwrap_or_default();
+    let now = jiff::Timestamp::now();
+    let ev = Event {
+        metadata: ObjectMeta {
+            generate_name: Some(format!("{}.", pod.name_any())),
+            namespace: Some(ns.clone()),
+            ..Default::default()
+        },
+        involved_object: ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Pod".into()),
+            name: pod.metadata.name.clone(),
+            namespace: Some(ns.clone()),
+            uid: pod.metadata.uid.clone(),
+            resource_version: pod.metadata.resource_version.clone(),
+            ..Default::default()
+        },
+        reason: Some(e.reason.clone()),
+        message: Some(e.message.clone()),
+        type_: Some(
+            match e.type_ {
+                EventType::Normal => "Normal",
+                EventType::Warning => "Warning",
+            }
+            .into(),
+        ),
+        source: Some(EventSource {
+            component: Some("virtual-kubelet".into()),
+            host: pod.spec.as_ref().and_then(|s| s.node_name.clone()),
+        }),
+        reporting_component: Some("virtual-kubelet".into()),
+        reporting_instance: pod.spec.as_ref().and_then(|s| s.node_name.clone()),
+        first_timestamp: Some(Time(now)),
+        last_timestamp: Some(Time(now)),
+        count: Some(1),
+        ..Default::default()
+    };
+    if let Err(err) = Api::<Event>::namespaced(client.clone(), &ns)
+        .create(&PostParams::default(), &ev)
+        .await
+    {
+        warn!(pod = %pod.name_any(), reason = %e.reason, error = %err, "event not recorded");
+    }
+}

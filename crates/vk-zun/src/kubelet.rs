@@ -1,0 +1,274 @@
+//! The kubelet API's [`Backend`] on Zun: each pod container is a plain Zun
+//! container (named by [`labels::zun_name`], labelled with the pod's uid and
+//! container name), so logs, exec, stats and top are Zun's own endpoints;
+//! interactive exec and attach go through zun-wsproxy's WebSocket.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::{SinkExt, StreamExt};
+use k8s_openapi::api::core::v1::Pod;
+use openstack::container::{Container, LogOptions, ZunContainer};
+use tokio_tungstenite::tungstenite::Message;
+use vk_kubelet_api::backend::{Backend, ExecResult, KubeletError, Session};
+use vk_kubelet_api::query::LogQuery;
+use vk_kubelet_api::summary::{ContainerSample, PodSample};
+
+use crate::labels;
+
+/// Zun behind the kubelet API of node `node`.
+pub struct ZunKubelet {
+    zun: Arc<dyn Container>,
+    node: String,
+}
+
+impl ZunKubelet {
+    /// The backend of node `node` on `zun`.
+    pub fn new(zun: Arc<dyn Container>, node: String) -> Self {
+        Self { zun, node }
+    }
+
+    fn pod_labels(&self, pod: &Pod) -> BTreeMap<String, String> {
+        let mut l = labels::ours(&self.node);
+        l.insert(
+            labels::POD_UID.into(),
+            pod.metadata.uid.clone().unwrap_or_default(),
+        );
+        l
+    }
+
+    /// The pod container's Zun container (the newest, if a re-create left two).
+    async fn find(&self, pod: &Pod, container: &str) -> Result<ZunContainer, KubeletError> {
+        let mut l = self.pod_labels(pod);
+        l.insert(labels::CONTAINER.into(), container.into());
+        let mut found = self
+            .zun
+            .list_containers(&l, None)
+            .await
+            .map_err(|e| KubeletError::unavailable(format!("listing Zun containers: {e}")))?;
+        found.sort_by(|a, b| a.created_at.cmp(&b.created_at));
+        found
+            .pop()
+            .ok_or_else(|| KubeletError::not_found(format!("container not found ({container:?})")))
+    }
+}
+
+/// A Zun refusal as the kubelet's user sees it.
+fn refused(what: &str, container: &str, e: openstack::Error) -> KubeletError {
+    match e {
+        openstack::Error::NotFound { .. } => {
+            KubeletError::not_found(format!("container not found ({container:?})"))
+        }
+        openstack::Error::Conflict { message } | openstack::Error::BadRequest { message } => {
+            KubeletError::bad_request(format!(
+                "Zun refused {what} in container {container:?}: {message}"
+            ))
+        }
+        other => KubeletError::internal(format!("{what} in container {container:?}: {other}")),
+    }
+}
+
+/// Sum of the `TIME` column of `ps -o pid,times` (cumulative CPU seconds).
+pub fn cpu_seconds(top: &openstack::container::ZunTop) -> Option<f64> {
+    let col = top.titles.iter().position(|t| t == "TIME")?;
+    let mut sum = 0.0;
+    for row in &top.processes {
+        sum += row.get(col)?.trim().parse::<f64>().ok()?;
+    }
+    Some(sum)
+}
+
+fn parse_zun_time(s: &str) -> Option<jiff::Timestamp> {
+    s.parse::<jiff::Timestamp>().ok().or_else(|| {
+        s.parse::<jiff::civil::DateTime>()
+            .ok()
+            .and_then(|d| d.to_zoned(jiff::tz::TimeZone::UTC).ok())
+            .map(|z| z.timestamp())
+    })
+}
+
+#[async_trait]
+impl Backend for ZunKubelet {
+    async fn logs(&self, pod: &Pod, container: &str, q: &LogQuery) -> Result<String, KubeletError> {
+        let c = self.find(pod, container).await?;
+        let opts = LogOptions {
+            tail: q.tail_lines.and_then(|t| u64::try_from(t).ok()),
+            timestamps: q.timestamps,
+            since: q.since_unix(jiff::Timestamp::now()),
+        };
+        self.zun
+            .container_logs(&c.uuid, &opts)
+            .await
+            .map_err(|e| refused("logs", container, e))
+    }
+
+    async fn exec(
+        &self,
+        pod: &Pod,
+        container: &str,
+        command: &[String],
+    ) -> Result<ExecResult, KubeletError> {
+        let c = self.find(pod, container).await?;
+        let out = self
+            .zun
+            .exec(&c.uuid, command)
+            .await
+            .map_err(|e| refused("exec", container, e))?;
+        // Zun returns stdout and stderr interleaved in one string.
+        Ok(ExecResult {
+            stdout: out.output.into_bytes(),
+            stderr: Vec::new(),
+            exit_code: out.exit_code,
+        })
+    }
+
+    async fn exec_interactive(
+        &self,
+        pod: &Pod,
+        container: &str,
+        command: &[String],
+        _tty: bool,
+    ) -> Result<Session, KubeletError> {
+        let c = self.find(pod, container).await?;
+        let s = self
+            .zun
+            .exec_interactive(&c.uuid, command)
+            .await
+            .map_err(|e| refused("exec", container, e))?;
+        connect(&s.url, container).await
+    }
+
+    async fn attach(&self, pod: &Pod, container: &str) -> Result<Session, KubeletError> {
+        let c = self.find(pod, container).await?;
+        let s = self
+            .zun
+            .attach(&c.uuid)
+            .await
+            .map_err(|e| refused("attach", container, e))?;
+        connect(&s.url, container).await
+    }
+
+    async fn stats(&self, pods: &[Pod]) -> Result<Vec<PodSample>, KubeletError> {
+        let all = self
+            .zun
+            .list_containers(&labels::ours(&self.node), None)
+            .await
+            .map_err(|e| KubeletError::unavailable(format!("listing Zun containers: {e}")))?;
+        let mut out = Vec::new();
+        for pod in pods {
+            let uid = pod.metadata.uid.clone().unwrap_or_default();
+            let mut sample = PodSample {
+                namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+                name: pod.metadata.name.clone().unwrap_or_default(),
+                uid: uid.clone(),
+                start_time: pod
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.start_time.as_ref())
+                    .map(|t| t.0),
+                containers: Vec::new(),
+            };
+            for c in all.iter().filter(|c| {
+                c.labels.get(labels::POD_UID) == Some(&uid)
+                    && c.status == openstack::container::status::RUNNING
+            }) {
+                let Some(name) = c.labels.get(labels::CONTAINER) else {
+                    continue;
+                };
+                let stats = match self.zun.container_stats(&c.uuid).await {
+                    Ok(s) => s,
+                    Err(e) => {
+                        tracing::debug!(zun = %c.uuid, error = %e, "no stats");
+                        continue;
+                    }
+                };
+                let cpu = match self.zun.container_top(&c.uuid, "-o pid,times").await {
+                    Ok(t) => cpu_seconds(&t),
+                    Err(e) => {
+                        tracing::debug!(zun = %c.uuid, error = %e, "no top");
+                        None
+                    }
+                };
+                let started = pod
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.container_statuses.as_ref())
+                    .and_then(|l| l.iter().find(|s| &s.name == name))
+                    .and_then(|s| s.state.as_ref())
+                    .and_then(|s| s.running.as_ref())
+                    .and_then(|r| r.started_at.as_ref())
+                    .map(|t| t.0)
+                    .or_else(|| c.created_at.as_deref().and_then(parse_zun_time));
+                sample.containers.push(ContainerSample {
+                    name: name.clone(),
+                    start_time: started,
+                    at: jiff::Timestamp::now(),
+                    cpu_seconds: cpu,
+                    memory_working_set_bytes: Some(
+                        (stats.memory_usage_mib * 1024.0 * 1024.0).round() as u64,
+                    ),
+                    memory_limit_bytes: Some(
+                        (stats.memory_limit_mib * 1024.0 * 1024.0).round() as u64
+                    ),
+                });
+            }
+            out.push(sample);
+        }
+        Ok(out)
+    }
+}
+
+/// A session on zun-wsproxy (always a TTY: Zun starts interactive execs
+/// with `tty=True`).
+async fn connect(url: &str, container: &str) -> Result<Session, KubeletError> {
+    let (ws, _) = tokio_tungstenite::connect_async(url).await.map_err(|e| {
+        KubeletError::internal(format!(
+            "connecting to zun-wsproxy for container {container:?}: {e}"
+        ))
+    })?;
+    let (tx, rx) = ws.split();
+    let output = rx.filter_map(|m| async move {
+        match m {
+            Ok(Message::Binary(b)) => Some(Ok(b)),
+            Ok(Message::Text(t)) => Some(Ok(Bytes::copy_from_slice(t.as_bytes()))),
+            Ok(_) => None,
+            Err(e) => Some(Err(KubeletError::internal(format!("zun-wsproxy: {e}")))),
+        }
+    });
+    let input = tx
+        .sink_map_err(|e| KubeletError::internal(format!("zun-wsproxy: {e}")))
+        .with(|b: Bytes| async move { Ok::<_, KubeletError>(Message::Binary(b)) });
+    Ok(Session {
+        output: Box::pin(output),
+        input: Box::pin(input),
+        tty: true,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use openstack::container::ZunTop;
+
+    #[test]
+    fn cpu_from_ps_times() {
+        let top = ZunTop {
+            titles: vec!["PID".into(), "TIME".into()],
+            processes: vec![vec!["10".into(), "3".into()], vec!["11".into(), "2".into()]],
+        };
+        assert_eq!(cpu_seconds(&top), Some(5.0));
+        let bad = ZunTop {
+            titles: vec!["PID".into()],
+            processes: vec![],
+        };
+        assert_eq!(cpu_seconds(&bad), None);
+    }
+
+    #[test]
+    fn zun_times_parse() {
+        assert!(parse_zun_time("2026-12-01T05:00:00.000000").is_some());
+        assert!(parse_zun_time("2026-12-01T05:00:00+00:00").is_some());
+    }
+}

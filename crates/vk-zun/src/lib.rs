@@ -1,0 +1,19 @@
+//! The Zun provider of the virtual kubelet.
+//!
+//! - [`translate`]: pod → Zun create requests (pure): what is mapped, what
+//!   is refused with the field named.
+//! - [`status`]: what to do on Zun and the pod status to show (pure).
+//! - [`provider`]: the [`vk_runtime::provider::Provider`] on the Zun port:
+//!   one list per pass, the actions, the node's capacity from the quota.
+//! - [`kubelet`]: the kubelet API's backend (logs, exec, attach, stats).
+//! - [`labels`], [`quantity`]: ownership labels and resource quantities.
+
+pub mod kubelet;
+pub mod labels;
+pub mod provider;
+pub mod quantity;
+pub mod status;
+pub mod translate;
+
+pub use provider::{UnlimitedCapacity, ZunProvider};
+pub use translate::Config;

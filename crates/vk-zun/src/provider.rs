@@ -1,0 +1,618 @@
+//! The Zun provider: one Zun list per pass for all pods of the node, the
+//! actions [`crate::status::decide`] asks for, and the statuses
+//! [`crate::status::render`] computes.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use openstack::container::{Container, ZunContainer};
+use tracing::{debug, info, warn};
+use vk_runtime::provider::{
+    Condition, EventType, NodeState, Objects, PodEvent, PodUpdate, Provider, ProviderError,
+};
+
+use crate::labels;
+use crate::quantity;
+use crate::status::{self, Action, Key, PROVIDER_FAILED, Pass};
+use crate::translate::{self, Config, Reference, Referenced, Role, TranslateError};
+
+/// Node capacity used when the project's quota is unlimited (-1).
+#[derive(Clone, Debug, PartialEq)]
+pub struct UnlimitedCapacity {
+    /// CPUs.
+    pub cpu: f64,
+    /// MiB.
+    pub memory_mib: i64,
+    /// Pods (containers).
+    pub pods: i64,
+}
+
+impl Default for UnlimitedCapacity {
+    fn default() -> Self {
+        Self {
+            cpu: 100.0,
+            memory_mib: 256 * 1024,
+            pods: 1000,
+        }
+    }
+}
+
+#[derive(Default)]
+struct Memory {
+    /// Events already recorded: (pod uid, reason, message).
+    events: HashSet<(String, String, String)>,
+    /// CPUs and MiB our own containers use (from the last list).
+    own_usage: (f64, i64, i64),
+    /// Failed creates per pod uid: (failures, when the last one failed, its errors),
+    /// so a failing create is retried with the kubelet's back-off, not every pass.
+    create_failures: HashMap<String, (i32, jiff::Timestamp, CreateErrors)>,
+}
+
+/// Per pod container: (reason, message) of a failed create.
+type CreateErrors = BTreeMap<Key, (String, String)>;
+
+/// The Zun provider of one node (one tenant project).
+pub struct ZunProvider {
+    zun: Arc<dyn Container>,
+    cfg: Config,
+    project_id: Option<String>,
+    unlimited: UnlimitedCapacity,
+    memory: Mutex<Memory>,
+}
+
+impl ZunProvider {
+    /// A provider creating pods in the project behind `zun`.
+    pub fn new(
+        zun: Arc<dyn Container>,
+        cfg: Config,
+        project_id: Option<String>,
+        unlimited: UnlimitedCapacity,
+    ) -> Self {
+        Self {
+            zun,
+            cfg,
+            project_id,
+            unlimited,
+            memory: Mutex::new(Memory::default()),
+        }
+    }
+
+    fn mem(&self) -> std::sync::MutexGuard<'_, Memory> {
+        self.memory.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Keep an event only the first time it is seen for this pod.
+    fn once(&self, uid: &str, events: &mut Vec<PodEvent>, e: PodEvent) {
+        if self
+            .mem()
+            .events
+            .insert((uid.to_string(), e.reason.clone(), e.message.clone()))
+        {
+            events.push(e);
+        }
+    }
+
+    async fn referenced(&self, pod: &Pod, objects: &dyn Objects) -> Result<Referenced, String> {
+        let ns = pod.metadata.namespace.clone().unwrap_or_default();
+        let mut out = Referenced::default();
+        for r in translate::references(pod) {
+            match r {
+                Reference::ConfigMap(n) => {
+                    if let Some(cm) = objects.config_map(&ns, &n).await? {
+                        out.config_maps.insert(n, cm);
+                    }
+                }
+                Reference::Secret(n) => {
+                    if let Some(s) = objects.secret(&ns, &n).await? {
+                        out.secrets.insert(n, s);
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn create(
+        &self,
+        pod: &Pod,
+        uid: &str,
+        objects: &dyn Objects,
+        wanted: &[Key],
+        observed: &mut Vec<ZunContainer>,
+        pass: &mut Pass,
+        events: &mut Vec<PodEvent>,
+    ) {
+        let refs = match self.referenced(pod, objects).await {
+            Ok(r) => r,
+            Err(e) => {
+                for k in wanted {
+                    pass.create_errors
+                        .insert(k.clone(), ("CreateContainerConfigError".into(), e.clone()));
+                }
+                return;
+            }
+        };
+        let t = match translate::translate(pod, &refs, &self.cfg) {
+            Ok(t) => t,
+            Err(TranslateError::MissingReference(m)) => {
+                for k in wanted {
+                    pass.create_errors
+                        .insert(k.clone(), ("CreateContainerConfigError".into(), m.clone()));
+                }
+                self.once(
+                    uid,
+                    events,
+                    PodEvent {
+                        type_: EventType::Warning,
+                        reason: "Failed".into(),
+                        message: format!("Error: {m}"),
+                    },
+                );
+                return;
+            }
+            Err(e @ TranslateError::Unsupported { .. }) => {
+                pass.failure = Some((PROVIDER_FAILED.into(), e.to_string()));
+                return;
+            }
+        };
+        for p in t.init.iter().chain(t.main.iter()) {
+            let key = (p.role, p.container.clone());
+            if !wanted.contains(&key) {
+                continue;
+            }
+            match self.zun.create_container(&p.create).await {
+                Ok(c) => {
+                    info!(pod = %pod.metadata.name.as_deref().unwrap_or_default(), container = %p.container, zun = %c.uuid, "created Zun container");
+                    events.push(PodEvent {
+                        type_: EventType::Normal,
+                        reason: "Created".into(),
+                        message: format!(
+                            "Created container {} as Zun container {}",
+                            p.container, c.uuid
+                        ),
+                    });
+                    observed.push(c);
+                }
+                Err(e) => {
+                    warn!(container = %p.container, error = %e, "Zun create failed");
+                    let msg = e.message().to_string();
+                    pass.create_errors
+                        .insert(key.clone(), ("CreateContainerError".into(), msg.clone()));
+                    self.once(
+                        uid,
+                        events,
+                        PodEvent {
+                            type_: EventType::Warning,
+                            reason: "Failed".into(),
+                            message: format!("Error creating container {}: {msg}", p.container),
+                        },
+                    );
+                }
+            }
+        }
+    }
+
+    async fn sync_pod(
+        &self,
+        pod: &Pod,
+        mut observed: Vec<ZunContainer>,
+        objects: &dyn Objects,
+        now: jiff::Timestamp,
+    ) -> PodUpdate {
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let mut update = PodUpdate {
+            namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+            name: pod.metadata.name.clone().unwrap_or_default(),
+            uid: uid.clone(),
+            ..Default::default()
+        };
+        let mut pass = Pass::default();
+        let mut events = Vec::new();
+        let deleting = pod.metadata.deletion_timestamp.is_some();
+        if !deleting && !status::is_terminal(pod) {
+            if let Err(e) = translate::validate(pod) {
+                pass.failure = Some((PROVIDER_FAILED.into(), e.to_string()));
+            } else if let Some(v) = pod.spec.as_ref().and_then(|s| s.volumes.as_ref())
+                && let Some(sa) = v
+                    .iter()
+                    .find(|v| translate::is_service_account_volume(&v.name, v.projected.is_some()))
+            {
+                self.once(
+                    &uid,
+                    &mut events,
+                    PodEvent {
+                        type_: EventType::Warning,
+                        reason: "VolumeNotMounted".into(),
+                        message: format!(
+                            "volume {} (the service account token) is not mounted: this node does not mount volumes yet",
+                            sa.name
+                        ),
+                    },
+                );
+            }
+        }
+        let actions = if pass.failure.is_some() {
+            Vec::new()
+        } else {
+            status::decide(pod, &observed, now)
+        };
+        let backing_off = {
+            let m = self.mem();
+            m.create_failures
+                .get(&uid)
+                .and_then(|(n, at, errs)| (now < *at + status::backoff(*n)).then(|| errs.clone()))
+        };
+        let mut tried_create = false;
+        for a in actions {
+            if matches!(a, Action::CreateInit(_) | Action::CreateMain(_)) {
+                if let Some(errs) = &backing_off {
+                    pass.create_errors.extend(errs.clone());
+                    continue;
+                }
+                tried_create = true;
+            }
+            match a {
+                Action::CreateInit(i) => {
+                    let name = pod
+                        .spec
+                        .as_ref()
+                        .and_then(|s| s.init_containers.as_ref())
+                        .and_then(|c| c.get(i))
+                        .map(|c| c.name.clone())
+                        .unwrap_or_default();
+                    self.create(
+                        pod,
+                        &uid,
+                        objects,
+                        &[(Role::Init, name)],
+                        &mut observed,
+                        &mut pass,
+                        &mut events,
+                    )
+                    .await;
+                }
+                Action::CreateMain(names) => {
+                    let keys: Vec<Key> = names.into_iter().map(|n| (Role::Main, n)).collect();
+                    self.create(
+                        pod,
+                        &uid,
+                        objects,
+                        &keys,
+                        &mut observed,
+                        &mut pass,
+                        &mut events,
+                    )
+                    .await;
+                }
+                Action::Restart { id, key } => match self.zun.start_container(&id).await {
+                    Ok(()) => {
+                        events.push(PodEvent {
+                            type_: EventType::Normal,
+                            reason: "Started".into(),
+                            message: format!("Restarted container {}", key.1),
+                        });
+                        pass.restarted.insert(key);
+                    }
+                    Err(e) => warn!(zun = %id, error = %e, "restart failed; retrying next pass"),
+                },
+                Action::Stop { id, grace_s } => {
+                    let name = observed
+                        .iter()
+                        .find(|c| c.uuid == id)
+                        .and_then(|c| c.labels.get(labels::CONTAINER).cloned())
+                        .unwrap_or_default();
+                    match self.zun.stop_container(&id, grace_s).await {
+                        Ok(()) => events.push(PodEvent {
+                            type_: EventType::Normal,
+                            reason: "Killing".into(),
+                            message: format!("Stopping container {name} (grace period {grace_s}s)"),
+                        }),
+                        Err(e) if e.is_not_found() || e.is_conflict() => {
+                            debug!(zun = %id, error = %e, "stop not needed")
+                        }
+                        Err(e) => warn!(zun = %id, error = %e, "stop failed; retrying next pass"),
+                    }
+                }
+                Action::Delete { id } => match self.zun.delete_container(&id, true, false).await {
+                    // Zun deletes asynchronously: the pod goes once a list no
+                    // longer shows the container.
+                    Ok(()) => {
+                        for c in observed.iter_mut().filter(|c| c.uuid == id) {
+                            c.status = openstack::container::status::DELETING.into();
+                        }
+                    }
+                    Err(e) if e.is_not_found() => observed.retain(|c| c.uuid != id),
+                    Err(e) => warn!(zun = %id, error = %e, "delete failed; retrying next pass"),
+                },
+                Action::Fail(reason, message) => pass.failure = Some((reason, message)),
+            }
+        }
+        if tried_create {
+            let mut m = self.mem();
+            // Only Zun's refusals back off; a missing ConfigMap costs no Zun call.
+            let zun_failed = pass
+                .create_errors
+                .values()
+                .any(|(reason, _)| reason == "CreateContainerError");
+            if !zun_failed {
+                m.create_failures.remove(&uid);
+            } else {
+                let n = m.create_failures.get(&uid).map(|f| f.0).unwrap_or(0) + 1;
+                m.create_failures
+                    .insert(uid.clone(), (n, now, pass.create_errors.clone()));
+            }
+        }
+        if let Some((reason, message)) = &pass.failure {
+            self.once(
+                &uid,
+                &mut events,
+                PodEvent {
+                    type_: EventType::Warning,
+                    reason: reason.clone(),
+                    message: message.clone(),
+                },
+            );
+        }
+        for c in &observed {
+            if c.status == openstack::container::status::ERROR {
+                let msg = c.status_reason.clone().unwrap_or_default();
+                self.once(
+                    &uid,
+                    &mut events,
+                    PodEvent {
+                        type_: EventType::Warning,
+                        reason: "Failed".into(),
+                        message: format!(
+                            "Zun container {} of container {} failed: {msg}",
+                            c.uuid,
+                            c.labels.get(labels::CONTAINER).cloned().unwrap_or_default()
+                        ),
+                    },
+                );
+            }
+        }
+        update.events = events;
+        if deleting {
+            update.deleted = observed.is_empty();
+        } else {
+            update.status = Some(status::render(
+                pod,
+                &observed,
+                &pass,
+                &self.cfg.host_ip,
+                now,
+            ));
+        }
+        update
+    }
+}
+
+fn q(s: String) -> Quantity {
+    Quantity(s)
+}
+
+#[async_trait]
+impl Provider for ZunProvider {
+    async fn node_state(&self) -> NodeState {
+        let mut conditions = Vec::new();
+        let mut capacity = BTreeMap::new();
+        let mut allocatable = BTreeMap::new();
+        let quota = match &self.project_id {
+            Some(p) => self.zun.get_quota(p).await.map(Some),
+            None => Ok(None),
+        };
+        let zones = self.zun.list_availability_zones().await;
+        let services = self.zun.list_services().await;
+        let (own_cpu, own_mem, own_n) = self.mem().own_usage;
+        let u = &self.unlimited;
+        let (mut cpu_cap, mut mem_cap, mut pods_cap) = (u.cpu, u.memory_mib, u.pods);
+        let (mut cpu_free, mut mem_free, mut pods_free) = (u.cpu, u.memory_mib, u.pods);
+        let mut ready = Condition::new("Ready", true, "KubeletReady", "Zun is reachable");
+        let mut mem_pressure = Condition::new(
+            "MemoryPressure",
+            false,
+            "KubeletHasSufficientMemory",
+            "the project's Zun memory quota has room",
+        );
+        let mut disk_pressure = Condition::new(
+            "DiskPressure",
+            false,
+            "KubeletHasNoDiskPressure",
+            "the project's Zun disk quota has room",
+        );
+        let mut pid_pressure = Condition::new(
+            "PIDPressure",
+            false,
+            "KubeletHasSufficientPID",
+            "the project's Zun container quota has room",
+        );
+        match &quota {
+            Ok(Some(qt)) => {
+                // Our own pods count against allocatable through the
+                // scheduler already; only what others use is taken off.
+                let free = |v: &openstack::container::ZunQuotaValue, own: f64| {
+                    (v.limit - (v.in_use - own).max(0.0)).max(0.0)
+                };
+                if qt.cpu.is_limited() {
+                    cpu_cap = qt.cpu.limit;
+                    cpu_free = free(&qt.cpu, own_cpu);
+                }
+                if qt.memory.is_limited() {
+                    mem_cap = qt.memory.limit as i64;
+                    mem_free = free(&qt.memory, own_mem as f64) as i64;
+                    if qt.memory.in_use >= qt.memory.limit {
+                        mem_pressure = Condition::new(
+                            "MemoryPressure",
+                            true,
+                            "QuotaExhausted",
+                            format!(
+                                "the project's Zun memory quota ({} MiB) is used up",
+                                qt.memory.limit
+                            ),
+                        );
+                    }
+                }
+                if qt.containers.is_limited() {
+                    pods_cap = qt.containers.limit as i64;
+                    pods_free = free(&qt.containers, own_n as f64) as i64;
+                    if qt.containers.in_use >= qt.containers.limit {
+                        pid_pressure = Condition::new(
+                            "PIDPressure",
+                            true,
+                            "QuotaExhausted",
+                            format!(
+                                "the project's Zun container quota ({}) is used up",
+                                qt.containers.limit
+                            ),
+                        );
+                    }
+                }
+                if qt.disk.is_limited() && qt.disk.in_use >= qt.disk.limit {
+                    disk_pressure = Condition::new(
+                        "DiskPressure",
+                        true,
+                        "QuotaExhausted",
+                        format!(
+                            "the project's Zun disk quota ({} GiB) is used up",
+                            qt.disk.limit
+                        ),
+                    );
+                }
+            }
+            Ok(None) => {}
+            // Reading quotas may be admin-only: capacity stays the
+            // configured one and the node says why.
+            Err(openstack::Error::Forbidden { .. }) => {
+                debug!(
+                    "the Zun quota is not readable with these credentials; using the configured capacity"
+                );
+            }
+            Err(e) => {
+                ready = Condition::new(
+                    "Ready",
+                    false,
+                    "ZunUnavailable",
+                    format!("cannot read the Zun quota: {e}"),
+                );
+            }
+        }
+        if let Err(e) = &zones {
+            ready = Condition::new(
+                "Ready",
+                false,
+                "ZunUnavailable",
+                format!("cannot list Zun availability zones: {e}"),
+            );
+        }
+        match &services {
+            Ok(list) => {
+                let computes: Vec<_> = list.iter().filter(|s| s.binary == "zun-compute").collect();
+                if !computes.is_empty() && !computes.iter().any(|s| s.state == "up" && !s.disabled)
+                {
+                    ready = Condition::new(
+                        "Ready",
+                        false,
+                        "ZunComputeDown",
+                        "no zun-compute service is up and enabled",
+                    );
+                }
+            }
+            // Listing services is admin-only by default: without it, the
+            // API answering is what we know.
+            Err(openstack::Error::Forbidden { .. }) => {}
+            Err(e) => debug!(error = %e, "cannot list Zun services"),
+        }
+        capacity.insert("cpu".into(), q(quantity::cpu_string(cpu_cap)));
+        capacity.insert("memory".into(), q(quantity::mib_string(mem_cap)));
+        capacity.insert("pods".into(), q(pods_cap.to_string()));
+        allocatable.insert("cpu".into(), q(quantity::cpu_string(cpu_free)));
+        allocatable.insert("memory".into(), q(quantity::mib_string(mem_free)));
+        allocatable.insert("pods".into(), q(pods_free.to_string()));
+        let zone = self
+            .cfg
+            .availability_zone
+            .clone()
+            .or_else(|| zones.ok().and_then(|z| z.into_iter().next()));
+        conditions.push(ready);
+        conditions.push(mem_pressure);
+        conditions.push(disk_pressure);
+        conditions.push(pid_pressure);
+        conditions.push(Condition::new(
+            "NetworkUnavailable",
+            false,
+            "NeutronPortPerContainer",
+            "each container gets a Neutron port on the tenant network",
+        ));
+        NodeState {
+            capacity,
+            allocatable,
+            conditions,
+            addresses: Vec::new(),
+            zone,
+        }
+    }
+
+    async fn sync(
+        &self,
+        pods: &[Pod],
+        objects: &dyn Objects,
+        complete: bool,
+    ) -> Result<Vec<PodUpdate>, ProviderError> {
+        let all = self
+            .zun
+            .list_containers(&labels::ours(&self.cfg.node_name), None)
+            .await
+            .map_err(|e| ProviderError::Unavailable(e.to_string()))?;
+        {
+            let mut m = self.mem();
+            m.own_usage = all.iter().fold((0.0, 0, 0), |(c, mm, n), z| {
+                let mib = z
+                    .memory
+                    .as_deref()
+                    .map(|s| s.trim_end_matches(['M', 'm']))
+                    .and_then(|s| s.parse::<i64>().ok())
+                    .unwrap_or(0);
+                (c + z.cpu.unwrap_or(0.0), mm + mib, n + 1)
+            });
+        }
+        let mut by_uid: BTreeMap<String, Vec<ZunContainer>> = BTreeMap::new();
+        for c in all {
+            let uid = c.labels.get(labels::POD_UID).cloned().unwrap_or_default();
+            by_uid.entry(uid).or_default().push(c);
+        }
+        let now = jiff::Timestamp::now();
+        let mut out = Vec::new();
+        let mut live = BTreeSet::new();
+        for pod in pods {
+            let Some(uid) = pod.metadata.uid.clone() else {
+                continue;
+            };
+            live.insert(uid.clone());
+            let observed = by_uid.remove(&uid).unwrap_or_default();
+            out.push(self.sync_pod(pod, observed, objects, now).await);
+        }
+        if complete {
+            for (uid, list) in by_uid {
+                for c in list {
+                    info!(zun = %c.uuid, pod_uid = %uid, "deleting Zun container whose pod is gone");
+                    if let Err(e) = self.zun.delete_container(&c.uuid, true, false).await
+                        && !e.is_not_found()
+                    {
+                        warn!(zun = %c.uuid, error = %e, "orphan delete failed; retrying next pass");
+                    }
+                }
+            }
+            let mut m = self.mem();
+            m.events.retain(|(uid, _, _)| live.contains(uid));
+            m.create_failures.retain(|uid, _| live.contains(uid));
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests;

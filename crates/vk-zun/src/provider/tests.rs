@@ -1,0 +1,359 @@
+use super::*;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use openstack::container::{ZunContainerCreate, status as zs};
+use openstack::fake::FakeZun;
+use serde_json::json;
+
+#[derive(Default)]
+struct NoObjects {
+    config_maps: BTreeMap<String, ConfigMap>,
+}
+
+#[async_trait]
+impl Objects for NoObjects {
+    async fn config_map(&self, _ns: &str, name: &str) -> Result<Option<ConfigMap>, String> {
+        Ok(self.config_maps.get(name).cloned())
+    }
+    async fn secret(&self, _ns: &str, _name: &str) -> Result<Option<Secret>, String> {
+        Ok(None)
+    }
+}
+
+fn provider(z: &FakeZun) -> ZunProvider {
+    ZunProvider::new(
+        Arc::new(z.clone()),
+        Config {
+            node_name: "vk".into(),
+            ..Default::default()
+        },
+        Some("project".into()),
+        UnlimitedCapacity::default(),
+    )
+}
+
+fn pod(name: &str, uid: &str, spec: serde_json::Value) -> Pod {
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": "ns", "uid": uid},
+        "spec": spec,
+        "status": {"phase": "Pending"}
+    }))
+    .unwrap()
+}
+
+fn seed_pod() -> Pod {
+    pod(
+        "myapp-pod",
+        "uid-1",
+        json!({"nodeName": "vk", "containers": [{"name": "myapp-container", "image": "busybox",
+            "command": ["sh", "-c", "echo Hello Kubernetes! && sleep 3600"]}]}),
+    )
+}
+
+/// One sync; statuses are stored back on the pods as the runtime does.
+async fn sync(p: &ZunProvider, pods: &mut [Pod], objects: &dyn Objects) -> Vec<PodUpdate> {
+    let u = p.sync(pods, objects, true).await.unwrap();
+    for up in &u {
+        if let Some(s) = &up.status
+            && let Some(pod) = pods
+                .iter_mut()
+                .find(|x| x.metadata.uid.as_deref() == Some(&up.uid))
+        {
+            pod.status = Some(s.clone());
+        }
+    }
+    u
+}
+
+#[tokio::test]
+async fn seed_pod_runs_with_one_list_per_pass() {
+    let z = FakeZun::new();
+    let p = provider(&z);
+    let mut pods = vec![seed_pod()];
+    let o = NoObjects::default();
+    let u = sync(&p, &mut pods, &o).await;
+    assert_eq!(z.calls("create_container"), 1);
+    assert_eq!(u[0].events[0].reason, "Created");
+    let made = &z.containers()[0];
+    assert_eq!(
+        made.entrypoint.as_ref().unwrap()[2],
+        "echo Hello Kubernetes! && sleep 3600"
+    );
+    let u = sync(&p, &mut pods, &o).await;
+    let s = u[0].status.as_ref().unwrap();
+    assert_eq!(s.phase.as_deref(), Some("Running"));
+    assert!(s.pod_ip.is_some());
+    for _ in 0..3 {
+        sync(&p, &mut pods, &o).await;
+    }
+    assert_eq!(z.calls("list_containers"), 5, "one list per pass");
+    assert_eq!(z.calls("get_container"), 0, "never a GET per pod");
+    assert_eq!(z.calls("create_container"), 1);
+}
+
+#[tokio::test]
+async fn unsupported_field_fails_the_pod_without_touching_zun() {
+    let z = FakeZun::new();
+    let p = provider(&z);
+    let mut pods = vec![pod(
+        "bad",
+        "uid-2",
+        json!({"nodeName": "vk", "hostNetwork": true, "containers": [{"name": "c", "image": "busybox"}]}),
+    )];
+    let o = NoObjects::default();
+    let u = sync(&p, &mut pods, &o).await;
+    let s = u[0].status.as_ref().unwrap();
+    assert_eq!(s.phase.as_deref(), Some("Failed"));
+    assert_eq!(s.reason.as_deref(), Some("ProviderFailed"));
+    assert!(s.message.as_deref().unwrap().contains("spec.hostNetwork"));
+    assert_eq!(u[0].events[0].reason, "ProviderFailed");
+    let u = sync(&p, &mut pods, &o).await;
+    assert!(u[0].events.is_empty(), "the Event is recorded once");
+    assert_eq!(z.calls("create_container"), 0);
+}
+
+#[tokio::test]
+async fn missing_configmap_waits_and_is_retried() {
+    let z = FakeZun::new();
+    let p = provider(&z);
+    let mut pods = vec![pod(
+        "cfg",
+        "uid-3",
+        json!({"nodeName": "vk", "containers": [{"name": "c", "image": "busybox",
+            "env": [{"name": "X", "valueFrom": {"configMapKeyRef": {"name": "later", "key": "k"}}}]}]}),
+    )];
+    let mut o = NoObjects::default();
+    let u = sync(&p, &mut pods, &o).await;
+    let cs = &u[0]
+        .status
+        .as_ref()
+        .unwrap()
+        .container_statuses
+        .as_ref()
+        .unwrap()[0];
+    assert_eq!(
+        cs.state
+            .as_ref()
+            .unwrap()
+            .waiting
+            .as_ref()
+            .unwrap()
+            .reason
+            .as_deref(),
+        Some("CreateContainerConfigError")
+    );
+    assert_eq!(z.calls("create_container"), 0);
+    let cm: ConfigMap =
+        serde_json::from_value(json!({"metadata": {"name": "later"}, "data": {"k": "v"}})).unwrap();
+    o.config_maps.insert("later".into(), cm);
+    sync(&p, &mut pods, &o).await;
+    assert_eq!(z.calls("create_container"), 1);
+    assert_eq!(z.containers()[0].environment["X"], "v");
+}
+
+#[tokio::test]
+async fn graceful_deletion_stops_deletes_then_releases_the_pod() {
+    let z = FakeZun::new();
+    let p = provider(&z);
+    let mut pods = vec![seed_pod()];
+    let o = NoObjects::default();
+    sync(&p, &mut pods, &o).await;
+    sync(&p, &mut pods, &o).await;
+    pods[0].metadata.deletion_timestamp = Some(Time(jiff::Timestamp::now()));
+    pods[0].metadata.deletion_grace_period_seconds = Some(5);
+    let u = sync(&p, &mut pods, &o).await;
+    assert_eq!(z.calls("stop_container"), 1);
+    assert!(!u[0].deleted);
+    assert_eq!(u[0].events[0].reason, "Killing");
+    let u = sync(&p, &mut pods, &o).await;
+    assert_eq!(z.calls("delete_container"), 1);
+    assert!(
+        !u[0].deleted,
+        "Zun deletes asynchronously: wait until a list confirms it"
+    );
+    assert!(z.containers().is_empty());
+    let u = sync(&p, &mut pods, &o).await;
+    assert!(u[0].deleted, "nothing left: the runtime may remove the pod");
+    assert_eq!(z.calls("delete_container"), 1);
+}
+
+#[tokio::test]
+async fn deleted_behind_our_back_fails_the_pod() {
+    let z = FakeZun::new();
+    let p = provider(&z);
+    let mut pods = vec![seed_pod()];
+    let o = NoObjects::default();
+    sync(&p, &mut pods, &o).await;
+    sync(&p, &mut pods, &o).await;
+    let id = z.containers()[0].uuid.clone();
+    z.remove(&id);
+    let u = sync(&p, &mut pods, &o).await;
+    let s = u[0].status.as_ref().unwrap();
+    assert_eq!(s.phase.as_deref(), Some("Failed"));
+    assert!(s.message.as_deref().unwrap().contains(&id));
+    assert_eq!(z.calls("create_container"), 1, "not silently re-created");
+}
+
+#[tokio::test]
+async fn restart_adopts_and_cleans_only_our_orphans() {
+    let z = FakeZun::new();
+    // A create whose answer was lost before the pod status recorded it.
+    let first = provider(&z);
+    let mut pods = vec![seed_pod()];
+    let o = NoObjects::default();
+    first.sync(&pods, &o, true).await.unwrap();
+    assert_eq!(z.calls("create_container"), 1);
+    // A container of a pod that is gone, one of another node, one made by hand.
+    let mk = |labels: BTreeMap<String, String>, name: &str| ZunContainerCreate {
+        name: name.into(),
+        image: "busybox".into(),
+        labels,
+        run: true,
+        ..Default::default()
+    };
+    z.create_container(&mk(
+        crate::labels::for_container("vk", "ns", "gone", "uid-gone", "c", Role::Main),
+        "gone",
+    ))
+    .await
+    .unwrap();
+    z.create_container(&mk(
+        crate::labels::for_container("other-node", "ns", "x", "uid-x", "c", Role::Main),
+        "other",
+    ))
+    .await
+    .unwrap();
+    z.create_container(&mk(BTreeMap::new(), "by-hand"))
+        .await
+        .unwrap();
+    let restarted = provider(&z);
+    // Until the watch has listed everything, nothing is deleted.
+    restarted.sync(&pods, &o, false).await.unwrap();
+    assert_eq!(z.containers().len(), 4);
+    sync(&restarted, &mut pods, &o).await;
+    let names: Vec<String> = z.containers().into_iter().filter_map(|c| c.name).collect();
+    assert_eq!(names.len(), 3, "{names:?}");
+    assert!(!names.iter().any(|n| n == "gone"));
+    assert!(names.iter().any(|n| n == "other") && names.iter().any(|n| n == "by-hand"));
+    assert_eq!(
+        z.calls("create_container"),
+        4,
+        "the pod's container was adopted, not made again"
+    );
+    assert_eq!(
+        pods[0].status.as_ref().unwrap().phase.as_deref(),
+        Some("Running")
+    );
+}
+
+#[tokio::test]
+async fn exits_follow_the_restart_policy() {
+    let z = FakeZun::new();
+    let p = provider(&z);
+    let mut pods = vec![pod(
+        "job",
+        "uid-j",
+        json!({"nodeName": "vk", "restartPolicy": "OnFailure", "containers": [{"name": "c", "image": "busybox"}]}),
+    )];
+    let o = NoObjects::default();
+    sync(&p, &mut pods, &o).await;
+    sync(&p, &mut pods, &o).await;
+    let id = z.containers()[0].uuid.clone();
+    z.exit(&id, 3);
+    let u = sync(&p, &mut pods, &o).await;
+    let cs = &u[0]
+        .status
+        .as_ref()
+        .unwrap()
+        .container_statuses
+        .as_ref()
+        .unwrap()[0];
+    assert_eq!(cs.restart_count, 1);
+    assert_eq!(z.calls("start_container"), 1);
+    assert_eq!(z.containers()[0].status, zs::RUNNING);
+    z.exit(&id, 0);
+    let u = sync(&p, &mut pods, &o).await;
+    let s = u[0].status.as_ref().unwrap();
+    assert_eq!(s.phase.as_deref(), Some("Succeeded"));
+    assert_eq!(z.calls("start_container"), 1);
+}
+
+#[tokio::test]
+async fn capacity_comes_from_the_quota_minus_what_others_use() {
+    let z = FakeZun::new();
+    z.set_quota_limits(10, 4, 4096);
+    let p = provider(&z);
+    // Someone else's container in the project: 1 CPU, 1024 MiB.
+    z.create_container(&ZunContainerCreate {
+        name: "other".into(),
+        image: "busybox".into(),
+        cpu: Some(1.0),
+        memory: Some(1024),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let mut pods = vec![seed_pod()];
+    let o = NoObjects::default();
+    sync(&p, &mut pods, &o).await;
+    sync(&p, &mut pods, &o).await;
+    let st = p.node_state().await;
+    assert_eq!(st.capacity["cpu"].0, "4");
+    assert_eq!(st.capacity["memory"].0, "4096Mi");
+    assert_eq!(st.capacity["pods"].0, "10");
+    assert_eq!(st.allocatable["cpu"].0, "3");
+    assert_eq!(st.allocatable["memory"].0, "3072Mi");
+    assert_eq!(st.allocatable["pods"].0, "9");
+    assert_eq!(st.zone.as_deref(), Some("nova"));
+    let ready = st.conditions.iter().find(|c| c.type_ == "Ready").unwrap();
+    assert_eq!(ready.status, "True");
+    z.fail_next("get_quota", openstack::Error::transient("zun-api down"));
+    let st = p.node_state().await;
+    let ready = st.conditions.iter().find(|c| c.type_ == "Ready").unwrap();
+    assert_eq!(ready.status, "False");
+    assert!(ready.message.contains("zun-api down"));
+}
+
+#[tokio::test]
+async fn a_refused_create_backs_off() {
+    let z = FakeZun::new();
+    let p = provider(&z);
+    let mut pods = vec![seed_pod()];
+    let o = NoObjects::default();
+    z.fail_next(
+        "create_container",
+        openstack::Error::transient("container create_container: HTTP 500"),
+    );
+    let u = sync(&p, &mut pods, &o).await;
+    let cs = &u[0]
+        .status
+        .as_ref()
+        .unwrap()
+        .container_statuses
+        .as_ref()
+        .unwrap()[0];
+    let w = cs.state.as_ref().unwrap().waiting.as_ref().unwrap();
+    assert_eq!(w.reason.as_deref(), Some("CreateContainerError"));
+    assert!(w.message.as_deref().unwrap().contains("HTTP 500"));
+    // Within the back-off the create is not repeated and the error stays shown.
+    let u = sync(&p, &mut pods, &o).await;
+    assert_eq!(z.calls("create_container"), 1);
+    let cs = &u[0]
+        .status
+        .as_ref()
+        .unwrap()
+        .container_statuses
+        .as_ref()
+        .unwrap()[0];
+    assert_eq!(
+        cs.state
+            .as_ref()
+            .unwrap()
+            .waiting
+            .as_ref()
+            .unwrap()
+            .reason
+            .as_deref(),
+        Some("CreateContainerError")
+    );
+}

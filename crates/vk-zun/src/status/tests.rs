@@ -1,0 +1,390 @@
+use super::*;
+use serde_json::json;
+
+fn pod(policy: &str, inits: &[&str], mains: &[&str]) -> Pod {
+    let c = |n: &&str| json!({"name": n, "image": "busybox"});
+    serde_json::from_value(json!({
+        "metadata": {"name": "p", "namespace": "ns", "uid": "uid-1"},
+        "spec": {"restartPolicy": policy,
+                 "initContainers": inits.iter().map(c).collect::<Vec<_>>(),
+                 "containers": mains.iter().map(c).collect::<Vec<_>>()},
+        "status": {"phase": "Pending"}
+    }))
+    .unwrap()
+}
+
+fn zc(id: &str, role: Role, name: &str, status: &str, detail: Option<&str>) -> ZunContainer {
+    ZunContainer {
+        uuid: id.into(),
+        status: status.into(),
+        status_detail: detail.map(str::to_string),
+        labels: crate::labels::for_container("vk", "ns", "p", "uid-1", name, role),
+        addresses: [(
+            "net".to_string(),
+            vec![openstack::container::ZunAddress {
+                addr: "10.0.0.7".into(),
+                version: 4,
+                ..Default::default()
+            }],
+        )]
+        .into_iter()
+        .collect(),
+        created_at: Some("2026-12-01T05:00:00.000000".into()),
+        ..Default::default()
+    }
+}
+
+fn t(s: &str) -> jiff::Timestamp {
+    s.parse().unwrap()
+}
+
+/// Render, then store the status on the pod (what the runtime does).
+fn step(p: &mut Pod, observed: &[ZunContainer], pass: &Pass, now: jiff::Timestamp) -> PodStatus {
+    let s = render(p, observed, pass, "192.0.2.10", now);
+    p.status = Some(s.clone());
+    s
+}
+
+fn state(s: &PodStatus, i: usize) -> ContainerState {
+    s.container_statuses.as_ref().unwrap()[i]
+        .state
+        .clone()
+        .unwrap()
+}
+
+#[test]
+fn new_pod_is_created_then_running() {
+    let now = t("2026-12-01T05:00:00Z");
+    let mut p = pod("Always", &[], &["c"]);
+    assert_eq!(
+        decide(&p, &[], now),
+        vec![Action::CreateMain(vec!["c".into()])]
+    );
+    let creating = zc("z1", Role::Main, "c", zs::CREATING, None);
+    let s = step(
+        &mut p,
+        std::slice::from_ref(&creating),
+        &Pass::default(),
+        now,
+    );
+    assert_eq!(s.phase.as_deref(), Some("Pending"));
+    assert_eq!(
+        state(&s, 0).waiting.unwrap().reason.as_deref(),
+        Some("ContainerCreating")
+    );
+    assert_eq!(
+        s.container_statuses.as_ref().unwrap()[0]
+            .container_id
+            .as_deref(),
+        Some("zun://z1")
+    );
+    let running = zc("z1", Role::Main, "c", zs::RUNNING, Some("Up 1 second"));
+    assert!(decide(&p, std::slice::from_ref(&running), now).is_empty());
+    let later = t("2026-12-01T05:00:05Z");
+    let s = step(
+        &mut p,
+        std::slice::from_ref(&running),
+        &Pass::default(),
+        later,
+    );
+    assert_eq!(s.phase.as_deref(), Some("Running"));
+    assert_eq!(s.pod_ip.as_deref(), Some("10.0.0.7"));
+    assert_eq!(s.host_ip.as_deref(), Some("192.0.2.10"));
+    assert_eq!(state(&s, 0).running.unwrap().started_at, Some(Time(later)));
+    let ready = s
+        .conditions
+        .as_ref()
+        .unwrap()
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .unwrap();
+    assert_eq!(ready.status, "True");
+    // Same observation later: nothing changes (no write).
+    let again = render(
+        &p,
+        std::slice::from_ref(&running),
+        &Pass::default(),
+        "192.0.2.10",
+        t("2026-12-01T05:09:00Z"),
+    );
+    assert_eq!(Some(again), p.status);
+}
+
+#[test]
+fn exits_with_each_restart_policy() {
+    let now = t("2026-12-01T05:00:00Z");
+    // (policy, exit code) → (phase, restarted?, terminated reason)
+    let cases = [
+        ("Never", 0, "Succeeded", false, "Completed"),
+        ("Never", 3, "Failed", false, "Error"),
+        ("OnFailure", 0, "Succeeded", false, "Completed"),
+        ("OnFailure", 3, "Running", true, "Error"),
+        ("Always", 0, "Running", true, "Completed"),
+        ("Always", 3, "Running", true, "Error"),
+    ];
+    for (policy, code, phase, restarts, reason) in cases {
+        let mut p = pod(policy, &[], &["c"]);
+        let run = zc("z1", Role::Main, "c", zs::RUNNING, Some("Up"));
+        step(&mut p, std::slice::from_ref(&run), &Pass::default(), now);
+        let detail = format!("Exited({code}) 1 second ago");
+        let exited = zc("z1", Role::Main, "c", zs::STOPPED, Some(&detail));
+        let actions = decide(&p, std::slice::from_ref(&exited), now);
+        let mut pass = Pass::default();
+        if restarts {
+            assert_eq!(
+                actions,
+                vec![Action::Restart {
+                    id: "z1".into(),
+                    key: (Role::Main, "c".into())
+                }],
+                "{policy} {code}"
+            );
+            pass.restarted.insert((Role::Main, "c".into()));
+        } else {
+            assert!(actions.is_empty(), "{policy} {code}: {actions:?}");
+        }
+        let s = step(&mut p, std::slice::from_ref(&exited), &pass, now);
+        assert_eq!(s.phase.as_deref(), Some(phase), "{policy} {code}");
+        let cs = &s.container_statuses.as_ref().unwrap()[0];
+        let term = if restarts {
+            assert_eq!(cs.restart_count, 1);
+            assert!(cs.state.as_ref().unwrap().running.is_some());
+            cs.last_state.as_ref().unwrap().terminated.clone().unwrap()
+        } else {
+            assert_eq!(cs.restart_count, 0);
+            cs.state.as_ref().unwrap().terminated.clone().unwrap()
+        };
+        assert_eq!(term.exit_code, code, "{policy} {code}");
+        assert_eq!(term.reason.as_deref(), Some(reason));
+        assert!(term.finished_at.is_some() && term.started_at.is_some());
+    }
+}
+
+#[test]
+fn crash_loop_backs_off() {
+    let t0 = t("2026-12-01T05:00:00Z");
+    let mut p = pod("Always", &[], &["c"]);
+    let exited = zc(
+        "z1",
+        Role::Main,
+        "c",
+        zs::STOPPED,
+        Some("Exited(1) 1 second ago"),
+    );
+    let mut pass = Pass::default();
+    pass.restarted.insert((Role::Main, "c".into()));
+    step(&mut p, std::slice::from_ref(&exited), &pass, t0);
+    // It exits again right away: the second restart waits 10 s.
+    let s = step(&mut p, std::slice::from_ref(&exited), &Pass::default(), t0);
+    let w = state(&s, 0).waiting.unwrap();
+    assert_eq!(w.reason.as_deref(), Some("CrashLoopBackOff"));
+    assert_eq!(s.phase.as_deref(), Some("Running"));
+    let last = s.container_statuses.as_ref().unwrap()[0]
+        .last_state
+        .clone()
+        .unwrap();
+    let finished = last.terminated.unwrap().finished_at.unwrap().0;
+    assert!(
+        decide(
+            &p,
+            std::slice::from_ref(&exited),
+            finished + jiff::SignedDuration::from_secs(9)
+        )
+        .is_empty()
+    );
+    assert_eq!(
+        decide(
+            &p,
+            std::slice::from_ref(&exited),
+            finished + jiff::SignedDuration::from_secs(10)
+        )
+        .len(),
+        1
+    );
+    assert_eq!(backoff(0), jiff::SignedDuration::ZERO);
+    assert_eq!(backoff(3), jiff::SignedDuration::from_secs(40));
+    assert_eq!(backoff(30), jiff::SignedDuration::from_secs(300));
+}
+
+#[test]
+fn init_containers_run_in_order() {
+    let now = t("2026-12-01T05:00:00Z");
+    let mut p = pod("Always", &["a", "b"], &["c"]);
+    assert_eq!(decide(&p, &[], now), vec![Action::CreateInit(0)]);
+    let a_run = zc("za", Role::Init, "a", zs::RUNNING, Some("Up"));
+    assert!(decide(&p, std::slice::from_ref(&a_run), now).is_empty());
+    let s = step(&mut p, std::slice::from_ref(&a_run), &Pass::default(), now);
+    assert_eq!(s.phase.as_deref(), Some("Pending"));
+    assert_eq!(
+        state(&s, 0).waiting.unwrap().reason.as_deref(),
+        Some("PodInitializing")
+    );
+    let a_done = zc("za", Role::Init, "a", zs::STOPPED, Some("Exited(0) now"));
+    assert_eq!(
+        decide(&p, std::slice::from_ref(&a_done), now),
+        vec![Action::CreateInit(1)]
+    );
+    let b_done = zc("zb", Role::Init, "b", zs::STOPPED, Some("Exited(0) now"));
+    let both = vec![a_done.clone(), b_done.clone()];
+    assert_eq!(
+        decide(&p, &both, now),
+        vec![Action::CreateMain(vec!["c".into()])]
+    );
+    let mut all = both.clone();
+    all.push(zc("zc", Role::Main, "c", zs::RUNNING, Some("Up")));
+    let s = step(&mut p, &all, &Pass::default(), now);
+    assert_eq!(s.phase.as_deref(), Some("Running"));
+    let init = s.init_container_statuses.unwrap();
+    assert_eq!(init.len(), 2);
+    assert_eq!(
+        init[1]
+            .state
+            .as_ref()
+            .unwrap()
+            .terminated
+            .as_ref()
+            .unwrap()
+            .reason
+            .as_deref(),
+        Some("Completed")
+    );
+    let initialized = s
+        .conditions
+        .unwrap()
+        .into_iter()
+        .find(|c| c.type_ == "Initialized")
+        .unwrap();
+    assert_eq!(initialized.status, "True");
+}
+
+#[test]
+fn failed_init_container_with_never_fails_the_pod() {
+    let now = t("2026-12-01T05:00:00Z");
+    let mut p = pod("Never", &["a"], &["c"]);
+    let a = zc("za", Role::Init, "a", zs::STOPPED, Some("Exited(2) now"));
+    assert!(decide(&p, std::slice::from_ref(&a), now).is_empty());
+    let s = step(&mut p, std::slice::from_ref(&a), &Pass::default(), now);
+    assert_eq!(s.phase.as_deref(), Some("Failed"));
+    // OnFailure restarts it instead.
+    let p2 = pod("OnFailure", &["a"], &["c"]);
+    assert!(matches!(
+        decide(&p2, std::slice::from_ref(&a), now)[..],
+        [Action::Restart { .. }]
+    ));
+}
+
+#[test]
+fn container_deleted_behind_our_back_fails_the_pod() {
+    let now = t("2026-12-01T05:00:00Z");
+    let mut p = pod("Always", &[], &["c"]);
+    let run = zc("z1", Role::Main, "c", zs::RUNNING, Some("Up"));
+    step(&mut p, std::slice::from_ref(&run), &Pass::default(), now);
+    let actions = decide(&p, &[], now);
+    let [Action::Fail(reason, msg)] = &actions[..] else {
+        panic!("{actions:?}");
+    };
+    assert_eq!(reason, PROVIDER_FAILED);
+    assert!(
+        msg.contains("z1") && msg.contains("deleted outside Kubernetes"),
+        "{msg}"
+    );
+    let pass = Pass {
+        failure: Some((reason.clone(), msg.clone())),
+        ..Default::default()
+    };
+    let s = step(&mut p, &[], &pass, now);
+    assert_eq!(s.phase.as_deref(), Some("Failed"));
+    assert_eq!(s.reason.as_deref(), Some(PROVIDER_FAILED));
+    assert_eq!(
+        state(&s, 0).terminated.unwrap().reason.as_deref(),
+        Some("ContainerStatusUnknown")
+    );
+    // Terminal: nothing more is done, the status stays.
+    assert!(decide(&p, &[], now).is_empty());
+    assert_eq!(render(&p, &[], &Pass::default(), "x", now), s);
+}
+
+#[test]
+fn image_errors_wait_with_a_reason() {
+    let now = t("2026-12-01T05:00:00Z");
+    let mut p = pod("Always", &[], &["c"]);
+    let mut bad = zc("z1", Role::Main, "c", zs::ERROR, None);
+    bad.status_reason = Some("Image missing:1 could not be found.".into());
+    let s = step(&mut p, std::slice::from_ref(&bad), &Pass::default(), now);
+    let w = state(&s, 0).waiting.unwrap();
+    assert_eq!(w.reason.as_deref(), Some("ErrImagePull"));
+    assert!(w.message.unwrap().contains("could not be found"));
+    assert_eq!(s.phase.as_deref(), Some("Pending"));
+    let mut pass = Pass::default();
+    pass.create_errors.insert(
+        (Role::Main, "c".into()),
+        ("CreateContainerError".into(), "Quota exceeded".into()),
+    );
+    let p2 = pod("Always", &[], &["c"]);
+    let s = render(&p2, &[], &pass, "x", now);
+    assert_eq!(
+        s.container_statuses.unwrap()[0]
+            .state
+            .as_ref()
+            .unwrap()
+            .waiting
+            .as_ref()
+            .unwrap()
+            .message
+            .as_deref(),
+        Some("Quota exceeded")
+    );
+}
+
+#[test]
+fn deletion_stops_then_deletes() {
+    let now = t("2026-12-01T05:00:00Z");
+    let mut p = pod("Always", &[], &["c", "d"]);
+    p.metadata.deletion_timestamp = Some(Time(now));
+    p.metadata.deletion_grace_period_seconds = Some(7);
+    let run = zc("z1", Role::Main, "c", zs::RUNNING, Some("Up"));
+    let stopped = zc("z2", Role::Main, "d", zs::STOPPED, Some("Exited(0) now"));
+    let actions = decide(&p, &[run.clone(), stopped], now);
+    assert_eq!(
+        actions,
+        vec![
+            Action::Stop {
+                id: "z1".into(),
+                grace_s: 7
+            },
+            Action::Delete { id: "z2".into() }
+        ]
+    );
+    let mut stopping = run;
+    stopping.task_state = Some("container_stopping".into());
+    assert!(
+        decide(&p, &[stopping], now).is_empty(),
+        "a stop in progress is not repeated"
+    );
+}
+
+#[test]
+fn duplicates_from_a_lost_create_are_removed() {
+    let now = t("2026-12-01T05:00:00Z");
+    let p = pod("Always", &[], &["c"]);
+    let a = zc("z1", Role::Main, "c", zs::RUNNING, Some("Up"));
+    let mut b = zc("z2", Role::Main, "c", zs::CREATED, None);
+    b.created_at = Some("2026-12-01T05:00:01.000000".into());
+    assert_eq!(
+        decide(&p, &[b, a], now),
+        vec![Action::Delete { id: "z2".into() }]
+    );
+}
+
+#[test]
+fn zun_times_parse() {
+    assert_eq!(
+        zun_time(Some("2026-12-01T05:00:00.000000")),
+        Some(t("2026-12-01T05:00:00Z"))
+    );
+    assert_eq!(
+        zun_time(Some("2026-12-01T05:00:00+00:00")),
+        Some(t("2026-12-01T05:00:00Z"))
+    );
+    assert_eq!(zun_time(Some("garbage")), None);
+}
