@@ -59,8 +59,9 @@ pub struct OpenstackFlavorSpec {
     #[serde(default = "default_true")]
     pub is_public: bool,
     /// Nova extra specs, e.g. `hw:cpu_policy: shared`. Reconciled as a set: keys removed
-    /// here are removed from the flavor.
+    /// here are removed from the flavor. At most 256 keys.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("maxProperties" = 256))]
     pub extra_specs: Option<BTreeMap<String, String>>,
     /// Take over an existing flavor with this name that this operator did not create
     /// (extension). Its sizes must match the spec.

@@ -421,11 +421,14 @@ pub struct RoleBinding {
     #[schemars(length(min = 1, max = 255))]
     pub role: String,
     /// Keystone user names (for SSO users, the OIDC `sub`). Users that do not exist yet are
-    /// reported in status and granted once they appear.
+    /// reported in status and granted once they appear. At most 1,000 (a bound for the API
+    /// server's cost estimates; use groups for more).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1000))]
     pub users: Option<Vec<String>>,
-    /// Existing Keystone group names.
+    /// Existing Keystone group names (at most 1,000).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1000))]
     pub groups: Option<Vec<String>>,
     /// Domain of the users; the project's domain when unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
