@@ -689,7 +689,9 @@ mod tests {
         assert!(f.contains("openstack::adapter::core=debug"), "{f}");
         assert!(f.contains("controllers=info"), "{f}");
         let f = log_filter("controllers=debug");
-        assert!(!f.contains("controllers=info"), "{f}");
+        // Compare whole directives: `controlplane_controllers=info` must stay.
+        assert!(!f.split(',').any(|d| d == "controllers=info"), "{f}");
+        assert!(f.split(',').any(|d| d == "controllers=debug"), "{f}");
         assert!(tracing_subscriber::EnvFilter::try_new(&f).is_ok());
     }
 }
