@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use openstack::container::{Container, ZunContainer};
+use openstack::container::{Container, ZunContainer, status as zs};
 use tracing::{debug, info, warn};
 use vk_runtime::provider::{
     Condition, EventType, NodeState, Objects, PodEvent, PodUpdate, Provider, ProviderError,
@@ -49,6 +49,11 @@ struct Memory {
     /// Failed creates per pod uid: (failures, when the last one failed, its errors),
     /// so a failing create is retried with the kubelet's back-off, not every pass.
     create_failures: HashMap<String, (i32, jiff::Timestamp, CreateErrors)>,
+    /// Stopped containers whose listed `status_detail` carries no exit code, as one GET
+    /// showed them, keyed by (uuid, the listed detail): Zun's list answers from its database,
+    /// whose periodic state sync sets `Stopped` but leaves the detail at e.g. `Created`; a GET
+    /// asks Docker and fills in `Exited(N)`. One GET per such transition, not per pass.
+    refreshed: HashMap<(String, String), ZunContainer>,
 }
 
 /// Per pod container: (reason, message) of a failed create.
@@ -78,6 +83,43 @@ impl ZunProvider {
             unlimited,
             memory: Mutex::new(Memory::default()),
         }
+    }
+
+    /// Replaces each listed stopped container that shows no exit code by what a GET says
+    /// (cached per listed state, so a container costs one GET when it stops). A failed GET
+    /// keeps the listed state; the next pass tries again.
+    async fn refresh_stale_stops(&self, listed: Vec<ZunContainer>) -> Vec<ZunContainer> {
+        let key = |c: &ZunContainer| (c.uuid.clone(), c.status_detail.clone().unwrap_or_default());
+        let stale = |c: &ZunContainer| c.status == zs::STOPPED && c.exit_code().is_none();
+        let mut out = Vec::with_capacity(listed.len());
+        let mut keep = HashSet::new();
+        for c in listed {
+            if !stale(&c) {
+                out.push(c);
+                continue;
+            }
+            let k = key(&c);
+            keep.insert(k.clone());
+            if let Some(hit) = self.mem().refreshed.get(&k).cloned() {
+                out.push(hit);
+                continue;
+            }
+            match self.zun.get_container(&c.uuid).await {
+                Ok(fresh) => {
+                    debug!(zun = %c.uuid, detail = ?fresh.status_detail, "refreshed a stopped container");
+                    if fresh.exit_code().is_some() {
+                        self.mem().refreshed.insert(k, fresh.clone());
+                    }
+                    out.push(fresh);
+                }
+                Err(e) => {
+                    debug!(zun = %c.uuid, error = %e, "could not refresh a stopped container");
+                    out.push(c);
+                }
+            }
+        }
+        self.mem().refreshed.retain(|k, _| keep.contains(k));
+        out
     }
 
     fn mem(&self) -> std::sync::MutexGuard<'_, Memory> {
@@ -579,6 +621,7 @@ impl Provider for ZunProvider {
                 (c + z.cpu.unwrap_or(0.0), mm + mib, n + 1)
             });
         }
+        let all = self.refresh_stale_stops(all).await;
         let mut by_uid: BTreeMap<String, Vec<ZunContainer>> = BTreeMap::new();
         for c in all {
             let uid = c.labels.get(labels::POD_UID).cloned().unwrap_or_default();
@@ -597,7 +640,8 @@ impl Provider for ZunProvider {
         }
         if complete {
             for (uid, list) in by_uid {
-                for c in list {
+                // Zun deletes asynchronously: one delete per orphan, not one per pass.
+                for c in list.into_iter().filter(|c| c.status != zs::DELETING) {
                     info!(zun = %c.uuid, pod_uid = %uid, "deleting Zun container whose pod is gone");
                     if let Err(e) = self.zun.delete_container(&c.uuid, true, false).await
                         && !e.is_not_found()

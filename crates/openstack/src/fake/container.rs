@@ -33,6 +33,9 @@ struct State {
     faults: HashMap<String, Error>,
     next_ip: u32,
     zones: Vec<String>,
+    /// Containers the list shows with a stale `status_detail` (as zun-api's list does after
+    /// its periodic state sync); a GET shows the real one.
+    stale_in_list: BTreeMap<String, String>,
 }
 
 /// The fake Zun. Cheap to clone; clones share state.
@@ -129,6 +132,14 @@ impl FakeZun {
             c.status_detail = Some(format!("Exited({code}) 1 second ago"));
             c.updated_at = Some(now());
         }
+    }
+
+    /// From now on the list shows `detail` as this container's `status_detail` (zun-api's
+    /// list answers from its database, which can lag behind Docker); GET shows the truth.
+    pub fn stale_list_detail(&self, id: &str, detail: &str) {
+        self.lock()
+            .stale_in_list
+            .insert(id.to_string(), detail.to_string());
     }
 
     /// Append to a container's log.
@@ -295,7 +306,13 @@ impl Container for FakeZun {
             .values()
             .filter(|c| labels_match(&c.labels, labels))
             .filter(|c| name.is_none_or(|n| c.name.as_deref() == Some(n)))
-            .cloned()
+            .map(|c| {
+                let mut c = c.clone();
+                if let Some(d) = s.stale_in_list.get(&c.uuid) {
+                    c.status_detail = Some(d.clone());
+                }
+                c
+            })
             .collect())
     }
 

@@ -92,6 +92,42 @@ async fn seed_pod_runs_with_one_list_per_pass() {
 }
 
 #[tokio::test]
+async fn a_stop_the_list_shows_without_exit_code_costs_one_get() {
+    let z = FakeZun::new();
+    let p = provider(&z);
+    let mut pods = vec![seed_pod()];
+    if let Some(spec) = pods[0].spec.as_mut() {
+        spec.restart_policy = Some("Never".into());
+    }
+    let o = NoObjects::default();
+    sync(&p, &mut pods, &o).await;
+    sync(&p, &mut pods, &o).await;
+    let id = z.containers()[0].uuid.clone();
+    z.exit(&id, 3);
+    // zun-api's list after its periodic sync: Stopped, detail still `Created`.
+    z.stale_list_detail(&id, "Created");
+    let u = sync(&p, &mut pods, &o).await;
+    let s = u[0].status.as_ref().unwrap();
+    let t = s.container_statuses.as_ref().unwrap()[0]
+        .state
+        .as_ref()
+        .unwrap()
+        .terminated
+        .clone()
+        .unwrap();
+    assert_eq!(t.exit_code, 3, "the exit code comes from the GET");
+    assert_eq!(t.reason.as_deref(), Some("Error"));
+    for _ in 0..3 {
+        sync(&p, &mut pods, &o).await;
+    }
+    assert_eq!(
+        z.calls("get_container"),
+        1,
+        "one GET for the stop, not one per pass"
+    );
+}
+
+#[tokio::test]
 async fn unsupported_field_fails_the_pod_without_touching_zun() {
     let z = FakeZun::new();
     let p = provider(&z);
