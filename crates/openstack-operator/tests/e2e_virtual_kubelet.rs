@@ -82,6 +82,8 @@ impl Vk {
         std::fs::create_dir_all(&dir)?;
         let log = dir.join(format!("vk-{node}.log"));
         File::create(&log)?;
+        // Each node gets its own kubelet port: tests run in parallel and 10250 is the default.
+        let kubelet_port = e2e::operator::free_local_addr()?.port().to_string();
         let mut vk = Vk {
             child: None,
             args: [
@@ -96,6 +98,10 @@ impl Vk {
                 "2",
                 "--internal-ip",
                 "127.0.0.1",
+                "--kubelet-address",
+                "127.0.0.1",
+                "--kubelet-port",
+                &kubelet_port,
                 "--log-level",
                 "info,vk_zun=debug,vk_runtime=debug",
             ]
@@ -143,13 +149,25 @@ impl Vk {
         }
     }
 
-    /// SIGTERM and wait for the exit.
-    fn terminate(&mut self) -> anyhow::Result<std::process::ExitStatus> {
+    /// SIGTERM and wait for the exit. Waits without blocking the runtime: the emulator may
+    /// serve on this test's runtime, and the node's last write (NotReady) must get through.
+    async fn terminate(&mut self) -> anyhow::Result<std::process::ExitStatus> {
         let mut c = self.child.take().context("not running")?;
         let pid = c.id() as libc::pid_t;
         // SAFETY: signalling a child process we spawned and still own.
         unsafe { libc::kill(pid, libc::SIGTERM) };
-        Ok(c.wait()?)
+        let deadline = tokio::time::Instant::now() + LONG;
+        loop {
+            if let Some(st) = c.try_wait()? {
+                return Ok(st);
+            }
+            if tokio::time::Instant::now() > deadline {
+                let _ = c.kill();
+                let _ = c.wait();
+                anyhow::bail!("the virtual kubelet did not exit within {LONG:?} of SIGTERM");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     fn log_tail(&self) -> String {
@@ -732,7 +750,7 @@ async fn killed_body(c: &Case) -> anyhow::Result<()> {
     )
     .await?;
     // SIGTERM: the node goes NotReady and the pods keep running.
-    let status = vk.terminate()?;
+    let status = vk.terminate().await?;
     assert!(status.success(), "{status:?}\n{}", vk.log_tail());
     let n = Api::<Node>::all(c.client.clone()).get(&c.node).await?;
     let ready = n
