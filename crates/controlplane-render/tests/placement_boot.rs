@@ -10,10 +10,12 @@
 //! its own region (`CpProofPlacement`) for the catalog endpoints, and removes them again, so
 //! the test cloud's Placement and its catalog in `RegionOne` are untouched.
 
-use std::net::TcpListener;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+
+mod support;
+use support::{Proc, free_port, memcached_items, run, test_cloud_dir, venv_bin};
 
 use controlplane_api::common::ServiceTemplate;
 use controlplane_render::database::{self, Database};
@@ -25,68 +27,6 @@ const KEYSTONE: &str = "http://127.0.0.1:5000/v3";
 const REGION: &str = "CpProofPlacement";
 const USER: &str = "cpproof_placement";
 const DB: &str = "cpproof_placement";
-
-fn test_cloud_dir() -> PathBuf {
-    PathBuf::from(
-        std::env::var("TEST_CLOUD_DIR")
-            .unwrap_or_else(|_| "/var/cache/openstack-operator/test-cloud".into()),
-    )
-}
-
-fn venv_bin(name: &str) -> PathBuf {
-    let p = test_cloud_dir().join("venv/bin").join(name);
-    assert!(
-        p.exists(),
-        "{} is missing: run scripts/test-cloud up (it installs Placement into its venv)",
-        p.display()
-    );
-    p
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free loopback port")
-}
-
-/// Kills a child process (and waits for it) when dropped.
-struct Proc(Child, &'static str);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        if let Ok(pid) = i32::try_from(self.0.id()) {
-            // SAFETY: signalling a child we started; its pid is still ours until we wait.
-            unsafe {
-                libc::kill(pid, libc::SIGTERM);
-            }
-        }
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.0.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-        eprintln!("{} did not stop on SIGTERM; killed", self.1);
-    }
-}
-
-fn run(cmd: &mut Command, what: &str) -> String {
-    let out = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("{what}: cannot start: {e}"));
-    assert!(
-        out.status.success(),
-        "{what} failed ({}):\n{}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
 
 fn mariadb_admin(sql: &str) -> String {
     run(
@@ -181,18 +121,6 @@ fn rss_kib(pid: u32) -> u64 {
         .filter_map(|c| c.parse().ok())
         .map(rss_kib)
         .sum::<u64>()
-}
-
-fn memcached_items(port: u16) -> u64 {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("memcached");
-    s.write_all(b"stats\r\nquit\r\n").expect("stats");
-    let mut out = String::new();
-    let _ = s.read_to_string(&mut out);
-    out.lines()
-        .find_map(|l| l.strip_prefix("STAT total_items "))
-        .and_then(|n| n.trim().parse().ok())
-        .unwrap_or(0)
 }
 
 /// A token of the proof's service user, scoped to `service`, and its catalog.
