@@ -32,6 +32,7 @@
 pub mod cel;
 pub mod cel_cost;
 pub mod crd_schema;
+pub mod csr;
 pub mod discovery;
 pub mod error;
 pub mod faults;

@@ -45,6 +45,9 @@ pub struct WriteOpts {
     pub field_validation: FieldValidation,
     /// `force` (server-side apply).
     pub force: bool,
+    /// The requester, where the server records it (a CSR's `spec.username`);
+    /// `None` is the emulator's default admin.
+    pub user: Option<crate::review::ReviewUser>,
 }
 
 /// Result of a write.
@@ -82,6 +85,8 @@ pub enum Sub {
     Main,
     /// `/status`.
     Status,
+    /// `/approval` (CertificateSigningRequests only).
+    Approval,
 }
 
 /// The emulated cluster state: objects plus the served resources.
@@ -275,6 +280,7 @@ impl State {
         let mut stored = info.to_stored(obj);
         reset_system_meta(info, &mut stored);
         prepare_for_create(info, &mut stored);
+        csr_admission(info, &mut stored, None, Sub::Main, opts)?;
         let warnings = self.admit(info, &mut stored, None, opts)?;
         if !opts.field_manager.is_empty() {
             let own = ownership(info, &opts.field_manager, Sub::Main);
@@ -462,7 +468,7 @@ impl State {
         let own = ownership(info, &opts.field_manager, sub);
         match existing {
             None => {
-                if sub == Sub::Status {
+                if sub != Sub::Main {
                     return Err(ApiError::not_found(&info.group, &info.plural, name));
                 }
                 let mut merged = patch::apply(None, &body, &own, opts.force)?;
@@ -472,6 +478,7 @@ impl State {
                 let mut stored = info.to_stored(std::mem::take(&mut merged));
                 reset_system_meta(info, &mut stored);
                 prepare_for_create(info, &mut stored);
+                csr_admission(info, &mut stored, None, Sub::Main, opts)?;
                 if let Some(mf) = managed {
                     meta_mut(&mut stored).insert("managedFields".into(), mf);
                 }
@@ -525,7 +532,7 @@ impl State {
             ));
         }
         let mut new = match sub {
-            Sub::Status => {
+            Sub::Status | Sub::Approval => {
                 // a status write changes only .status (and its field ownership)
                 let mut n = old.clone();
                 match candidate.get("status") {
@@ -587,6 +594,7 @@ impl State {
             "resourceVersion".into(),
             json!(meta_str(&old, "resourceVersion")),
         );
+        csr_admission(info, &mut new, Some(&old), sub, opts)?;
         if !meta_str(&old, "deletionTimestamp").is_empty() {
             let before: HashSet<String> = finalizers(&old).into_iter().collect();
             let added: Vec<String> = finalizers(&new)
@@ -761,7 +769,8 @@ impl State {
                 }
             }
             Flavor::EventsV1 if old.is_none() => validate_events_v1(obj, &mut causes),
-            Flavor::Plain | Flavor::CoreEvent | Flavor::EventsV1 => {}
+            // CSRs are checked in `csr_admission`, which knows the endpoint.
+            Flavor::Plain | Flavor::CoreEvent | Flavor::EventsV1 | Flavor::Csr => {}
         }
         if !causes.is_empty() {
             return Err(ApiError::invalid(&info.group, &info.kind, &name, causes));
@@ -1210,14 +1219,60 @@ fn set_owner_refs(obj: &mut Value, refs: Vec<Value>) {
     }
 }
 
+/// A CertificateSigningRequest's strategy and validation ([`crate::csr`]);
+/// nothing for other kinds.
+fn csr_admission(
+    info: &ResourceInfo,
+    obj: &mut Value,
+    old: Option<&Value>,
+    sub: Sub,
+    opts: &WriteOpts,
+) -> ApiResult<()> {
+    if info.flavor != Flavor::Csr {
+        return Ok(());
+    }
+    let endpoint = match sub {
+        Sub::Main => crate::csr::Endpoint::Main,
+        Sub::Status => crate::csr::Endpoint::Status,
+        Sub::Approval => crate::csr::Endpoint::Approval,
+    };
+    match old {
+        None => {
+            let admin = crate::review::ReviewUser {
+                username: "system:admin".into(),
+                uid: String::new(),
+                groups: vec!["system:masters".into(), "system:authenticated".into()],
+            };
+            crate::csr::prepare_create(obj, opts.user.as_ref().unwrap_or(&admin));
+        }
+        Some(old) => crate::csr::prepare_update(obj, old, endpoint),
+    }
+    let mut causes = Vec::new();
+    crate::csr::validate(obj, old, endpoint, &mut causes);
+    if causes.is_empty() {
+        Ok(())
+    } else {
+        Err(ApiError::invalid(
+            &info.group,
+            &info.kind,
+            &object_name(obj),
+            causes,
+        ))
+    }
+}
+
 /// Field ownership parameters for a write through `info`.
 fn ownership<'a>(info: &ResourceInfo, manager: &'a str, sub: Sub) -> Ownership<'a> {
     Ownership {
         manager,
-        subresource: if sub == Sub::Status { "status" } else { "" },
+        subresource: match sub {
+            Sub::Main => "",
+            Sub::Status => "status",
+            Sub::Approval => "approval",
+        },
         api_version: info.api_version(),
         scope: match (sub, info.status_subresource) {
-            (Sub::Status, _) => Some(true),
+            (Sub::Status | Sub::Approval, _) => Some(true),
             (Sub::Main, true) => Some(false),
             (Sub::Main, false) => None,
         },

@@ -54,6 +54,8 @@ pub enum Flavor {
     Crd,
     /// An instance of a CRD.
     Custom,
+    /// `certificates.k8s.io/v1/certificatesigningrequests` (see [`crate::csr`]).
+    Csr,
 }
 
 /// An `additionalPrinterColumns` entry (used for `kubectl get` tables).
@@ -413,6 +415,18 @@ const BUILTINS: &[Builtin] = &[
         flavor: Flavor::Plain,
         create_on_update: true,
         extra_selectors: &[],
+    },
+    Builtin {
+        group: "certificates.k8s.io",
+        kind: "CertificateSigningRequest",
+        plural: "certificatesigningrequests",
+        namespaced: false,
+        short: &["csr"],
+        categories: &[],
+        status: true,
+        flavor: Flavor::Csr,
+        create_on_update: false,
+        extra_selectors: &["spec.signerName"],
     },
     Builtin {
         group: "apiextensions.k8s.io",

@@ -319,6 +319,7 @@ pub fn route(reg: &Registry, path: &str) -> ApiResult<Route> {
     }
     if let Some(s) = &sub
         && !(s == "status" && info.status_subresource)
+        && !(s == "approval" && info.flavor == crate::resources::Flavor::Csr)
     {
         return Err(ApiError::path_not_found());
     }
@@ -561,7 +562,20 @@ fn write_opts(params: &Params, headers: &HeaderMap, options_kind: &str) -> ApiRe
         field_manager,
         field_validation,
         force: params.flag("force"),
+        user: None,
     })
+}
+
+/// The user a bearer token stands for in the review configuration (the
+/// emulator authenticates nobody; unknown or absent tokens are its admin).
+fn requester(app: &App, headers: &HeaderMap) -> Option<crate::review::ReviewUser> {
+    let token = headers
+        .get(header::AUTHORIZATION)?
+        .to_str()
+        .ok()?
+        .strip_prefix("Bearer ")?;
+    let cfg = app.auth.lock().unwrap_or_else(|e| e.into_inner());
+    cfg.tokens.get(token.trim()).cloned()
 }
 
 fn delete_opts(params: &Params, body: &[u8]) -> ApiResult<DeleteOpts> {
@@ -674,10 +688,10 @@ async fn handle(
             sub,
         } => (*info, ns, in_namespace, name, sub),
     };
-    let sub = if sub.as_deref() == Some("status") {
-        Sub::Status
-    } else {
-        Sub::Main
+    let sub = match sub.as_deref() {
+        Some("status") => Sub::Status,
+        Some("approval") => Sub::Approval,
+        _ => Sub::Main,
     };
     let mode = render_mode(&headers)?;
     match (method, name) {
@@ -727,7 +741,8 @@ async fn handle(
             ))
         }
         (Method::POST, None) => {
-            let opts = write_opts(&params, &headers, "CreateOptions")?;
+            let mut opts = write_opts(&params, &headers, "CreateOptions")?;
+            opts.user = requester(&app, &headers);
             let obj = decode_body(&content_type(&headers), &body)?;
             if !in_namespace && info.namespaced {
                 return Err(ApiError::path_not_found());
@@ -793,7 +808,7 @@ async fn handle(
             ))
         }
         (Method::DELETE, Some(name)) => {
-            if sub == Sub::Status {
+            if sub != Sub::Main {
                 return Err(ApiError::method_not_allowed(
                     "delete is not supported on the status subresource",
                 ));

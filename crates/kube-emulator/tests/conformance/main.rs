@@ -7,6 +7,7 @@ mod apply_types;
 mod core_kinds;
 mod crd;
 mod crd_cost;
+mod csr;
 mod deletion;
 mod errors;
 mod events_leases;
