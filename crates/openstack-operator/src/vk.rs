@@ -82,6 +82,16 @@ pub struct VkArgs {
     /// Its private key (PEM).
     #[arg(long, env = "KUBELET_TLS_KEY_FILE", requires = "tls_cert_file")]
     pub tls_private_key_file: Option<std::path::PathBuf>,
+    /// Get the serving certificate from the cluster with a
+    /// `kubernetes.io/kubelet-serving` CertificateSigningRequest (someone must
+    /// approve it) and renew it before it expires, as the kubelet's flag of
+    /// the same name does.
+    #[arg(
+        long,
+        env = "KUBELET_ROTATE_SERVER_CERTIFICATES",
+        conflicts_with = "tls_cert_file"
+    )]
+    pub rotate_server_certificates: bool,
     /// CA bundle that signs client certificates (the API server's kubelet
     /// client certificate); without it only bearer tokens authenticate.
     #[arg(long, env = "KUBELET_CLIENT_CA_FILE")]
@@ -195,23 +205,41 @@ async fn start_kubelet_api(
     registry: prometheus_client::registry::Registry,
     stop: CancellationToken,
 ) -> anyhow::Result<()> {
+    use vk_kubelet_api::serving_cert::{ReloadableCert, keep_current};
     use vk_kubelet_api::{auth, kube_pods::KubePods, tls};
-    let serving = match (&args.tls_cert_file, &args.tls_private_key_file) {
-        (Some(c), Some(k)) => tls::load_serving(c, k)?,
+    let cert = Arc::new(ReloadableCert::empty());
+    match (&args.tls_cert_file, &args.tls_private_key_file) {
+        (Some(c), Some(k)) => cert.set(tls::load_serving(c, k)?)?,
+        _ if args.rotate_server_certificates => {
+            // Handshakes fail until the request is approved and issued, as on a
+            // kubelet with serverTLSBootstrap.
+            let addresses = vec![args.internal_ip.clone(), args.node_name.clone()];
+            tokio::spawn(keep_current(
+                client.clone(),
+                args.node_name.clone(),
+                addresses,
+                cert.clone(),
+                Duration::from_secs(60),
+                stop.clone(),
+            ));
+        }
         _ => {
             info!(
                 node = %args.node_name,
-                "no --tls-cert-file: made a self-signed serving certificate for the kubelet API (local demos only; the API server must skip kubelet TLS verification)"
+                "no --tls-cert-file or --rotate-server-certificates: made a self-signed serving certificate for the kubelet API (local demos only; the API server must skip kubelet TLS verification)"
             );
-            tls::self_signed(&args.node_name, std::slice::from_ref(&args.internal_ip))?
+            cert.set(tls::self_signed(
+                &args.node_name,
+                std::slice::from_ref(&args.internal_ip),
+            )?)?;
         }
-    };
+    }
     let client_ca = args
         .client_ca_file
         .as_deref()
         .map(|p| tls::load_certs(p, "client CA"))
         .transpose()?;
-    let tls_cfg = tls::server_config(serving, client_ca)?;
+    let tls_cfg = tls::server_config_with(cert, client_ca)?;
     let api = Arc::new(vk_kubelet_api::KubeletApi::new(
         args.node_name.clone(),
         Arc::new(KubePods::new(client.clone(), args.node_name.clone())),

@@ -8,7 +8,8 @@
 //! - [`backend`]: what a provider implements ([`backend::Backend`]) and the
 //!   pods of the node ([`backend::Pods`]).
 //! - [`auth`]: who is asking and whether they may.
-//! - [`server`]: the routes; [`tls`]: certificates and the accept loop.
+//! - [`server`]: the routes; [`tls`]: certificates and the accept loop;
+//!   [`serving_cert`]: the serving certificate from a CertificateSigningRequest.
 //! - [`kube_pods`]: [`backend::Pods`] on the Kubernetes API.
 
 pub mod attrs;
@@ -17,6 +18,7 @@ pub mod backend;
 pub mod kube_pods;
 pub mod query;
 pub mod server;
+pub mod serving_cert;
 pub mod summary;
 pub mod tls;
 

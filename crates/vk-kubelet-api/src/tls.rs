@@ -98,11 +98,23 @@ pub fn self_signed(node: &str, addresses: &[String]) -> Result<Serving, TlsError
     })
 }
 
-/// The server's rustls configuration: client certificates are requested and
-/// verified against `client_ca` when given, but not required (bearer tokens
-/// are the other way in).
+/// The server's rustls configuration for a fixed certificate (see
+/// [`server_config_with`]).
 pub fn server_config(
     serving: Serving,
+    client_ca: Option<Vec<CertificateDer<'static>>>,
+) -> Result<Arc<rustls::ServerConfig>, TlsError> {
+    let cert = crate::serving_cert::ReloadableCert::empty();
+    cert.set(serving)?;
+    server_config_with(Arc::new(cert), client_ca)
+}
+
+/// The server's rustls configuration: the certificate `cert` serves at each
+/// handshake (so it can be renewed in place); client certificates are
+/// requested and verified against `client_ca` when given, but not required
+/// (bearer tokens are the other way in).
+pub fn server_config_with(
+    cert: Arc<dyn rustls::server::ResolvesServerCert>,
     client_ca: Option<Vec<CertificateDer<'static>>>,
 ) -> Result<Arc<rustls::ServerConfig>, TlsError> {
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
@@ -125,9 +137,7 @@ pub fn server_config(
         }
         None => builder.with_no_client_auth(),
     };
-    let mut cfg = builder
-        .with_single_cert(serving.chain, serving.key)
-        .map_err(|e| TlsError::Config(e.to_string()))?;
+    let mut cfg = builder.with_cert_resolver(cert);
     cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(Arc::new(cfg))
 }
