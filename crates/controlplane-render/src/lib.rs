@@ -6,6 +6,7 @@
 
 pub mod database;
 pub mod hash;
+pub mod horizon;
 pub mod ini;
 pub mod keys;
 pub mod keystone;

@@ -15,7 +15,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod support;
-use support::{Proc, free_port, memcached_items, run, test_cloud_dir, venv_bin};
+use support::{Proc, admin_password, free_port, memcached_items, run, test_cloud_dir, venv_bin};
 
 use controlplane_api::common::ServiceTemplate;
 use controlplane_render::database::{self, Database};
@@ -44,19 +44,6 @@ fn mariadb_admin(sql: &str) -> String {
         ]),
         "mariadb (test cloud root)",
     )
-}
-
-/// The test cloud's Keystone admin password, from the clouds.yaml it wrote.
-fn admin_password() -> String {
-    let clouds = test_cloud_dir().join("clouds.yaml");
-    run(
-        Command::new(venv_bin("python3")).arg("-c").arg(
-            "import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))['clouds']['local-admin']['auth']['password'])",
-        ).arg(&clouds),
-        "reading the admin password from clouds.yaml",
-    )
-    .trim()
-    .to_string()
 }
 
 /// Removes what the proof registered in the test cloud's Keystone (its endpoints, region and

@@ -83,3 +83,17 @@ pub fn memcached_items(port: u16) -> u64 {
         .and_then(|n| n.trim().parse().ok())
         .unwrap_or(0)
 }
+
+/// The test cloud's Keystone admin password, from the clouds.yaml it wrote.
+#[allow(dead_code)] // not every boot proof logs in as the admin
+pub fn admin_password() -> String {
+    let clouds = test_cloud_dir().join("clouds.yaml");
+    run(
+        Command::new(venv_bin("python3")).arg("-c").arg(
+            "import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))['clouds']['local-admin']['auth']['password'])",
+        ).arg(&clouds),
+        "reading the admin password from clouds.yaml",
+    )
+    .trim()
+    .to_string()
+}
