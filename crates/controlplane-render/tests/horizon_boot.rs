@@ -12,7 +12,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use support::{Proc, admin_password, free_port, memcached_items, run, test_cloud_dir};
+use support::{
+    Proc, admin_password, free_port, memcached_items, run, start_memcached, test_cloud_dir,
+};
 
 use controlplane_api::common::ServiceTemplate;
 use controlplane_render::horizon::{self, HorizonInputs, OVERRIDES_SECTION};
@@ -120,24 +122,7 @@ async fn rendered_horizon_logs_in_against_keystone_with_sessions_in_memcached() 
     let tmp = tempfile::tempdir().expect("tempdir");
     let root = tmp.path();
     let (port, mc_port) = (free_port(), free_port());
-    let memcached = Command::new("memcached")
-        .args([
-            "-l",
-            "127.0.0.1",
-            "-p",
-            &mc_port.to_string(),
-            "-U",
-            "0",
-            "-u",
-            "nobody",
-            "-m",
-            "32",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start memcached ({e}): run scripts/control-plane-deps"));
-    let _memcached = Proc(memcached, "memcached");
+    let _memcached = start_memcached(mc_port);
 
     let mut template = ServiceTemplate::default();
     // A user override, as a cluster would set one: it must reach Django.

@@ -12,7 +12,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod support;
-use support::{Proc, free_port, memcached_items, run, test_cloud_dir, venv_bin};
+use support::{Proc, free_port, memcached_items, run, start_memcached, test_cloud_dir, venv_bin};
 
 use controlplane_api::KeystoneSpec;
 use controlplane_api::common::{ExternalServiceRef, ServiceTemplate};
@@ -98,24 +98,7 @@ async fn rendered_keystone_boots_issues_tokens_and_survives_rotation() {
     let root = tmp.path();
     let (ks_port, mc_port) = (free_port(), free_port());
 
-    let memcached = Command::new("memcached")
-        .args([
-            "-l",
-            "127.0.0.1",
-            "-p",
-            &mc_port.to_string(),
-            "-U",
-            "0",
-            "-u",
-            "nobody",
-            "-m",
-            "32",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start memcached ({e}): run scripts/control-plane-deps"));
-    let _memcached = Proc(memcached, "memcached");
+    let _memcached = start_memcached(mc_port);
 
     let spec = KeystoneSpec {
         release: "2026.1".into(),

@@ -15,7 +15,10 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod support;
-use support::{Proc, admin_password, free_port, memcached_items, run, test_cloud_dir, venv_bin};
+use support::{
+    Proc, admin_password, free_port, memcached_items, run, start_memcached, test_cloud_dir,
+    venv_bin,
+};
 
 use controlplane_api::common::ServiceTemplate;
 use controlplane_render::database::{self, Database};
@@ -177,24 +180,7 @@ async fn rendered_placement_boots_and_serves_resource_providers() {
     let admin_pw = admin_password();
     let _cleanup = Cleanup(admin_pw.clone());
 
-    let memcached = Command::new("memcached")
-        .args([
-            "-l",
-            "127.0.0.1",
-            "-p",
-            &mc_port.to_string(),
-            "-U",
-            "0",
-            "-u",
-            "nobody",
-            "-m",
-            "32",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start memcached ({e}): run scripts/control-plane-deps"));
-    let _memcached = Proc(memcached, "memcached");
+    let _memcached = start_memcached(mc_port);
 
     let mut template = ServiceTemplate::default();
     // A user override, as a cluster would set one; Placement must still start with it.

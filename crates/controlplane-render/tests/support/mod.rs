@@ -97,3 +97,25 @@ pub fn admin_password() -> String {
     .trim()
     .to_string()
 }
+
+/// A memcached of the test's own on `port` (loopback, no UDP), stopped when dropped.
+pub fn start_memcached(port: u16) -> Proc {
+    let child = Command::new("memcached")
+        .args([
+            "-l",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+            "-U",
+            "0",
+            "-u",
+            "nobody",
+            "-m",
+            "32",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start memcached ({e}): run scripts/control-plane-deps"));
+    Proc(child, "memcached")
+}
