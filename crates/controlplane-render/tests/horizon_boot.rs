@@ -46,6 +46,16 @@ impl Jar {
         }
     }
 
+    /// GET `url` with these cookies, as a browser would.
+    async fn get(&self, client: &reqwest::Client, url: String) -> reqwest::Response {
+        client
+            .get(&url)
+            .header("Cookie", self.header())
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("GET {url}: {e}"))
+    }
+
     fn header(&self) -> String {
         self.0
             .iter()
@@ -81,12 +91,7 @@ fn logs(root: &Path) -> String {
 }
 
 async fn login(client: &reqwest::Client, base: &str, jar: &mut Jar, pw: &str) -> reqwest::Response {
-    let page = client
-        .get(format!("{base}/auth/login/"))
-        .header("Cookie", jar.header())
-        .send()
-        .await
-        .expect("login page");
+    let page = jar.get(client, format!("{base}/auth/login/")).await;
     jar.take(&page);
     let page = page.text().await.expect("login page body");
     let (token, region) = (
@@ -246,12 +251,7 @@ async fn rendered_horizon_logs_in_against_keystone_with_sessions_in_memcached() 
         memcached_items(mc_port) > items_before,
         "the session was not stored in memcached"
     );
-    let r = client
-        .get(format!("{base}/identity/"))
-        .header("Cookie", jar.header())
-        .send()
-        .await
-        .expect("identity page");
+    let r = jar.get(&client, format!("{base}/identity/")).await;
     assert_eq!(r.status(), 200, "{}", logs(root));
     let page = r.text().await.expect("page");
     // The projects table is Keystone's answer to the logged-in admin.
@@ -264,12 +264,7 @@ async fn rendered_horizon_logs_in_against_keystone_with_sessions_in_memcached() 
         let mut s = std::net::TcpStream::connect(("127.0.0.1", mc_port)).expect("memcached");
         s.write_all(b"flush_all\r\nquit\r\n").expect("flush");
     }
-    let r = client
-        .get(format!("{base}/identity/"))
-        .header("Cookie", jar.header())
-        .send()
-        .await
-        .expect("identity page");
+    let r = jar.get(&client, format!("{base}/identity/")).await;
     assert_eq!(
         r.status(),
         302,

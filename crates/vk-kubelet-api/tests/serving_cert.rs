@@ -57,14 +57,21 @@ async fn pending(api: &Api<CertificateSigningRequest>, node: &str) -> Certificat
     panic!("no pending certificate request of {node} within 30 s");
 }
 
-async fn approve(api: &Api<CertificateSigningRequest>, csr: &CertificateSigningRequest) {
+/// What an approver does: an `Approved` or `Denied` condition through `/approval`.
+async fn decide(
+    api: &Api<CertificateSigningRequest>,
+    csr: &CertificateSigningRequest,
+    decision: &str,
+    reason: &str,
+    message: &str,
+) {
     let mut c = csr.clone();
     c.status = Some(CertificateSigningRequestStatus {
         conditions: Some(vec![CertificateSigningRequestCondition {
-            type_: "Approved".into(),
+            type_: decision.into(),
             status: "True".into(),
-            reason: Some("TestApprove".into()),
-            message: Some("approved by the test".into()),
+            reason: Some(reason.into()),
+            message: Some(message.into()),
             ..Default::default()
         }]),
         certificate: None,
@@ -100,7 +107,7 @@ async fn sign(api: &Api<CertificateSigningRequest>, ca: &Ca, node: &str, life: D
         "{:?}",
         req.params.subject_alt_names
     );
-    approve(api, &csr).await;
+    decide(api, &csr, "Approved", "TestApprove", "approved by the test").await;
     let mut req = req;
     let now = time::OffsetDateTime::now_utc();
     req.params.not_before = now - time::Duration::seconds(1);
@@ -223,25 +230,7 @@ async fn a_denied_request_is_an_error_naming_it() {
             async move { request_certificate(client, "vk-deny", &["127.0.0.1".into()]).await },
         );
     let csr = pending(&api, "vk-deny").await;
-    let mut c = csr.clone();
-    c.status = Some(CertificateSigningRequestStatus {
-        conditions: Some(vec![CertificateSigningRequestCondition {
-            type_: "Denied".into(),
-            status: "True".into(),
-            reason: Some("NotOurNode".into()),
-            message: Some("no such machine".into()),
-            ..Default::default()
-        }]),
-        certificate: None,
-    });
-    api.replace_subresource(
-        "approval",
-        csr.metadata.name.as_deref().unwrap(),
-        &PostParams::default(),
-        &c,
-    )
-    .await
-    .unwrap();
+    decide(&api, &csr, "Denied", "NotOurNode", "no such machine").await;
     let r = tokio::time::timeout(Duration::from_secs(10), waiting)
         .await
         .unwrap()
