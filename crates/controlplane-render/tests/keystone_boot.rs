@@ -137,6 +137,7 @@ async fn rendered_keystone_boots_issues_tokens_and_survives_rotation() {
             allow_expired_window_seconds: 0,
             fernet_rotation_interval_seconds: 300,
         },
+        credential_keys: Default::default(),
     };
     spec.template
         .config_overrides
