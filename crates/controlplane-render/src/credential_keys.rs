@@ -22,7 +22,8 @@ pub const MAX_ACTIVE_KEYS: u32 = 3;
 /// [`crate::KeyRepository::set_hash`]): a pod that still saw an older Secret would re-encrypt
 /// with the old primary, and the next rotation would drop that key. It then runs
 /// `keystone-manage credential_migrate` on a private copy of exactly the keys it checked (the
-/// mounted Secret is read-only, and keystone-manage wants a writable repository).
+/// mounted Secret is read-only, and keystone-manage wants a writable repository). The real
+/// `keystone-manage credential_migrate` runs it in the `keystone_boot` proof.
 pub const MIGRATE_SCRIPT: &str = r#"import hashlib, os, shutil, subprocess, sys, tempfile
 env = os.environ
 repo, expected, conf = env["KEY_REPOSITORY"], env["EXPECTED_KEY_SET"], env["KEYSTONE_CONF"]
@@ -46,8 +47,11 @@ try:
     override = os.path.join(work, "credential.conf")
     with open(override, "w") as f:
         f.write("[credential]\nkey_repository = %s\n" % keydir)
+    # --keystone-user/--keystone-group are required by the command line but only used by
+    # the commands that write key files; this one writes none.
     rc = subprocess.call([env.get("KEYSTONE_MANAGE", "keystone-manage"), "--config-file", conf,
-                          "--config-file", override, "credential_migrate"])
+                          "--config-file", override, "credential_migrate",
+                          "--keystone-user", str(os.getuid()), "--keystone-group", str(os.getgid())])
 finally:
     shutil.rmtree(work, ignore_errors=True)
 print("credential_migrate to key set %s: exit %d" % (expected, rc))
