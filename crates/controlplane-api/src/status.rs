@@ -91,6 +91,10 @@ pub struct CredentialKeyStatus {
     /// rotate again (a rotation drops the oldest key).
     #[serde(default)]
     pub migrated: bool,
+    /// The last value of the `controlplane.sunet.se/rotate-credential-keys` annotation served
+    /// (also on the Secret; kept here so a restored Secret does not rotate again).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rotated_for: Option<String>,
     /// What key management waits for or does next.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,

@@ -31,7 +31,9 @@ use tracing::info;
 use crate::runtime::{self, Ctx, Error, State};
 
 mod credential_keys;
-pub use credential_keys::{MIGRATE_STEP, ROTATE_CREDENTIAL_KEYS_ANNOTATION};
+pub use credential_keys::{
+    MIGRATE_STEP, REGENERATE_CREDENTIAL_KEYS_ANNOTATION, ROTATE_CREDENTIAL_KEYS_ANNOTATION,
+};
 
 /// Annotation on the fernet key Secret: when the keys were last rotated (RFC 3339).
 pub const LAST_ROTATION_ANNOTATION: &str = "controlplane.sunet.se/last-rotation";

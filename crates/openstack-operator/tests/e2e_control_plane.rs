@@ -946,6 +946,62 @@ async fn control_plane_keystone_end_to_end() -> anyhow::Result<()> {
     })
     .await?;
 
+    // 5c. The credential key Secret deleted: not regenerated (stored credentials would be
+    //     lost) but Degraded naming it; restored from a backup, the same key set carries on.
+    secrets.delete(&cred_name, &Default::default()).await?;
+    let missing = wait_for(
+        WAIT,
+        POLL,
+        "Keystone to report the missing credential keys",
+        async || {
+            let k = get(&ks_api, &ks_name).await?;
+            Ok(match cond(&k, ct::DEGRADED) {
+                Some((true, reason, m)) if reason == "CredentialKeysMissing" => Check::Done(m),
+                other => Check::Pending(format!("{other:?}")),
+            })
+        },
+    )
+    .await?;
+    assert!(
+        missing.contains(&cred_name) && missing.contains(&key_set_hash(&c4)?),
+        "{missing}"
+    );
+    assert!(
+        secrets.get_opt(&cred_name).await?.is_none(),
+        "no new keys generated"
+    );
+    secrets
+        .create(
+            &PostParams::default(),
+            &Secret {
+                metadata: kube::api::ObjectMeta {
+                    name: Some(cred_name.clone()),
+                    ..Default::default()
+                },
+                data: c4.data.clone(),
+                ..Default::default()
+            },
+        )
+        .await?;
+    wait_for(WAIT, POLL, "the restored keys to be in use", async || {
+        let k = get(&ks_api, &ks_name).await?;
+        let c = &k["status"]["credentialKeys"];
+        Ok(
+            if cond(&k, ct::READY).is_some_and(|r| r.0) && c["migrated"] == true {
+                Check::Done(())
+            } else {
+                Check::Pending(format!("{:?} {c}", cond(&k, ct::READY)))
+            },
+        )
+    })
+    .await?;
+    let k = get(&ks_api, &ks_name).await?;
+    assert_eq!(
+        k["status"]["credentialKeys"]["keySetHash"].as_str(),
+        Some(key_set_hash(&c4)?.as_str())
+    );
+    assert_eq!(secrets.get(&cred_name).await?.data, c4.data);
+
     // 6. Events on the transitions and on bootstrap completion; metrics per kind.
     let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), &ns);
     let evs = events.list(&ListParams::default()).await?.items;

@@ -23,6 +23,11 @@ use crate::runtime::{Error, State};
 /// Annotation on a Keystone: set it to a new value to rotate the credential keys (after the
 /// current keys are migrated).
 pub const ROTATE_CREDENTIAL_KEYS_ANNOTATION: &str = "controlplane.sunet.se/rotate-credential-keys";
+/// Annotation on a Keystone whose credential key Secret is gone: set to the lost key set's
+/// hash (`status.credentialKeys.keySetHash`) to start over with new keys, knowingly making
+/// every stored credential unreadable.
+pub const REGENERATE_CREDENTIAL_KEYS_ANNOTATION: &str =
+    "controlplane.sunet.se/regenerate-credential-keys";
 /// The Job step that runs `keystone-manage credential_migrate`.
 pub const MIGRATE_STEP: &str = "credential-migrate";
 
@@ -56,6 +61,26 @@ impl Pass<'_> {
         let secret = match api.get_opt(&name).await? {
             Some(s) => s,
             None => {
+                // Keys existed (status knows their set): new ones would make every stored
+                // credential unreadable, so that takes an explicit request naming the set.
+                if let Some(lost) = self
+                    .status
+                    .credential_keys
+                    .as_ref()
+                    .map(|c| &c.key_set_hash)
+                    && self
+                        .obj
+                        .annotations()
+                        .get(REGENERATE_CREDENTIAL_KEYS_ANNOTATION)
+                        != Some(lost)
+                {
+                    return Ok(Err(State::Degraded {
+                        reason: "CredentialKeysMissing".into(),
+                        message: format!(
+                            "Secret {name} with the credential keys (key set {lost}) is gone: restore it, every stored credential is encrypted with those keys; to start over with new keys, which makes them unreadable, annotate this Keystone {REGENERATE_CREDENTIAL_KEYS_ANNOTATION}={lost}"
+                        ),
+                    }));
+                }
                 let mut s = objects::secret(
                     &self.owner,
                     &name,
@@ -105,7 +130,13 @@ impl Pass<'_> {
                     .and_then(|t| t.0.to_string().parse().ok())
             })
             .unwrap_or(now);
-        let served = ann.get(ROTATED_FOR_ANNOTATION).cloned();
+        // A Secret restored from a backup may lack the annotation: status remembers too.
+        let served = ann.get(ROTATED_FOR_ANNOTATION).cloned().or_else(|| {
+            self.status
+                .credential_keys
+                .as_ref()
+                .and_then(|c| c.rotated_for.clone())
+        });
         Ok(Ok(CredentialKeys {
             secret,
             repo,
@@ -152,6 +183,7 @@ impl Pass<'_> {
             primary_index: primary,
             last_rotation: Some(keys.written_at.to_string()),
             migrated,
+            rotated_for: keys.served.clone(),
             message: None,
         };
         let waiting = |w: bool| {
@@ -175,8 +207,9 @@ impl Pass<'_> {
                 );
                 let ann = secret.metadata.annotations.get_or_insert_default();
                 ann.insert(LAST_ROTATION_ANNOTATION.into(), now.to_string());
-                if let Some(r) = requested.clone().or(keys.served) {
-                    ann.insert(ROTATED_FOR_ANNOTATION.into(), r);
+                let served = requested.clone().or(keys.served);
+                if let Some(r) = &served {
+                    ann.insert(ROTATED_FOR_ANNOTATION.into(), r.clone());
                 }
                 // A replace carrying the resourceVersion read: key material is never
                 // overwritten from a stale read (a conflict fails the pass, which retries).
@@ -205,6 +238,7 @@ impl Pass<'_> {
                     primary_index: rotated.primary_index(),
                     last_rotation: Some(now.to_string()),
                     migrated: false,
+                    rotated_for: served,
                     message: Some(note),
                 };
                 self.soon(propagation.max(Duration::from_secs(1)));
