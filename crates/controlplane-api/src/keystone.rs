@@ -59,6 +59,9 @@ pub struct KeystoneSpec {
     /// Token lifetime and fernet key rotation.
     #[serde(default)]
     pub tokens: TokenSettings,
+    /// Rotation of the keys that encrypt stored credentials.
+    #[serde(default)]
+    pub credential_keys: CredentialKeySettings,
 }
 
 /// Where Keystone's database lives.
@@ -118,6 +121,46 @@ impl TokenSettings {
         let rotations = (window + interval - 1) / interval;
         u32::try_from(rotations + 2).unwrap_or(u32::MAX)
     }
+}
+
+/// Rotation of the credential encryption keys (`[credential] key_repository`: the keys that
+/// encrypt the rows of the credential table, i.e. EC2 and TOTP secrets). Keystone keeps three
+/// of them (staged, primary, one secondary), so a rotation is only safe once every credential
+/// is encrypted with the primary: the operator rotates only after its `credential-migrate`
+/// Job (`keystone-manage credential_migrate`) succeeded for the current keys, and runs that
+/// Job only once the current keys have reached every pod.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = kube::core::Rule::new("self.rotationIntervalSeconds == 0 || self.rotationIntervalSeconds >= 3600").message("credentialKeys.rotationIntervalSeconds must be 0 (never on schedule) or at least 3600"))]
+pub struct CredentialKeySettings {
+    /// Seconds between rotations of the credential keys; 0 rotates only on request (the
+    /// annotation `controlplane.sunet.se/rotate-credential-keys` set to a new value).
+    /// Default 2592000 (30 days).
+    #[serde(default = "default_credential_rotation")]
+    #[schemars(range(min = 0, max = 31536000))]
+    pub rotation_interval_seconds: i64,
+}
+
+impl Default for CredentialKeySettings {
+    fn default() -> Self {
+        CredentialKeySettings {
+            rotation_interval_seconds: default_credential_rotation(),
+        }
+    }
+}
+
+impl CredentialKeySettings {
+    /// The rotation interval, `None` when rotation happens only on request.
+    pub fn interval(&self) -> Option<std::time::Duration> {
+        u64::try_from(self.rotation_interval_seconds)
+            .ok()
+            .filter(|s| *s > 0)
+            .map(std::time::Duration::from_secs)
+    }
+}
+
+fn default_credential_rotation() -> i64 {
+    2_592_000
 }
 
 fn default_release() -> String {

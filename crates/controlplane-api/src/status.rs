@@ -22,7 +22,8 @@ pub struct ServiceStatus {
     /// Hash of the rendered configuration the Deployment runs with.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config_hash: Option<String>,
-    /// One record per Job step (database, db sync, bootstrap): its input hash and outcome.
+    /// One record per Job step (database, db sync, bootstrap, credential migration): its input
+    /// hash and outcome.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub jobs: Vec<JobRecord>,
     /// API pods available.
@@ -31,6 +32,9 @@ pub struct ServiceStatus {
     /// Fernet key rotation (Keystone).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fernet: Option<KeyRotationStatus>,
+    /// Credential key rotation and migration (Keystone).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credential_keys: Option<CredentialKeyStatus>,
 }
 
 /// The state of one Job step.
@@ -69,6 +73,31 @@ pub struct KeyRotationStatus {
     /// When the keys were last rotated (RFC 3339).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_rotation: Option<String>,
+}
+
+/// Credential key repository state: which key set is current and whether every stored
+/// credential is encrypted with its primary (the condition for the next rotation).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CredentialKeyStatus {
+    /// Hash of the current key set (what the `credential-migrate` Job checks it migrates to).
+    pub key_set_hash: String,
+    /// Index of the primary key (credentials are encrypted with it).
+    pub primary_index: u32,
+    /// When the current key set was written (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_rotation: Option<String>,
+    /// Whether `credential_migrate` succeeded for the current key set: only then may the keys
+    /// rotate again (a rotation drops the oldest key).
+    #[serde(default)]
+    pub migrated: bool,
+    /// The last value of the `controlplane.sunet.se/rotate-credential-keys` annotation served
+    /// (also on the Secret; kept here so a restored Secret does not rotate again).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rotated_for: Option<String>,
+    /// What key management waits for or does next.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
 }
 
 /// Read and write access to the conditions of any control-plane status.

@@ -235,6 +235,13 @@ impl Validate for KeystoneSpec {
                 "(expirationSeconds + allowExpiredWindowSeconds) / fernetRotationIntervalSeconds must be at most 60; rotate less often",
             );
         }
+        let c = self.credential_keys.rotation_interval_seconds;
+        if c != 0 && !(3600..=31_536_000).contains(&c) {
+            e.add(
+                "spec.credentialKeys.rotationIntervalSeconds",
+                "must be 0 (never on schedule) or between 3600 and 31536000",
+            );
+        }
         if let Some(url) = &self.public_endpoint
             && !(url.starts_with("http://") || url.starts_with("https://"))
         {

@@ -103,6 +103,31 @@ fn keystone_rules() {
     cel_rejects::<Keystone>(keystone(t.clone()), "rotate less often");
     let spec: controlplane_api::KeystoneSpec = serde_json::from_value(t).expect("parses");
     assert_eq!(paths(&spec), vec!["spec.tokens"]);
+    // Credential keys: 0 (on request only) or at least an hour between rotations.
+    for good in [0, 3600, 2_592_000] {
+        let mut c = ok.clone();
+        c["credentialKeys"] = json!({"rotationIntervalSeconds": good});
+        cel_accepts::<Keystone>(keystone(c.clone()));
+        let spec: controlplane_api::KeystoneSpec = serde_json::from_value(c).expect("parses");
+        assert!(paths(&spec).is_empty(), "{good}");
+    }
+    let mut c = ok.clone();
+    c["credentialKeys"] = json!({"rotationIntervalSeconds": 60});
+    cel_rejects::<Keystone>(
+        keystone(c.clone()),
+        "credentialKeys.rotationIntervalSeconds",
+    );
+    let spec: controlplane_api::KeystoneSpec = serde_json::from_value(c).expect("parses");
+    assert_eq!(
+        paths(&spec),
+        vec!["spec.credentialKeys.rotationIntervalSeconds"]
+    );
+    let defaulted: controlplane_api::KeystoneSpec =
+        serde_json::from_value(ok.clone()).expect("parses");
+    assert_eq!(
+        defaulted.credential_keys.interval(),
+        Some(std::time::Duration::from_secs(30 * 86_400))
+    );
     let mut u = ok;
     u["publicEndpoint"] = json!("keystone.example.org");
     cel_rejects::<Keystone>(keystone(u.clone()), "publicEndpoint");

@@ -41,6 +41,7 @@ pub fn keystone_spec(c: &OpenStackCluster) -> KeystoneSpec {
             .map(|p| format!("https://{}", p.replace("{service}", "keystone"))),
         admin_password_secret: None,
         tokens: TokenSettings::default(),
+        credential_keys: Default::default(),
     }
 }
 

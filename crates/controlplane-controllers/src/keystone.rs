@@ -1,7 +1,8 @@
 //! `Keystone`: dependencies → validate → render → Secrets → Jobs (database, db_sync,
 //! bootstrap; keyed by the hash of their inputs, retried with bounded backoff) → Deployment and
 //! Service → token probe → status. Fernet keys rotate on schedule in their Secret (pods see the
-//! new files without a restart).
+//! new files without a restart); credential keys rotate only after `credential_migrate`
+//! (see the `credential_keys` module).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -28,6 +29,11 @@ use kube::{Api, Resource, ResourceExt};
 use tracing::info;
 
 use crate::runtime::{self, Ctx, Error, State};
+
+mod credential_keys;
+pub use credential_keys::{
+    MIGRATE_STEP, REGENERATE_CREDENTIAL_KEYS_ANNOTATION, ROTATE_CREDENTIAL_KEYS_ANNOTATION,
+};
 
 /// Annotation on the fernet key Secret: when the keys were last rotated (RFC 3339).
 pub const LAST_ROTATION_ANNOTATION: &str = "controlplane.sunet.se/last-rotation";
@@ -555,10 +561,10 @@ async fn pass(p: &mut Pass<'_>) -> Result<State, Error> {
             message: format!("Secret {} has no key password", p.names.db()),
         });
     };
-    p.ensure_generated(&p.names.credential(), "credential-keys", || {
-        KeyRepository::generate().files()
-    })
-    .await?;
+    let credential_keys = match p.credential_secret().await? {
+        Ok(k) => k,
+        Err(state) => return Ok(state),
+    };
     if let Err(state) = p.fernet().await? {
         return Ok(state);
     }
@@ -768,6 +774,20 @@ async fn pass(p: &mut Pass<'_>) -> Result<State, Error> {
         },
     );
     let applied = runtime::apply(&deployments, &dep).await?;
+    // The credential key cycle runs beside the API: a failing migration blocks the next
+    // rotation, never a rollout.
+    let cycle = p
+        .credential_cycle(
+            credential_keys,
+            credential_keys::MigrateJob {
+                image: &image,
+                conf: &conf,
+                volumes: volumes.clone(),
+                key_volume: keys[1].clone(),
+                key_dir: &Paths::pod().credential_keys,
+            },
+        )
+        .await?;
     let want = spec.template.replicas.unwrap_or(1);
     let st = applied.status.clone().unwrap_or_default();
     let available = st.available_replicas.unwrap_or(0);
@@ -788,6 +808,9 @@ async fn pass(p: &mut Pass<'_>) -> Result<State, Error> {
                 p.names.api()
             ),
         });
+    }
+    if let Some(state) = cycle {
+        return Ok(state);
     }
     let key = format!("{}/{}", p.ns, obj.name_any());
     let url = p

@@ -39,6 +39,9 @@ pub struct Config {
     pub job_retry_max: Duration,
     /// How often a Ready object is looked at again (drift, the token probe, key rotation).
     pub resync: Duration,
+    /// How long a Secret update may take to reach every pod's mounted volume (the kubelet's
+    /// sync period plus its cache TTL); a credential key set is migrated only once older.
+    pub secret_propagation: Duration,
     /// Identity API URL per Keystone (`namespace/name` → `http://host:port/v3`), for an
     /// operator that cannot resolve in-cluster Service names (tests, out-of-cluster runs).
     pub keystone_url_overrides: BTreeMap<String, String>,
@@ -52,6 +55,7 @@ impl Default for Config {
             job_retry_base: Duration::from_secs(30),
             job_retry_max: Duration::from_secs(600),
             resync: Duration::from_secs(300),
+            secret_propagation: Duration::from_secs(180),
             keystone_url_overrides: BTreeMap::new(),
         }
     }

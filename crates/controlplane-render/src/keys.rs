@@ -101,6 +101,21 @@ impl KeyRepository {
         KeyRepository(keys)
     }
 
+    /// A short hash naming this exact key set (all indices and keys): what status records, what
+    /// a `credential-migrate` Job's input hash carries and what its script checks the mounted
+    /// keys against. SHA-256 over `index=key` lines in index order, the first 16 hex digits
+    /// ([`crate::credential_keys::MIGRATE_SCRIPT`] computes the same in Python).
+    pub fn set_hash(&self) -> String {
+        use sha2::{Digest, Sha256};
+        let mut h = Sha256::new();
+        for (i, k) in &self.0 {
+            h.update(format!("{i}={k}\n").as_bytes());
+        }
+        let mut hex = crate::hash::hex(&h.finalize());
+        hex.truncate(16);
+        hex
+    }
+
     /// Trims a repository to `max_active_keys` without rotating (after the setting shrank).
     pub fn trimmed(&self, max_active_keys: u32) -> Self {
         let keep = usize::try_from(max_active_keys.max(2) - 1).unwrap_or(usize::MAX);

@@ -201,6 +201,7 @@ mod tests {
             public_endpoint: None,
             admin_password_secret: None,
             tokens: TokenSettings::default(),
+            credential_keys: Default::default(),
         }
     }
 

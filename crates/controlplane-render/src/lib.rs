@@ -4,6 +4,7 @@
 //! controllers apply what these functions return, and the boot proof runs the real Keystone
 //! from exactly this output.
 
+pub mod credential_keys;
 pub mod database;
 pub mod hash;
 pub mod horizon;

@@ -78,6 +78,10 @@ pub struct ControlPlaneArgs {
     /// Longest delay between Job attempts, in seconds.
     #[arg(long, env = "JOB_RETRY_MAX_SECONDS", default_value_t = 600)]
     job_retry_max_seconds: u64,
+    /// Seconds a Secret update may take to reach every pod's mounted volume (the kubelet's sync
+    /// period plus its cache TTL): a new credential key set is migrated only once it is older.
+    #[arg(long, env = "SECRET_PROPAGATION_SECONDS", default_value_t = 180)]
+    secret_propagation_seconds: u64,
     /// Seconds between looks at a Ready object (drift, token probe, key rotation).
     #[arg(long, env = "RESYNC_SECONDS", default_value_t = 300)]
     resync_seconds: u64,
@@ -170,6 +174,7 @@ pub async fn run(args: ControlPlaneArgs) -> anyhow::Result<()> {
         job_retry_base: Duration::from_secs(args.job_retry_base_seconds.max(1)),
         job_retry_max: Duration::from_secs(args.job_retry_max_seconds.max(1)),
         resync: Duration::from_secs(args.resync_seconds.max(5)),
+        secret_propagation: Duration::from_secs(args.secret_propagation_seconds),
         keystone_url_overrides: overrides,
     };
     let ctx = Ctx::new(client.clone(), config, m, Some(instance_name()));

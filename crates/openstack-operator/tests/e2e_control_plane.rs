@@ -31,6 +31,8 @@ use serde_json::{Value, json};
 const BIN: &str = env!("CARGO_BIN_EXE_openstack-operator");
 const WAIT: Duration = Duration::from_secs(90);
 const POLL: Duration = Duration::from_millis(300);
+/// `--secret-propagation-seconds` of the operator under test (180 in production).
+const PROPAGATION_SECONDS: i64 = 3;
 
 struct Proc(Child);
 impl Drop for Proc {
@@ -179,6 +181,72 @@ async fn play_controller_manager(client: Client, ns: String, state: Arc<Mutex<Ku
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// A Secret's data as file name → bytes.
+fn secret_files(s: &Secret) -> BTreeMap<String, Vec<u8>> {
+    s.data
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(k, v)| (k, v.0))
+        .collect()
+}
+
+/// The highest key index of a key repository Secret (its primary).
+fn primary_index(m: &BTreeMap<String, Vec<u8>>) -> u32 {
+    m.keys()
+        .filter_map(|k| k.parse::<u32>().ok())
+        .max()
+        .unwrap_or(0)
+}
+
+/// The key set hash of a credential key Secret, as the operator computes it.
+fn key_set_hash(s: &Secret) -> anyhow::Result<String> {
+    let files = secret_files(s);
+    Ok(controlplane_render::KeyRepository::from_files(
+        files.iter().map(|(k, v)| (k, v.as_slice())),
+    )?
+    .set_hash())
+}
+
+/// `controlplane_reconcile_total{kind,result="success"}` from the operator's metrics.
+async fn reconciles(metrics_port: u16, kind: &str) -> anyhow::Result<u64> {
+    let text = reqwest::get(format!("http://127.0.0.1:{metrics_port}/metrics"))
+        .await?
+        .text()
+        .await?;
+    let prefix = format!("controlplane_reconcile_total{{kind=\"{kind}\",result=\"success\"}} ");
+    Ok(text
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0))
+}
+
+/// The credential-migrate Jobs, oldest first.
+async fn migrate_jobs(jobs: &Api<Job>) -> anyhow::Result<Vec<Job>> {
+    let mut list = jobs
+        .list(&ListParams::default().labels("controlplane.sunet.se/step=credential-migrate"))
+        .await?
+        .items;
+    list.sort_by_key(|j| j.metadata.creation_timestamp.as_ref().map(|t| t.0));
+    Ok(list)
+}
+
+fn job_env(j: &Job, name: &str) -> Option<String> {
+    j.spec
+        .as_ref()?
+        .template
+        .spec
+        .as_ref()?
+        .containers
+        .first()?
+        .env
+        .as_ref()?
+        .iter()
+        .find(|e| e.name == name)
+        .and_then(|e| e.value.clone())
 }
 
 async fn install_crds(client: &Client) -> anyhow::Result<()> {
@@ -341,6 +409,8 @@ async fn control_plane_keystone_end_to_end() -> anyhow::Result<()> {
                 "4",
                 "--resync-seconds",
                 "5",
+                "--secret-propagation-seconds",
+                &PROPAGATION_SECONDS.to_string(),
                 "--keystone-url",
                 &format!("{ns}/{ks_name}={}", test_cloud_keystone()?.1),
             ])
@@ -430,7 +500,13 @@ async fn control_plane_keystone_end_to_end() -> anyhow::Result<()> {
     let ks = get(&ks_api, &ks_name).await?;
     let (_, _, ready_msg) = cond(&ks, ct::READY).unwrap_or_default();
     assert!(ready_msg.contains("issued a token"), "{ready_msg}");
-    assert_eq!(ks["status"]["jobs"].as_array().map(Vec::len), Some(3));
+    let steps: BTreeSet<&str> = ks["status"]["jobs"]
+        .as_array()
+        .map(|j| j.iter().filter_map(|r| r["step"].as_str()).collect())
+        .unwrap_or_default();
+    for step in ["db-init", "db-sync", "bootstrap"] {
+        assert!(steps.contains(step), "{step} in status.jobs: {steps:?}");
+    }
     let dep = deps.get(&format!("{ks_name}-api")).await?;
     let hash1 = dep
         .spec
@@ -472,6 +548,64 @@ async fn control_plane_keystone_end_to_end() -> anyhow::Result<()> {
         !log_text.contains(&db_pw) && !log_text.contains(&admin_pw),
         "secrets never in the log"
     );
+    // 2b. The first credential key set is migrated once it is older than the propagation
+    //     delay (every pod has it), by a Job carrying that key set.
+    let cred_name = format!("{ks_name}-credential-keys");
+    let migrated = wait_for(
+        WAIT,
+        POLL,
+        "the first credential key set to be migrated",
+        async || {
+            let k = get(&ks_api, &ks_name).await?;
+            Ok(match k["status"]["credentialKeys"]["migrated"].as_bool() {
+                Some(true) => Check::Done(k["status"]["credentialKeys"].clone()),
+                _ => Check::Pending(format!("{}", k["status"]["credentialKeys"])),
+            })
+        },
+    )
+    .await?;
+    let cred0 = secrets.get(&cred_name).await?;
+    assert_eq!(
+        migrated["keySetHash"].as_str(),
+        Some(key_set_hash(&cred0)?.as_str())
+    );
+    let first_migrate = migrate_jobs(&jobs)
+        .await?
+        .pop()
+        .context("a credential-migrate Job")?;
+    assert_eq!(
+        job_env(&first_migrate, "EXPECTED_KEY_SET").as_deref(),
+        Some(key_set_hash(&cred0)?.as_str()),
+        "the Job checks it migrates to the current key set"
+    );
+
+    // 2c. Re-applying the unchanged cluster starts no Job and does not roll the Deployment,
+    //     over several passes of the Keystone controller.
+    let job_names = |l: Vec<Job>| l.iter().map(|j| j.name_any()).collect::<BTreeSet<_>>();
+    let jobs_before = job_names(jobs.list(&ListParams::default()).await?.items);
+    let dep_before = deps.get(&format!("{ks_name}-api")).await?;
+    let passes = reconciles(metrics_port, "Keystone").await?;
+    apply(&clusters, cluster.clone()).await?;
+    wait_for(WAIT, POLL, "three more Keystone passes", async || {
+        let n = reconciles(metrics_port, "Keystone").await?;
+        Ok(if n >= passes + 3 {
+            Check::Done(())
+        } else {
+            Check::Pending(format!("{n} passes"))
+        })
+    })
+    .await?;
+    assert_eq!(
+        job_names(jobs.list(&ListParams::default()).await?.items),
+        jobs_before,
+        "no new Job for unchanged inputs"
+    );
+    let dep_after = deps.get(&format!("{ks_name}-api")).await?;
+    assert_eq!(
+        dep_after.metadata.generation, dep_before.metadata.generation,
+        "the Deployment is not rolled for unchanged inputs"
+    );
+
     let sync_jobs_before: BTreeSet<String> = jobs
         .list(&ListParams::default().labels("controlplane.sunet.se/step=db-sync"))
         .await?
@@ -642,6 +776,231 @@ async fn control_plane_keystone_end_to_end() -> anyhow::Result<()> {
         dep_gen,
         "rotation does not touch the Deployment"
     );
+
+    // 5b. Credential keys: rotation only after the current keys are migrated, a migrate Job
+    //     for each new key set after the propagation delay, the Deployment never touched.
+    let dep_name = format!("{ks_name}-api");
+    let dep0 = deps.get(&dep_name).await?;
+    let template0 = serde_json::to_value(&dep0.spec.template)?;
+    let annotate = async |v: &str| -> anyhow::Result<()> {
+        ks_api
+            .patch(
+                &ks_name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"annotations": {
+                    controlplane_controllers::keystone::ROTATE_CREDENTIAL_KEYS_ANNOTATION: v}}})),
+            )
+            .await?;
+        Ok(())
+    };
+    let rotated_from = async |from: &Secret, what: &str| -> anyhow::Result<Secret> {
+        let after = wait_for(WAIT, POLL, what, async || {
+            let s = secrets.get(&cred_name).await?;
+            Ok(if s.data != from.data {
+                Check::Done(s)
+            } else {
+                Check::Pending("unchanged".into())
+            })
+        })
+        .await?;
+        let (b, a) = (secret_files(from), secret_files(&after));
+        assert_eq!(primary_index(&a), primary_index(&b) + 1, "{what}");
+        assert_eq!(
+            a.get(&primary_index(&a).to_string()),
+            b.get("0"),
+            "{what}: the staged key became the primary"
+        );
+        assert_eq!(
+            a.get(&primary_index(&b).to_string()),
+            b.get(&primary_index(&b).to_string()),
+            "{what}: the old primary stays to decrypt credentials until the migration"
+        );
+        assert_eq!(a.len(), (b.len() + 1).min(3), "{what}: at most 3 keys");
+        Ok(after)
+    };
+    // Waits until the key set of `s` is migrated by a Job created after the propagation delay.
+    let migrated_after_delay = async |s: &Secret| -> anyhow::Result<()> {
+        let set = key_set_hash(s)?;
+        let status = wait_for(WAIT, POLL, "the new key set to be migrated", async || {
+            let k = get(&ks_api, &ks_name).await?;
+            let c = &k["status"]["credentialKeys"];
+            Ok(
+                if c["keySetHash"] == set.as_str() && c["migrated"] == true {
+                    Check::Done(c.clone())
+                } else {
+                    Check::Pending(format!("{c}"))
+                },
+            )
+        })
+        .await?;
+        let written: k8s_openapi::jiff::Timestamp = status["lastRotation"]
+            .as_str()
+            .context("lastRotation")?
+            .parse()?;
+        let job = migrate_jobs(&jobs)
+            .await?
+            .into_iter()
+            .find(|j| job_env(j, "EXPECTED_KEY_SET").as_deref() == Some(set.as_str()))
+            .context("a credential-migrate Job for the new key set")?;
+        let created = job
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .context("creationTimestamp")?
+            .0
+            .as_second();
+        // creationTimestamp has whole seconds: allow the truncation.
+        assert!(
+            created >= written.as_second() + PROPAGATION_SECONDS - 1,
+            "migrated only after the propagation delay: key set written {written}, Job created {created}"
+        );
+        Ok(())
+    };
+
+    let c1 = secrets.get(&cred_name).await?;
+    annotate("e2e-1").await?;
+    let c2 = rotated_from(&c1, "the first credential key rotation").await?;
+    migrated_after_delay(&c2).await?;
+
+    // A failing migration blocks the next rotation (status says why) and is retried.
+    if let Ok(mut k) = kubelet.lock() {
+        k.fail_steps.insert("credential-migrate".into());
+    }
+    annotate("e2e-2").await?;
+    let c3 = rotated_from(&c2, "the second credential key rotation").await?;
+    annotate("e2e-3").await?;
+    let failed_migrations = || {
+        kubelet
+            .lock()
+            .map(|k| {
+                k.failed
+                    .iter()
+                    .filter(|j| j.contains("-credential-migrate-"))
+                    .cloned()
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default()
+    };
+    let degraded = wait_for(
+        WAIT,
+        POLL,
+        "Keystone to report the failing credential-migrate Job",
+        async || {
+            let k = get(&ks_api, &ks_name).await?;
+            let failed = failed_migrations().len();
+            Ok(match cond(&k, ct::DEGRADED) {
+                Some((true, reason, m)) if reason == "CredentialMigrateFailed" && failed >= 2 => {
+                    Check::Done((m, k["status"]["credentialKeys"].clone()))
+                }
+                other => Check::Pending(format!("{other:?}, failed {failed}")),
+            })
+        },
+    )
+    .await?;
+    assert!(
+        degraded.0.contains("BackoffLimitExceeded")
+            && degraded.0.contains("do not rotate until it succeeds"),
+        "{}",
+        degraded.0
+    );
+    assert_eq!(degraded.1["migrated"], false);
+    let failed = failed_migrations();
+    assert!(
+        failed[0].ends_with("-1") && failed[1].ends_with("-2"),
+        "retried under a new name: {failed:?}"
+    );
+    assert_eq!(
+        secrets.get(&cred_name).await?.data,
+        c3.data,
+        "no rotation while the current keys are not migrated (e2e-3 waits)"
+    );
+    let c = get(&clusters, cluster_name).await?;
+    assert!(
+        cond(&c, ct::READY).is_some_and(|r| r.2.contains("credential-migrate")),
+        "the cluster names the failing step: {:?}",
+        cond(&c, ct::READY)
+    );
+    if let Ok(mut k) = kubelet.lock() {
+        k.fail_steps.clear();
+    }
+    // Fixed: the retry succeeds, then the waiting request rotates a third time.
+    let c4 = rotated_from(&c3, "the third credential key rotation").await?;
+    migrated_after_delay(&c4).await?;
+    let dep1 = deps.get(&dep_name).await?;
+    assert_eq!(
+        dep1.metadata.generation, dep0.metadata.generation,
+        "credential key rotation does not touch the Deployment"
+    );
+    assert_eq!(
+        serde_json::to_value(&dep1.spec.template)?,
+        template0,
+        "the pod template is unchanged: no restart"
+    );
+    wait_for(WAIT, POLL, "the cluster to be Ready again", async || {
+        let c = get(&clusters, cluster_name).await?;
+        Ok(if cond(&c, ct::READY).is_some_and(|c| c.0) {
+            Check::Done(())
+        } else {
+            Check::Pending(format!("{:?}", cond(&c, ct::READY)))
+        })
+    })
+    .await?;
+
+    // 5c. The credential key Secret deleted: not regenerated (stored credentials would be
+    //     lost) but Degraded naming it; restored from a backup, the same key set carries on.
+    secrets.delete(&cred_name, &Default::default()).await?;
+    let missing = wait_for(
+        WAIT,
+        POLL,
+        "Keystone to report the missing credential keys",
+        async || {
+            let k = get(&ks_api, &ks_name).await?;
+            Ok(match cond(&k, ct::DEGRADED) {
+                Some((true, reason, m)) if reason == "CredentialKeysMissing" => Check::Done(m),
+                other => Check::Pending(format!("{other:?}")),
+            })
+        },
+    )
+    .await?;
+    assert!(
+        missing.contains(&cred_name) && missing.contains(&key_set_hash(&c4)?),
+        "{missing}"
+    );
+    assert!(
+        secrets.get_opt(&cred_name).await?.is_none(),
+        "no new keys generated"
+    );
+    secrets
+        .create(
+            &PostParams::default(),
+            &Secret {
+                metadata: kube::api::ObjectMeta {
+                    name: Some(cred_name.clone()),
+                    ..Default::default()
+                },
+                data: c4.data.clone(),
+                ..Default::default()
+            },
+        )
+        .await?;
+    wait_for(WAIT, POLL, "the restored keys to be in use", async || {
+        let k = get(&ks_api, &ks_name).await?;
+        let c = &k["status"]["credentialKeys"];
+        Ok(
+            if cond(&k, ct::READY).is_some_and(|r| r.0) && c["migrated"] == true {
+                Check::Done(())
+            } else {
+                Check::Pending(format!("{:?} {c}", cond(&k, ct::READY)))
+            },
+        )
+    })
+    .await?;
+    let k = get(&ks_api, &ks_name).await?;
+    assert_eq!(
+        k["status"]["credentialKeys"]["keySetHash"].as_str(),
+        Some(key_set_hash(&c4)?.as_str())
+    );
+    assert_eq!(secrets.get(&cred_name).await?.data, c4.data);
 
     // 6. Events on the transitions and on bootstrap completion; metrics per kind.
     let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), &ns);

@@ -1,7 +1,7 @@
 //! End to end: the OpenStackExternalService controller of `openstack-operator control-plane`
-//! against the real servers of `scripts/external-services` (MariaDB, RabbitMQ, memcached, OVN;
-//! each over TLS from the harness's CA, OVN with a client certificate; objectStorage is checked
-//! by crates/external-checks' own tests against the harness's RADOS Gateway). The
+//! against the real servers of `scripts/external-services` (MariaDB, RabbitMQ, memcached, OVN,
+//! the Ceph RADOS Gateway for objectStorage; each over TLS from the harness's CA, OVN with a
+//! client certificate). The
 //! TLS material and credentials reach the checks through Secrets, as in a cluster. Each good
 //! service ends Ready with every sub-condition True; each broken one names the failing
 //! sub-condition; fixing a Secret makes its service Ready.
@@ -26,6 +26,7 @@ use serde_json::{Value, json};
 const BIN: &str = env!("CARGO_BIN_EXE_openstack-operator");
 const WAIT: Duration = Duration::from_secs(120);
 const POLL: Duration = Duration::from_millis(500);
+const WRONG_S3_SECRET: &str = "wrong-s3-secret-key";
 
 struct Proc(Child);
 impl Drop for Proc {
@@ -169,9 +170,25 @@ async fn external_services_are_checked_for_real_through_secrets() -> anyhow::Res
                 ("password", b("not-it".into())),
             ],
         ),
+        // S3 keys under names of their own: the credentials block maps them.
+        secret(
+            "s3",
+            &[
+                ("accessKey", b(e("EXTSVC_S3_ACCESS_KEY")?)),
+                ("secretKey", b(e("EXTSVC_S3_SECRET_KEY")?)),
+            ],
+        ),
+        secret(
+            "s3-wrong",
+            &[
+                ("accessKey", b(e("EXTSVC_S3_ACCESS_KEY")?)),
+                ("secretKey", b(WRONG_S3_SECRET.into())),
+            ],
+        ),
     ] {
         secrets.create(&pp, &s).await?;
     }
+    let s3_creds = |name: &str| json!({"secretName": name, "usernameKey": "accessKey", "passwordKey": "secretKey"});
     let ca = json!({"caSecret": {"name": "ca"}});
     let services: Vec<(&str, Value, Option<&str>)> = vec![
         (
@@ -193,6 +210,21 @@ async fn external_services_are_checked_for_real_through_secrets() -> anyhow::Res
             "ovn-ssl",
             json!({"type": "ovn", "endpoints": [e("EXTSVC_OVN_NB_SSL")?, e("EXTSVC_OVN_SB_SSL")?], "tls": {"caSecret": {"name": "ca"}, "clientCertSecret": {"name": "client-tls"}}}),
             None,
+        ),
+        (
+            "s3-tls",
+            json!({"type": "objectStorage", "endpoints": [e("EXTSVC_S3_TLS")?], "credentials": s3_creds("s3"), "tls": ca, "extra": {"bucket": e("EXTSVC_S3_BUCKET")?}}),
+            None,
+        ),
+        (
+            "s3-wrong-secret",
+            json!({"type": "objectStorage", "endpoints": [e("EXTSVC_S3_TLS")?], "credentials": s3_creds("s3-wrong"), "tls": ca}),
+            Some(ct::AUTHENTICATED),
+        ),
+        (
+            "s3-untrusted",
+            json!({"type": "objectStorage", "endpoints": [e("EXTSVC_S3_TLS")?], "credentials": s3_creds("s3"), "tls": {"caSecret": {"name": "untrusted-ca"}}}),
+            Some(ct::TLS_READY),
         ),
         (
             "db-untrusted",
@@ -282,6 +314,30 @@ async fn external_services_are_checked_for_real_through_secrets() -> anyhow::Res
             }
         }
     }
+    // The S3 failures name their reasons: the access key and the gateway's error for a wrong
+    // secret key (which itself never reaches the status), an untrusted certificate.
+    let v = serde_json::to_value(ext.get("s3-wrong-secret").await?)?;
+    let auth = cond(&v, ct::AUTHENTICATED).unwrap_or_default();
+    assert_eq!(auth.1, "AccessDenied", "{auth:?}");
+    assert!(
+        auth.2.contains(&e("EXTSVC_S3_ACCESS_KEY")?) && auth.2.contains("SignatureDoesNotMatch"),
+        "{auth:?}"
+    );
+    assert!(
+        !v["status"].to_string().contains(WRONG_S3_SECRET),
+        "the secret key stays out of the status"
+    );
+    let v = serde_json::to_value(ext.get("s3-untrusted").await?)?;
+    let tls = cond(&v, ct::TLS_READY).unwrap_or_default();
+    assert_eq!(tls.1, "CertificateNotTrusted", "{tls:?}");
+    let v = serde_json::to_value(ext.get("s3-tls").await?)?;
+    let auth = cond(&v, ct::AUTHENTICATED).unwrap_or_default();
+    assert!(
+        auth.2
+            .contains(&format!("bucket {} accessible", e("EXTSVC_S3_BUCKET")?)),
+        "the signed request reached the bucket: {auth:?}"
+    );
+
     // A Secret fix is picked up: the wrong password becomes the right one.
     let mut s = secrets.get("mq-wrong").await?;
     s.data = secret(
