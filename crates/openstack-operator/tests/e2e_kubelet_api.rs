@@ -231,10 +231,8 @@ async fn seed_pod_logs_stats_and_refusals_through_the_kubelet_port() -> anyhow::
     let Some(c) = case("kapi-seed").await? else {
         return Ok(());
     };
-    // Clean up whatever the body did, also when it failed.
-    let result = seed_body(&c).await;
-    c.cleanup().await;
-    result
+    // Clean up whatever the body did, also when it failed or panicked.
+    c.guarded(seed_body(&c)).await
 }
 
 async fn seed_body(c: &Case) -> anyhow::Result<()> {
@@ -387,10 +385,8 @@ async fn exec_returns_output_and_exit_code_and_takes_stdin() -> anyhow::Result<(
     let Some(c) = case("kapi-exec").await? else {
         return Ok(());
     };
-    // Clean up whatever the body did, also when it failed.
-    let result = exec_body(&c).await;
-    c.cleanup().await;
-    result
+    // Clean up whatever the body did, also when it failed or panicked.
+    c.guarded(exec_body(&c)).await
 }
 
 async fn exec_body(c: &Case) -> anyhow::Result<()> {
@@ -514,10 +510,8 @@ async fn logs_follow_tail_and_limit_on_a_pod_printing_every_second() -> anyhow::
     let Some(c) = case("kapi-follow").await? else {
         return Ok(());
     };
-    // Clean up whatever the body did, also when it failed.
-    let result = follow_body(&c).await;
-    c.cleanup().await;
-    result
+    // Clean up whatever the body did, also when it failed or panicked.
+    c.guarded(follow_body(&c)).await
 }
 
 async fn follow_body(c: &Case) -> anyhow::Result<()> {

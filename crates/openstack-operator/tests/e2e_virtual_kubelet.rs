@@ -24,10 +24,11 @@ async fn seed_example_pod_runs_logs_and_is_deleted_gracefully() -> anyhow::Resul
     let Some(c) = case("vk-seed").await? else {
         return Ok(());
     };
-    // Clean up whatever the body did, also when it failed.
-    let result = seed_example_pod_runs_logs_and_is_deleted_gracefully_body(&c).await;
-    c.cleanup().await;
-    result
+    // Clean up whatever the body did, also when it failed or panicked.
+    c.guarded(seed_example_pod_runs_logs_and_is_deleted_gracefully_body(
+        &c,
+    ))
+    .await
 }
 
 async fn seed_example_pod_runs_logs_and_is_deleted_gracefully_body(c: &Case) -> anyhow::Result<()> {
@@ -126,10 +127,9 @@ async fn command_args_env_workdir_and_limits_are_applied_exactly() -> anyhow::Re
     let Some(c) = case("vk-spec").await? else {
         return Ok(());
     };
-    // Clean up whatever the body did, also when it failed.
-    let result = command_args_env_workdir_and_limits_are_applied_exactly_body(&c).await;
-    c.cleanup().await;
-    result
+    // Clean up whatever the body did, also when it failed or panicked.
+    c.guarded(command_args_env_workdir_and_limits_are_applied_exactly_body(&c))
+        .await
 }
 
 async fn command_args_env_workdir_and_limits_are_applied_exactly_body(
@@ -210,10 +210,8 @@ async fn exits_end_as_kubernetes_shows_them() -> anyhow::Result<()> {
     let Some(c) = case("vk-exit").await? else {
         return Ok(());
     };
-    // Clean up whatever the body did, also when it failed.
-    let result = exits_end_as_kubernetes_shows_them_body(&c).await;
-    c.cleanup().await;
-    result
+    // Clean up whatever the body did, also when it failed or panicked.
+    c.guarded(exits_end_as_kubernetes_shows_them_body(&c)).await
 }
 
 async fn exits_end_as_kubernetes_shows_them_body(c: &Case) -> anyhow::Result<()> {
@@ -284,10 +282,9 @@ async fn unsupported_field_fails_the_pod_naming_it() -> anyhow::Result<()> {
     let Some(c) = case("vk-unsup").await? else {
         return Ok(());
     };
-    // Clean up whatever the body did, also when it failed.
-    let result = unsupported_field_fails_the_pod_naming_it_body(&c).await;
-    c.cleanup().await;
-    result
+    // Clean up whatever the body did, also when it failed or panicked.
+    c.guarded(unsupported_field_fails_the_pod_naming_it_body(&c))
+        .await
 }
 
 async fn unsupported_field_fails_the_pod_naming_it_body(c: &Case) -> anyhow::Result<()> {
@@ -322,10 +319,9 @@ async fn container_removed_behind_our_back_fails_the_pod() -> anyhow::Result<()>
     let Some(c) = case("vk-gone").await? else {
         return Ok(());
     };
-    // Clean up whatever the body did, also when it failed.
-    let result = container_removed_behind_our_back_fails_the_pod_body(&c).await;
-    c.cleanup().await;
-    result
+    // Clean up whatever the body did, also when it failed or panicked.
+    c.guarded(container_removed_behind_our_back_fails_the_pod_body(&c))
+        .await
 }
 
 async fn container_removed_behind_our_back_fails_the_pod_body(c: &Case) -> anyhow::Result<()> {
@@ -366,10 +362,8 @@ async fn killed_mid_create_and_restarted_leaves_one_container_per_pod_and_no_orp
     let Some(c) = case("vk-crash").await? else {
         return Ok(());
     };
-    // Clean up whatever the body did, also when it failed.
-    let result = killed_body(&c).await;
-    c.cleanup().await;
-    result
+    // Clean up whatever the body did, also when it failed or panicked.
+    c.guarded(killed_body(&c)).await
 }
 
 async fn killed_body(c: &Case) -> anyhow::Result<()> {

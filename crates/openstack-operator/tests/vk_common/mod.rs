@@ -14,6 +14,7 @@ use std::time::Duration;
 use anyhow::Context;
 use e2e::target::Target;
 use e2e::wait::{Check, wait_for};
+use futures::FutureExt;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, PodStatus};
 use kube::api::{Api, DeleteParams, PostParams};
 use kube::{Client, ResourceExt};
@@ -296,6 +297,20 @@ impl Case {
         Ok(self.zun.list_containers(&want, None).await?)
     }
 
+    /// Runs a test's body, then [`Case::cleanup`], also when the body failed or panicked
+    /// (an assertion), so that no Zun container outlives its test.
+    pub async fn guarded(
+        &self,
+        body: impl Future<Output = anyhow::Result<()>>,
+    ) -> anyhow::Result<()> {
+        let result = std::panic::AssertUnwindSafe(body).catch_unwind().await;
+        self.cleanup().await;
+        match result {
+            Ok(r) => r,
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
+    }
+
     /// Deletes the pods, every Zun container of the node and the node.
     pub async fn cleanup(&self) {
         for p in self
@@ -317,13 +332,19 @@ impl Case {
                 .await;
         }
         let ours = BTreeMap::from([(NODE.to_string(), self.node.clone())]);
-        for c in self
-            .zun
-            .list_containers(&ours, None)
-            .await
-            .unwrap_or_default()
-        {
-            let _ = self.zun.delete_container(&c.uuid, true, false).await;
+        // Failures are said, not hidden: a container left behind costs the shared cloud.
+        match self.zun.list_containers(&ours, None).await {
+            Ok(left) => {
+                for c in left {
+                    if let Err(e) = self.zun.delete_container(&c.uuid, true, false).await {
+                        eprintln!("cleanup: deleting Zun container {} failed: {e}", c.uuid);
+                    }
+                }
+            }
+            Err(e) => eprintln!(
+                "cleanup: listing the Zun containers of node {} failed: {e}",
+                self.node
+            ),
         }
         let _ = Api::<Node>::all(self.client.clone())
             .delete(&self.node, &DeleteParams::default())
