@@ -331,20 +331,39 @@ impl Case {
                 )
                 .await;
         }
+        // Zun deletes asynchronously and a delete can fail (a container still starting is
+        // stopped, then started, then not removable): delete until none of the node's is
+        // left. Failures are said, not hidden: a container left behind costs the shared cloud.
         let ours = BTreeMap::from([(NODE.to_string(), self.node.clone())]);
-        // Failures are said, not hidden: a container left behind costs the shared cloud.
-        match self.zun.list_containers(&ours, None).await {
-            Ok(left) => {
-                for c in left {
-                    if let Err(e) = self.zun.delete_container(&c.uuid, true, false).await {
-                        eprintln!("cleanup: deleting Zun container {} failed: {e}", c.uuid);
-                    }
+        let deadline = tokio::time::Instant::now() + LONG;
+        loop {
+            let left = match self.zun.list_containers(&ours, None).await {
+                Ok(left) => left,
+                Err(e) => {
+                    eprintln!(
+                        "cleanup: listing the Zun containers of node {} failed: {e}",
+                        self.node
+                    );
+                    break;
+                }
+            };
+            if left.is_empty() {
+                break;
+            }
+            if tokio::time::Instant::now() > deadline {
+                let ids: Vec<&str> = left.iter().map(|c| c.uuid.as_str()).collect();
+                eprintln!(
+                    "cleanup: Zun containers of node {} still there: {ids:?}",
+                    self.node
+                );
+                break;
+            }
+            for c in left.iter().filter(|c| c.status != "Deleting") {
+                if let Err(e) = self.zun.delete_container(&c.uuid, true, false).await {
+                    eprintln!("cleanup: deleting Zun container {} failed: {e}", c.uuid);
                 }
             }
-            Err(e) => eprintln!(
-                "cleanup: listing the Zun containers of node {} failed: {e}",
-                self.node
-            ),
+            tokio::time::sleep(Duration::from_secs(2)).await;
         }
         let _ = Api::<Node>::all(self.client.clone())
             .delete(&self.node, &DeleteParams::default())
