@@ -250,6 +250,9 @@ enable_image_validation = false
 connection = $(dburl zun)
 [docker]
 api_url = unix://$DOCKER_SOCK
+# Where zun-wsproxy starts interactive execs (zun-compute stores it with each exec; default
+# tcp://MY_IP:2375, on which our Docker does not listen): its socket, reachable by path.
+docker_remote_api_url = unix://$DOCKER_SOCK
 docker_data_root = $DATA/docker
 default_timeout = 120
 [network]

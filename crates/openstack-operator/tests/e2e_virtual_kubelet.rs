@@ -5,321 +5,30 @@
 //! test has its own node and namespace. Without Zun in the cloud (`ZUN_TENANT_CLOUD` unset)
 //! the tests say so and do nothing.
 
+mod vk_common;
+
 use std::collections::BTreeMap;
-use std::fs::File;
-use std::io::Write;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use anyhow::Context;
-use e2e::target::Target;
 use e2e::wait::{Check, wait_for};
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod, PodStatus, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, PodStatus, Secret};
+use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, PostParams};
-use kube::{Client, ResourceExt};
-use openstack::adapter::{ClientOptions, CloudSelector, ContainerAdapter, Core};
-use openstack::container::{Container, LogOptions, ZunContainer};
+use openstack::container::{Container, LogOptions};
 use serde_json::json;
-
-const BIN: &str = env!("CARGO_BIN_EXE_openstack-operator");
-const LONG: Duration = Duration::from_secs(180);
-const POLL: Duration = Duration::from_millis(500);
-const POD_UID: &str = "virtual-kubelet.sunet.se/pod-uid";
-const NODE: &str = "virtual-kubelet.sunet.se/node";
-
-struct Zun {
-    cloud: String,
-    file: String,
-    network: String,
-}
-
-/// The Zun tenant of the test cloud, or `None` (and a message) when the cloud has no Zun.
-fn zun_env() -> Option<Zun> {
-    let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-    match (var("ZUN_TENANT_CLOUD"), var("OS_CLIENT_CONFIG_FILE")) {
-        (Some(cloud), Some(file)) => Some(Zun {
-            cloud,
-            file,
-            network: var("ZUN_NETWORK").unwrap_or_else(|| "zun-pods".into()),
-        }),
-        _ => {
-            eprintln!(
-                "SKIPPED: no Zun in this cloud (ZUN_TENANT_CLOUD unset; `eval \"$(scripts/test-cloud env)\"` sets it when the test cloud runs Zun)"
-            );
-            None
-        }
-    }
-}
-
-async fn zun_client(z: &Zun) -> anyhow::Result<ContainerAdapter> {
-    let core = Core::connect(
-        &CloudSelector::File {
-            path: z.file.clone().into(),
-            cloud: z.cloud.clone(),
-        },
-        ClientOptions {
-            requests_per_second: 0,
-            ..ClientOptions::default()
-        },
-    )
-    .await
-    .context("connecting as the Zun tenant")?;
-    Ok(ContainerAdapter::new(core))
-}
-
-/// A running `openstack-operator virtual-kubelet`, killed on drop.
-struct Vk {
-    child: Option<Child>,
-    args: Vec<String>,
-    env: Vec<(String, String)>,
-    log: PathBuf,
-}
-
-impl Vk {
-    fn start(target: &Target, z: &Zun, node: &str) -> anyhow::Result<Self> {
-        let dir = e2e::operator::log_dir(std::path::Path::new(BIN));
-        std::fs::create_dir_all(&dir)?;
-        let log = dir.join(format!("vk-{node}.log"));
-        File::create(&log)?;
-        // Each node gets its own kubelet port: tests run in parallel and 10250 is the default.
-        let kubelet_port = e2e::operator::free_local_addr()?.port().to_string();
-        let mut vk = Vk {
-            child: None,
-            args: [
-                "virtual-kubelet",
-                "--node-name",
-                node,
-                "--network",
-                &z.network,
-                "--poll-interval-seconds",
-                "1",
-                "--status-interval-seconds",
-                "2",
-                "--internal-ip",
-                "127.0.0.1",
-                "--kubelet-address",
-                "127.0.0.1",
-                "--kubelet-port",
-                &kubelet_port,
-                "--log-level",
-                "info,vk_zun=debug,vk_runtime=debug",
-            ]
-            .map(str::to_string)
-            .to_vec(),
-            env: vec![
-                (
-                    "KUBECONFIG".into(),
-                    target.kubeconfig().display().to_string(),
-                ),
-                ("OS_CLOUD".into(), z.cloud.clone()),
-                ("OS_CLIENT_CONFIG_FILE".into(), z.file.clone()),
-            ],
-            log,
-        };
-        vk.spawn()?;
-        Ok(vk)
-    }
-
-    fn spawn(&mut self) -> anyhow::Result<()> {
-        let mut f = File::options().append(true).open(&self.log)?;
-        writeln!(f, "=== e2e: {BIN} {}", self.args.join(" "))?;
-        let err = f.try_clone()?;
-        let mut cmd = Command::new(BIN);
-        cmd.args(&self.args)
-            .env_remove("OS_AUTH_URL")
-            .stdin(Stdio::null())
-            .stdout(Stdio::from(f))
-            .stderr(Stdio::from(err));
-        for (k, v) in &self.env {
-            cmd.env(k, v);
-        }
-        self.child = Some(
-            cmd.spawn()
-                .context("starting the virtual kubelet (cargo build --bins)")?,
-        );
-        Ok(())
-    }
-
-    /// SIGKILL: no shutdown path runs.
-    fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-
-    /// SIGTERM and wait for the exit. Waits without blocking the runtime: the emulator may
-    /// serve on this test's runtime, and the node's last write (NotReady) must get through.
-    async fn terminate(&mut self) -> anyhow::Result<std::process::ExitStatus> {
-        let mut c = self.child.take().context("not running")?;
-        let pid = c.id() as libc::pid_t;
-        // SAFETY: signalling a child process we spawned and still own.
-        unsafe { libc::kill(pid, libc::SIGTERM) };
-        let deadline = tokio::time::Instant::now() + LONG;
-        loop {
-            if let Some(st) = c.try_wait()? {
-                return Ok(st);
-            }
-            if tokio::time::Instant::now() > deadline {
-                let _ = c.kill();
-                let _ = c.wait();
-                anyhow::bail!("the virtual kubelet did not exit within {LONG:?} of SIGTERM");
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-
-    fn log_tail(&self) -> String {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(40)..].join("\n")
-    }
-}
-
-impl Drop for Vk {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-struct Case {
-    target: Target,
-    client: Client,
-    zun: ContainerAdapter,
-    z: Zun,
-    node: String,
-    ns: String,
-}
-
-async fn case(prefix: &str) -> anyhow::Result<Option<Case>> {
-    let Some(z) = zun_env() else { return Ok(None) };
-    let target = Target::from_env().await?;
-    let client = target.client().await?;
-    let zun = zun_client(&z).await?;
-    let ns = e2e::names::unique(prefix);
-    let nsobj: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}}))?;
-    Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &nsobj)
-        .await?;
-    Ok(Some(Case {
-        target,
-        client,
-        zun,
-        z,
-        node: e2e::names::unique("vk"),
-        ns,
-    }))
-}
-
-impl Case {
-    fn pods(&self) -> Api<Pod> {
-        Api::namespaced(self.client.clone(), &self.ns)
-    }
-
-    fn pod(&self, name: &str, spec: serde_json::Value) -> anyhow::Result<Pod> {
-        let mut spec = spec;
-        spec["nodeName"] = json!(self.node);
-        spec["tolerations"] = json!([{"key": "virtual-kubelet.io/provider", "operator": "Equal",
-                                      "value": "openstack", "effect": "NoSchedule"}]);
-        Ok(serde_json::from_value(
-            json!({"metadata": {"name": name}, "spec": spec}),
-        )?)
-    }
-
-    async fn create(&self, name: &str, spec: serde_json::Value) -> anyhow::Result<Pod> {
-        Ok(self
-            .pods()
-            .create(&PostParams::default(), &self.pod(name, spec)?)
-            .await?)
-    }
-
-    /// Waits until `done` holds for the pod's status.
-    async fn wait_pod(
-        &self,
-        name: &str,
-        what: &str,
-        vk: &Vk,
-        done: impl Fn(&PodStatus) -> bool,
-    ) -> anyhow::Result<PodStatus> {
-        let pods = self.pods();
-        wait_for(LONG, POLL, what, async || {
-            let s = pods.get(name).await?.status.unwrap_or_default();
-            Ok(if done(&s) {
-                Check::Done(s)
-            } else {
-                Check::Pending(format!("{s:?}"))
-            })
-        })
-        .await
-        .with_context(|| format!("virtual kubelet log tail:\n{}", vk.log_tail()))
-    }
-
-    /// The Zun containers of a pod (by its uid label, on this node).
-    async fn containers_of(&self, uid: &str) -> anyhow::Result<Vec<ZunContainer>> {
-        let want = BTreeMap::from([
-            (POD_UID.to_string(), uid.to_string()),
-            (NODE.to_string(), self.node.clone()),
-        ]);
-        Ok(self.zun.list_containers(&want, None).await?)
-    }
-
-    async fn cleanup(&self) {
-        for p in self
-            .pods()
-            .list(&Default::default())
-            .await
-            .map(|l| l.items)
-            .unwrap_or_default()
-        {
-            let _ = self
-                .pods()
-                .delete(
-                    &p.name_any(),
-                    &DeleteParams {
-                        grace_period_seconds: Some(0),
-                        ..Default::default()
-                    },
-                )
-                .await;
-        }
-        let ours = BTreeMap::from([(NODE.to_string(), self.node.clone())]);
-        for c in self
-            .zun
-            .list_containers(&ours, None)
-            .await
-            .unwrap_or_default()
-        {
-            let _ = self.zun.delete_container(&c.uuid, true, false).await;
-        }
-        let _ = Api::<Node>::all(self.client.clone())
-            .delete(&self.node, &DeleteParams::default())
-            .await;
-    }
-}
-
-fn phase(s: &PodStatus) -> &str {
-    s.phase.as_deref().unwrap_or("")
-}
-
-fn main_state(s: &PodStatus) -> k8s_openapi::api::core::v1::ContainerStatus {
-    s.container_statuses
-        .clone()
-        .unwrap_or_default()
-        .into_iter()
-        .next()
-        .unwrap_or_default()
-}
+use vk_common::{Case, LONG, NODE, POD_UID, POLL, Vk, case, main_state, phase};
 
 #[tokio::test]
 async fn seed_example_pod_runs_logs_and_is_deleted_gracefully() -> anyhow::Result<()> {
     let Some(c) = case("vk-seed").await? else {
         return Ok(());
     };
-    // Clean up whatever the body did, also when it failed.
-    let result = seed_example_pod_runs_logs_and_is_deleted_gracefully_body(&c).await;
-    c.cleanup().await;
-    result
+    // Clean up whatever the body did, also when it failed or panicked.
+    c.guarded(seed_example_pod_runs_logs_and_is_deleted_gracefully_body(
+        &c,
+    ))
+    .await
 }
 
 async fn seed_example_pod_runs_logs_and_is_deleted_gracefully_body(c: &Case) -> anyhow::Result<()> {
@@ -418,10 +127,9 @@ async fn command_args_env_workdir_and_limits_are_applied_exactly() -> anyhow::Re
     let Some(c) = case("vk-spec").await? else {
         return Ok(());
     };
-    // Clean up whatever the body did, also when it failed.
-    let result = command_args_env_workdir_and_limits_are_applied_exactly_body(&c).await;
-    c.cleanup().await;
-    result
+    // Clean up whatever the body did, also when it failed or panicked.
+    c.guarded(command_args_env_workdir_and_limits_are_applied_exactly_body(&c))
+        .await
 }
 
 async fn command_args_env_workdir_and_limits_are_applied_exactly_body(
@@ -502,10 +210,8 @@ async fn exits_end_as_kubernetes_shows_them() -> anyhow::Result<()> {
     let Some(c) = case("vk-exit").await? else {
         return Ok(());
     };
-    // Clean up whatever the body did, also when it failed.
-    let result = exits_end_as_kubernetes_shows_them_body(&c).await;
-    c.cleanup().await;
-    result
+    // Clean up whatever the body did, also when it failed or panicked.
+    c.guarded(exits_end_as_kubernetes_shows_them_body(&c)).await
 }
 
 async fn exits_end_as_kubernetes_shows_them_body(c: &Case) -> anyhow::Result<()> {
@@ -576,10 +282,9 @@ async fn unsupported_field_fails_the_pod_naming_it() -> anyhow::Result<()> {
     let Some(c) = case("vk-unsup").await? else {
         return Ok(());
     };
-    // Clean up whatever the body did, also when it failed.
-    let result = unsupported_field_fails_the_pod_naming_it_body(&c).await;
-    c.cleanup().await;
-    result
+    // Clean up whatever the body did, also when it failed or panicked.
+    c.guarded(unsupported_field_fails_the_pod_naming_it_body(&c))
+        .await
 }
 
 async fn unsupported_field_fails_the_pod_naming_it_body(c: &Case) -> anyhow::Result<()> {
@@ -614,10 +319,9 @@ async fn container_removed_behind_our_back_fails_the_pod() -> anyhow::Result<()>
     let Some(c) = case("vk-gone").await? else {
         return Ok(());
     };
-    // Clean up whatever the body did, also when it failed.
-    let result = container_removed_behind_our_back_fails_the_pod_body(&c).await;
-    c.cleanup().await;
-    result
+    // Clean up whatever the body did, also when it failed or panicked.
+    c.guarded(container_removed_behind_our_back_fails_the_pod_body(&c))
+        .await
 }
 
 async fn container_removed_behind_our_back_fails_the_pod_body(c: &Case) -> anyhow::Result<()> {
@@ -658,10 +362,8 @@ async fn killed_mid_create_and_restarted_leaves_one_container_per_pod_and_no_orp
     let Some(c) = case("vk-crash").await? else {
         return Ok(());
     };
-    // Clean up whatever the body did, also when it failed.
-    let result = killed_body(&c).await;
-    c.cleanup().await;
-    result
+    // Clean up whatever the body did, also when it failed or panicked.
+    c.guarded(killed_body(&c)).await
 }
 
 async fn killed_body(c: &Case) -> anyhow::Result<()> {

@@ -133,7 +133,12 @@ impl LogQuery {
     }
 }
 
-/// exec/attach stream options (`remotecommand`'s `NewOptions`).
+/// exec/attach stream options (`remotecommand`'s `NewOptions`). The kubelet
+/// reads `input`, `output`, `error` and `tty` (`1` for on: the API server's
+/// `streamLocation` writes them so when it proxies `pods/exec`, as does
+/// kube-rs's kubelet client); `PodExecOptions`' own names (`stdin`,
+/// `stdout`, `stderr`) are taken too, for clients that reuse the pod path's
+/// query.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct StreamQuery {
     /// The command (`command` repeated), empty for attach.
@@ -159,9 +164,9 @@ impl StreamQuery {
             .collect();
         let q = Self {
             command,
-            stdin: boolean(&p, "stdin")?,
-            stdout: boolean(&p, "stdout")?,
-            stderr: boolean(&p, "stderr")?,
+            stdin: boolean(&p, "input")? || boolean(&p, "stdin")?,
+            stdout: boolean(&p, "output")? || boolean(&p, "stdout")?,
+            stderr: boolean(&p, "error")? || boolean(&p, "stderr")?,
             tty: boolean(&p, "tty")?,
         };
         if exec && q.command.is_empty() {
@@ -269,6 +274,23 @@ mod tests {
                 .command
                 .is_empty()
         );
+    }
+
+    #[test]
+    fn the_kubelet_s_stream_names_as_the_api_server_sends_them() {
+        // kube-apiserver's streamLocation for `kubectl exec -it`.
+        let q = StreamQuery::parse("command=sh&input=1&output=1&tty=1&error=1", true).unwrap();
+        assert!(q.stdin && q.stdout && q.tty && !q.stderr);
+        let q = StreamQuery::parse("command=ls&output=1&error=1", true).unwrap();
+        assert!(!q.stdin && q.stdout && q.stderr && !q.tty);
+        assert_eq!(
+            StreamQuery::parse("command=ls&output=x", true)
+                .unwrap_err()
+                .field,
+            "output"
+        );
+        let attach = StreamQuery::parse("input=1&output=1", false).unwrap();
+        assert!(attach.stdin && attach.stdout && attach.command.is_empty());
     }
 
     #[test]

@@ -245,63 +245,39 @@ async fn auth_logs_errors_and_stats_over_tls() {
     emu.shutdown().await;
 }
 
-/// kube-rs's `Api<Pod>::exec` (its `AttachedProcess` and WebSocket code)
-/// against the kubelet port: a layer moves the API server's
-/// `pods/{pod}/exec?container=` path to the kubelet's
-/// `/exec/{ns}/{pod}/{container}`, as the API server does when it proxies.
+/// kube-rs's kubelet client (`Client::kubelet_node_exec`, its
+/// `AttachedProcess` and WebSocket code) against the kubelet port, with the
+/// kubelet's own query names (`output=1`, ...) as the API server sends them.
 async fn exec_with_kube_rs(base: &str) {
-    use kube::api::{Api, AttachParams};
+    use kube::api::AttachParams;
+    use kube::core::kubelet_debug::KubeletDebugParams;
     use tokio::io::AsyncReadExt;
     let mut cfg = kube::Config::new(base.parse().unwrap());
     cfg.accept_invalid_certs = true;
-    let rewrite =
-        tower::util::MapRequestLayer::new(|mut req: http::Request<kube::client::Body>| {
-            let uri = req.uri().clone();
-            let path = uri.path();
-            let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
-            if let ["api", "v1", "namespaces", ns, "pods", pod, "exec"] = parts.as_slice() {
-                let mut container = String::new();
-                let rest: Vec<String> = uri
-                    .query()
-                    .unwrap_or("")
-                    .split('&')
-                    .filter(|kv| match kv.strip_prefix("container=") {
-                        Some(c) => {
-                            container = c.to_string();
-                            false
-                        }
-                        None => true,
-                    })
-                    .map(str::to_string)
-                    .collect();
-                let new = format!("/exec/{ns}/{pod}/{container}?{}", rest.join("&"));
-                *req.uri_mut() = if uri.scheme().is_some() {
-                    format!("{}{}", base_of(&uri), new).parse().unwrap()
-                } else {
-                    new.parse().unwrap()
-                };
-            }
-            req.headers_mut().insert(
-                http::header::AUTHORIZATION,
-                "Bearer t-admin".parse().unwrap(),
-            );
-            req
-        });
-    let client = kube::client::ClientBuilder::try_from(cfg)
-        .unwrap()
-        .with_layer(&rewrite)
-        .build();
-    let pods: Api<Pod> = Api::namespaced(client, "default");
-    let ap = AttachParams::default()
-        .container("myapp-container")
-        .stderr(false);
-    let mut ok = pods.exec("myapp-pod", ["echo", "hi"], &ap).await.unwrap();
+    cfg.headers.push((
+        http::header::AUTHORIZATION,
+        "Bearer t-admin".parse().unwrap(),
+    ));
+    let client = kube::Client::try_from(cfg).unwrap();
+    let at = KubeletDebugParams {
+        name: "myapp-pod",
+        namespace: "default",
+        pod_uid: None,
+    };
+    let ap = AttachParams::default().stderr(false);
+    let mut ok = client
+        .kubelet_node_exec(&at, "myapp-container", ["echo", "hi"], &ap)
+        .await
+        .unwrap();
     let mut out = String::new();
     ok.stdout().unwrap().read_to_string(&mut out).await.unwrap();
     let status = ok.take_status().unwrap().await.unwrap();
     assert_eq!(out, "ran echo hi\n");
     assert_eq!(status.status.as_deref(), Some("Success"));
-    let mut bad = pods.exec("myapp-pod", ["sh", "fail"], &ap).await.unwrap();
+    let mut bad = client
+        .kubelet_node_exec(&at, "myapp-container", ["sh", "fail"], &ap)
+        .await
+        .unwrap();
     let status = bad.take_status().unwrap().await.unwrap();
     assert_eq!(status.status.as_deref(), Some("Failure"));
     assert_eq!(status.reason.as_deref(), Some("NonZeroExitCode"));
@@ -311,12 +287,4 @@ async fn exec_with_kube_rs(base: &str) {
         .and_then(|c| c.into_iter().next())
         .and_then(|c| c.message);
     assert_eq!(code.as_deref(), Some("3"));
-}
-
-fn base_of(uri: &http::Uri) -> String {
-    format!(
-        "{}://{}",
-        uri.scheme_str().unwrap_or("https"),
-        uri.authority().map(|a| a.as_str()).unwrap_or("")
-    )
 }

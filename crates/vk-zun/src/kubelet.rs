@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -220,6 +221,24 @@ impl Backend for ZunKubelet {
     }
 }
 
+/// A zun-wsproxy session that broke. zun-wsproxy accepts the WebSocket and
+/// only then starts the exec on the Docker endpoint zun-compute recorded for
+/// it (`[docker] docker_remote_api_url`, `tcp://<my_ip>:2375` by default;
+/// zun 18 `compute/manager.py` `container_exec`,
+/// `websocket/websocketproxy.py` `_new_exec_client`); when that fails it
+/// drops the connection without a close frame, before any output.
+pub fn session_error(cause: &str, seen_output: bool) -> KubeletError {
+    if seen_output {
+        KubeletError::internal(format!("zun-wsproxy: {cause}"))
+    } else {
+        KubeletError::internal(format!(
+            "zun-wsproxy dropped the session before any output ({cause}): it could not start \
+             the command; its log says why (often: zun-compute's [docker] docker_remote_api_url \
+             is not a Docker endpoint zun-wsproxy can reach)"
+        ))
+    }
+}
+
 /// A session on zun-wsproxy (always a TTY: Zun starts interactive execs
 /// with `tty=True`).
 async fn connect(url: &str, container: &str) -> Result<Session, KubeletError> {
@@ -229,12 +248,25 @@ async fn connect(url: &str, container: &str) -> Result<Session, KubeletError> {
         ))
     })?;
     let (tx, rx) = ws.split();
-    let output = rx.filter_map(|m| async move {
-        match m {
-            Ok(Message::Binary(b)) => Some(Ok(b)),
-            Ok(Message::Text(t)) => Some(Ok(Bytes::copy_from_slice(t.as_bytes()))),
-            Ok(_) => None,
-            Err(e) => Some(Err(KubeletError::internal(format!("zun-wsproxy: {e}")))),
+    let seen_output = Arc::new(AtomicBool::new(false));
+    let output = rx.filter_map(move |m| {
+        let seen_output = seen_output.clone();
+        async move {
+            match m {
+                Ok(Message::Binary(b)) => {
+                    seen_output.store(true, Ordering::Relaxed);
+                    Some(Ok(b))
+                }
+                Ok(Message::Text(t)) => {
+                    seen_output.store(true, Ordering::Relaxed);
+                    Some(Ok(Bytes::copy_from_slice(t.as_bytes())))
+                }
+                Ok(_) => None,
+                Err(e) => Some(Err(session_error(
+                    &e.to_string(),
+                    seen_output.load(Ordering::Relaxed),
+                ))),
+            }
         }
     });
     let input = tx
@@ -264,6 +296,19 @@ mod tests {
             processes: vec![],
         };
         assert_eq!(cpu_seconds(&bad), None);
+    }
+
+    #[test]
+    fn a_session_dropped_before_output_names_the_likely_cause() {
+        let e = session_error("Connection reset by peer", false);
+        assert_eq!(e.status, 500);
+        assert!(
+            e.message.contains("before any output") && e.message.contains("docker_remote_api_url"),
+            "{}",
+            e.message
+        );
+        let later = session_error("Connection reset by peer", true);
+        assert_eq!(later.message, "zun-wsproxy: Connection reset by peer");
     }
 
     #[test]

@@ -641,10 +641,15 @@ pub fn effective_resources(r: Option<&ResourceRequirements>, cfg: &Config) -> (f
     (cpu, mem)
 }
 
-/// Kubernetes semantics: `command` replaces the image's ENTRYPOINT and
-/// `args` its CMD; a `command` without `args` runs with no CMD at all
-/// (Docker ignores the image's CMD once an entrypoint is given). `$(VAR)`
-/// references to the container's env are expanded, `$$` escapes.
+/// Kubernetes semantics as Zun's (entrypoint, command): `command` replaces
+/// the image's ENTRYPOINT and `args` its CMD; a `command` without `args`
+/// runs with no CMD at all. Stock Zun fills an empty `command` with the
+/// image's CMD (zun 18 `zun/container/docker/driver.py` `create`:
+/// `container.command = command or image Cmd`), so such a `command` is split:
+/// its first word is the entrypoint, the rest Zun's command, and the argv is
+/// exactly the pod's. A one-word `command` without `args` cannot be split and
+/// gets the image's CMD appended. `$(VAR)` references to the container's env
+/// are expanded, `$$` escapes.
 pub fn command_and_args(
     c: &Container,
     env: &BTreeMap<String, String>,
@@ -652,7 +657,13 @@ pub fn command_and_args(
     let expand_all = |v: &Vec<String>| v.iter().map(|s| expand(s, env)).collect::<Vec<_>>();
     let command = c.command.as_ref().filter(|c| !c.is_empty()).map(expand_all);
     let args = c.args.as_ref().filter(|a| !a.is_empty()).map(expand_all);
-    (command, args)
+    match (command, args) {
+        (Some(mut entrypoint), None) if entrypoint.len() > 1 => {
+            let rest = entrypoint.split_off(1);
+            (Some(entrypoint), Some(rest))
+        }
+        other => other,
+    }
 }
 
 /// Kubernetes' `$(VAR)` expansion (`third_party/forked/golang/expansion`):

@@ -76,7 +76,7 @@ async fn seed_pod_runs_with_one_list_per_pass() {
     assert_eq!(u[0].events[0].reason, "Created");
     let made = &z.containers()[0];
     assert_eq!(
-        made.entrypoint.as_ref().unwrap()[2],
+        made.command.as_ref().unwrap()[1],
         "echo Hello Kubernetes! && sleep 3600"
     );
     let u = sync(&p, &mut pods, &o).await;

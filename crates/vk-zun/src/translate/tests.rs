@@ -45,15 +45,15 @@ fn seed_example_pod() {
                         "command": ["sh", "-c", "echo Hello Kubernetes! && sleep 3600"]}]}}));
     let c = one(&p, &Referenced::default());
     assert_eq!(c.image, "busybox");
+    // No args: split so that Zun does not append the image's CMD.
+    assert_eq!(c.entrypoint, Some(vec!["sh".into()]));
     assert_eq!(
-        c.entrypoint,
+        c.command,
         Some(vec![
-            "sh".into(),
             "-c".into(),
             "echo Hello Kubernetes! && sleep 3600".into()
         ])
     );
-    assert_eq!(c.command, None, "no args: the image's CMD is not used");
     assert_eq!(c.cpu, Some(0.5));
     assert_eq!(c.memory, Some(512));
     assert_eq!(c.nets[0].network.as_deref(), Some("pods-net"));
@@ -90,6 +90,17 @@ fn command_and_args_semantics() {
     );
     assert_eq!(ep, Some(vec!["/bin/echo".into()]));
     assert_eq!(cmd, Some(vec!["$(WHO)".into(), "$(NOPE)".into()]));
+    // command only: exactly that argv (Zun would append the image's CMD to
+    // an entrypoint alone), a one-word command cannot be split.
+    let (ep, cmd) = command_and_args(
+        &c(json!({"name": "a", "command": ["sleep", "$(WHO)"]})),
+        &env,
+    );
+    assert_eq!(ep, Some(vec!["sleep".into()]));
+    assert_eq!(cmd, Some(vec!["world".into()]));
+    let (ep, cmd) = command_and_args(&c(json!({"name": "a", "command": ["/app"]})), &env);
+    assert_eq!(ep, Some(vec!["/app".into()]));
+    assert_eq!(cmd, None);
     // neither: the image decides.
     assert_eq!(
         command_and_args(&c(json!({"name": "a"})), &env),

@@ -1,0 +1,387 @@
+//! Shared by the virtual-kubelet suites (`e2e_virtual_kubelet`, `e2e_kubelet_api`): the Zun
+//! tenant of the test cloud, the `openstack-operator virtual-kubelet` process, and a test's
+//! namespace, node and cleanup.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use anyhow::Context;
+use e2e::target::Target;
+use e2e::wait::{Check, wait_for};
+use futures::FutureExt;
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod, PodStatus};
+use kube::api::{Api, DeleteParams, PostParams};
+use kube::{Client, ResourceExt};
+use openstack::adapter::{ClientOptions, CloudSelector, ContainerAdapter, Core};
+use openstack::container::{Container, ZunContainer};
+use serde_json::json;
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_openstack-operator");
+pub const LONG: Duration = Duration::from_secs(180);
+pub const POLL: Duration = Duration::from_millis(500);
+pub const POD_UID: &str = "virtual-kubelet.sunet.se/pod-uid";
+pub const NODE: &str = "virtual-kubelet.sunet.se/node";
+
+pub struct Zun {
+    /// The tenant's entry in `clouds.yaml`.
+    pub cloud: String,
+    /// `clouds.yaml`.
+    pub file: String,
+    /// The pods' Neutron network.
+    pub network: String,
+}
+
+/// The Zun tenant of the test cloud, or `None` (and a message) when the cloud has no Zun.
+pub fn zun_env() -> Option<Zun> {
+    let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    match (var("ZUN_TENANT_CLOUD"), var("OS_CLIENT_CONFIG_FILE")) {
+        (Some(cloud), Some(file)) => Some(Zun {
+            cloud,
+            file,
+            network: var("ZUN_NETWORK").unwrap_or_else(|| "zun-pods".into()),
+        }),
+        _ => {
+            eprintln!(
+                "SKIPPED: no Zun in this cloud (ZUN_TENANT_CLOUD unset; `eval \"$(scripts/test-cloud env)\"` sets it when the test cloud runs Zun)"
+            );
+            None
+        }
+    }
+}
+
+pub async fn zun_client(z: &Zun) -> anyhow::Result<ContainerAdapter> {
+    let core = Core::connect(
+        &CloudSelector::File {
+            path: z.file.clone().into(),
+            cloud: z.cloud.clone(),
+        },
+        ClientOptions {
+            requests_per_second: 0,
+            ..ClientOptions::default()
+        },
+    )
+    .await
+    .context("connecting as the Zun tenant")?;
+    Ok(ContainerAdapter::new(core))
+}
+
+/// A running `openstack-operator virtual-kubelet`, killed on drop.
+pub struct Vk {
+    child: Option<Child>,
+    /// The kubelet API's port on 127.0.0.1.
+    pub kubelet_port: u16,
+    args: Vec<String>,
+    env: Vec<(String, String)>,
+    log: PathBuf,
+}
+
+impl Vk {
+    /// Starts a node named `node`.
+    pub fn start(target: &Target, z: &Zun, node: &str) -> anyhow::Result<Self> {
+        Self::start_with(target, z, node, &[])
+    }
+
+    /// Starts a node named `node` with `extra` flags.
+    pub fn start_with(
+        target: &Target,
+        z: &Zun,
+        node: &str,
+        extra: &[String],
+    ) -> anyhow::Result<Self> {
+        let dir = e2e::operator::log_dir(std::path::Path::new(BIN));
+        std::fs::create_dir_all(&dir)?;
+        let log = dir.join(format!("vk-{node}.log"));
+        File::create(&log)?;
+        // Each node gets its own kubelet port: tests run in parallel and 10250 is the default.
+        let kubelet_port = e2e::operator::free_local_addr()?.port();
+        let port = kubelet_port.to_string();
+        let mut args: Vec<String> = [
+            "virtual-kubelet",
+            "--node-name",
+            node,
+            "--network",
+            &z.network,
+            "--poll-interval-seconds",
+            "1",
+            "--status-interval-seconds",
+            "2",
+            "--internal-ip",
+            "127.0.0.1",
+            "--kubelet-address",
+            "127.0.0.1",
+            "--kubelet-port",
+            &port,
+            "--log-level",
+            "info,vk_zun=debug,vk_runtime=debug,vk_kubelet_api=debug",
+        ]
+        .map(str::to_string)
+        .to_vec();
+        args.extend_from_slice(extra);
+        let mut vk = Vk {
+            child: None,
+            kubelet_port,
+            args,
+            env: vec![
+                (
+                    "KUBECONFIG".into(),
+                    target.kubeconfig().display().to_string(),
+                ),
+                ("OS_CLOUD".into(), z.cloud.clone()),
+                ("OS_CLIENT_CONFIG_FILE".into(), z.file.clone()),
+            ],
+            log,
+        };
+        vk.spawn()?;
+        Ok(vk)
+    }
+
+    /// Starts the process (again, after [`Vk::kill`]).
+    pub fn spawn(&mut self) -> anyhow::Result<()> {
+        let mut f = File::options().append(true).open(&self.log)?;
+        writeln!(f, "=== e2e: {BIN} {}", self.args.join(" "))?;
+        let err = f.try_clone()?;
+        let mut cmd = Command::new(BIN);
+        cmd.args(&self.args)
+            .env_remove("OS_AUTH_URL")
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(f))
+            .stderr(Stdio::from(err));
+        for (k, v) in &self.env {
+            cmd.env(k, v);
+        }
+        self.child = Some(
+            cmd.spawn()
+                .context("starting the virtual kubelet (cargo build --bins)")?,
+        );
+        Ok(())
+    }
+
+    /// SIGKILL: no shutdown path runs.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// SIGTERM and wait for the exit. Waits without blocking the runtime: the emulator may
+    /// serve on this test's runtime, and the node's last write (NotReady) must get through.
+    pub async fn terminate(&mut self) -> anyhow::Result<std::process::ExitStatus> {
+        let mut c = self.child.take().context("not running")?;
+        let pid = c.id() as libc::pid_t;
+        // SAFETY: signalling a child process we spawned and still own.
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+        let deadline = tokio::time::Instant::now() + LONG;
+        loop {
+            if let Some(st) = c.try_wait()? {
+                return Ok(st);
+            }
+            if tokio::time::Instant::now() > deadline {
+                let _ = c.kill();
+                let _ = c.wait();
+                anyhow::bail!("the virtual kubelet did not exit within {LONG:?} of SIGTERM");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// The last 40 lines of its log.
+    pub fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(40)..].join("\n")
+    }
+}
+
+impl Drop for Vk {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// One test's world: its Kubernetes API, Zun tenant, node name and namespace.
+pub struct Case {
+    /// The Kubernetes API.
+    pub target: Target,
+    /// A client of it.
+    pub client: Client,
+    /// Zun as the tenant.
+    pub zun: ContainerAdapter,
+    /// The tenant.
+    pub z: Zun,
+    /// This test's node name.
+    pub node: String,
+    /// This test's namespace.
+    pub ns: String,
+}
+
+/// A new namespace and node name, or `None` without Zun.
+pub async fn case(prefix: &str) -> anyhow::Result<Option<Case>> {
+    let Some(z) = zun_env() else { return Ok(None) };
+    let target = Target::from_env().await?;
+    let client = target.client().await?;
+    let zun = zun_client(&z).await?;
+    let ns = e2e::names::unique(prefix);
+    let nsobj: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}}))?;
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &nsobj)
+        .await?;
+    Ok(Some(Case {
+        target,
+        client,
+        zun,
+        z,
+        node: e2e::names::unique("vk"),
+        ns,
+    }))
+}
+
+impl Case {
+    /// Pods of the namespace.
+    pub fn pods(&self) -> Api<Pod> {
+        Api::namespaced(self.client.clone(), &self.ns)
+    }
+
+    /// A pod bound to the node, tolerating its taint.
+    pub fn pod(&self, name: &str, spec: serde_json::Value) -> anyhow::Result<Pod> {
+        let mut spec = spec;
+        spec["nodeName"] = json!(self.node);
+        spec["tolerations"] = json!([{"key": "virtual-kubelet.io/provider", "operator": "Equal",
+                                      "value": "openstack", "effect": "NoSchedule"}]);
+        Ok(serde_json::from_value(
+            json!({"metadata": {"name": name}, "spec": spec}),
+        )?)
+    }
+
+    /// Creates [`Case::pod`].
+    pub async fn create(&self, name: &str, spec: serde_json::Value) -> anyhow::Result<Pod> {
+        Ok(self
+            .pods()
+            .create(&PostParams::default(), &self.pod(name, spec)?)
+            .await?)
+    }
+
+    /// Waits until `done` holds for the pod's status.
+    pub async fn wait_pod(
+        &self,
+        name: &str,
+        what: &str,
+        vk: &Vk,
+        done: impl Fn(&PodStatus) -> bool,
+    ) -> anyhow::Result<PodStatus> {
+        let pods = self.pods();
+        wait_for(LONG, POLL, what, async || {
+            let s = pods.get(name).await?.status.unwrap_or_default();
+            Ok(if done(&s) {
+                Check::Done(s)
+            } else {
+                Check::Pending(format!("{s:?}"))
+            })
+        })
+        .await
+        .with_context(|| format!("virtual kubelet log tail:\n{}", vk.log_tail()))
+    }
+
+    /// The Zun containers of a pod (by its uid label, on this node).
+    pub async fn containers_of(&self, uid: &str) -> anyhow::Result<Vec<ZunContainer>> {
+        let want = BTreeMap::from([
+            (POD_UID.to_string(), uid.to_string()),
+            (NODE.to_string(), self.node.clone()),
+        ]);
+        Ok(self.zun.list_containers(&want, None).await?)
+    }
+
+    /// Runs a test's body, then [`Case::cleanup`], also when the body failed or panicked
+    /// (an assertion), so that no Zun container outlives its test.
+    pub async fn guarded(
+        &self,
+        body: impl Future<Output = anyhow::Result<()>>,
+    ) -> anyhow::Result<()> {
+        let result = std::panic::AssertUnwindSafe(body).catch_unwind().await;
+        self.cleanup().await;
+        match result {
+            Ok(r) => r,
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
+    }
+
+    /// Deletes the pods, every Zun container of the node and the node.
+    pub async fn cleanup(&self) {
+        for p in self
+            .pods()
+            .list(&Default::default())
+            .await
+            .map(|l| l.items)
+            .unwrap_or_default()
+        {
+            let _ = self
+                .pods()
+                .delete(
+                    &p.name_any(),
+                    &DeleteParams {
+                        grace_period_seconds: Some(0),
+                        ..Default::default()
+                    },
+                )
+                .await;
+        }
+        // Zun deletes asynchronously and a delete can fail (a container still starting is
+        // stopped, then started, then not removable): delete until none of the node's is
+        // left. Failures are said, not hidden: a container left behind costs the shared cloud.
+        let ours = BTreeMap::from([(NODE.to_string(), self.node.clone())]);
+        let deadline = tokio::time::Instant::now() + LONG;
+        loop {
+            let left = match self.zun.list_containers(&ours, None).await {
+                Ok(left) => left,
+                Err(e) => {
+                    eprintln!(
+                        "cleanup: listing the Zun containers of node {} failed: {e}",
+                        self.node
+                    );
+                    break;
+                }
+            };
+            if left.is_empty() {
+                break;
+            }
+            if tokio::time::Instant::now() > deadline {
+                let ids: Vec<&str> = left.iter().map(|c| c.uuid.as_str()).collect();
+                eprintln!(
+                    "cleanup: Zun containers of node {} still there: {ids:?}",
+                    self.node
+                );
+                break;
+            }
+            for c in left.iter().filter(|c| c.status != "Deleting") {
+                if let Err(e) = self.zun.delete_container(&c.uuid, true, false).await {
+                    eprintln!("cleanup: deleting Zun container {} failed: {e}", c.uuid);
+                }
+            }
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        }
+        let _ = Api::<Node>::all(self.client.clone())
+            .delete(&self.node, &DeleteParams::default())
+            .await;
+    }
+}
+
+/// The pod's phase.
+pub fn phase(s: &PodStatus) -> &str {
+    s.phase.as_deref().unwrap_or("")
+}
+
+/// The first container's status.
+pub fn main_state(s: &PodStatus) -> k8s_openapi::api::core::v1::ContainerStatus {
+    s.container_statuses
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .next()
+        .unwrap_or_default()
+}
