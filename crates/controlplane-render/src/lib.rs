@@ -4,7 +4,9 @@
 //! controllers apply what these functions return, and the boot proof runs the real Keystone
 //! from exactly this output.
 
+pub mod authtoken;
 pub mod database;
+pub mod glance;
 pub mod hash;
 pub mod ini;
 pub mod keys;
