@@ -561,6 +561,19 @@ async fn rendered_glance_stores_images_in_files_and_s3_and_imports_from_the_allo
         bucket.name
     );
     assert_eq!(bucket.get(&s3_image), data_s3);
+    // Its location in Glance's database is an `s3+https` URL (glance_store talks TLS) into the
+    // proof's bucket; not printed: glance_store puts the S3 keys into it.
+    let location = mariadb_admin(&format!(
+        "SELECT value FROM {DB}.image_locations WHERE image_id = '{s3_image}' AND deleted = 0"
+    ));
+    assert!(
+        location.trim().starts_with("s3+https://")
+            && location
+                .trim()
+                .ends_with(&format!("/{}/{s3_image}", bucket.name)),
+        "the S3 image's location is not an s3+https URL into {}",
+        bucket.name
+    );
     // The image stored in files before the switch is still served from there.
     assert_eq!(api.download(&file_image).await, data_file);
 
