@@ -16,6 +16,8 @@ use crate::ini::Ini;
 use crate::service_user::ServiceEntry;
 use crate::uwsgi::Uwsgi;
 
+pub mod pod;
+
 /// Port the Glance API listens on inside the pod and on its Service.
 pub const PORT: u16 = 9292;
 /// Catalog service type of Glance.
@@ -26,6 +28,11 @@ pub const SERVICE_NAME: &str = "glance";
 pub const POD_CONFIG_DIR: &str = "/etc/glance";
 /// Where Glance keeps its staging and tasks stores and its locks in pods.
 pub const POD_STATE_DIR: &str = "/var/lib/glance";
+/// Where the file store's PVC is mounted in pods.
+pub const POD_IMAGES_DIR: &str = "/var/lib/glance/images";
+/// Where the S3 endpoint's CA bundle Secret is mounted in pods (beside, not inside, the config
+/// Secret's read-only mount, which cannot hold a mount point).
+pub const POD_S3_CA_DIR: &str = "/etc/glance-s3-ca";
 /// Backend id of the file store in `enabled_backends`. Images record the id of the store
 /// holding them, so the ids are fixed: renaming one would orphan every image in it.
 pub const FILE_BACKEND: &str = "file";
@@ -449,18 +456,34 @@ pub fn service_entry(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::objects::{self, JobParams, Owner};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
-    fn template() -> ServiceTemplate {
+    pub(crate) fn template() -> ServiceTemplate {
         let mut t = ServiceTemplate::default();
         t.config_overrides.insert(
             "DEFAULT".into(),
             BTreeMap::from([("image_size_cap".into(), "10737418240".into())]),
         );
         t
+    }
+
+    pub(crate) fn owner() -> Owner {
+        Owner {
+            reference: OwnerReference {
+                api_version: "controlplane.sunet.se/v1alpha1".into(),
+                kind: "Glance".into(),
+                name: "glance".into(),
+                uid: "0000-2222".into(),
+                controller: Some(true),
+                block_owner_deletion: Some(true),
+            },
+            namespace: "os".into(),
+            instance: "glance".into(),
+            service: "glance".into(),
+        }
     }
 
     fn s3() -> S3Store {
@@ -475,7 +498,7 @@ mod tests {
         }
     }
 
-    fn inputs(t: &ServiceTemplate) -> GlanceInputs<'_> {
+    pub(crate) fn inputs(t: &ServiceTemplate) -> GlanceInputs<'_> {
         GlanceInputs {
             template: t,
             database: Database {
@@ -513,7 +536,7 @@ mod tests {
         }
     }
 
-    fn conf(i: &GlanceInputs<'_>) -> Ini {
+    pub(crate) fn conf(i: &GlanceInputs<'_>) -> Ini {
         let text = glance_api_conf(i).expect("renders");
         let mut ini = Ini::default();
         let mut section = String::new();
@@ -703,19 +726,7 @@ mod tests {
     fn db_sync_job_snapshot() {
         let t = template();
         let i = inputs(&t);
-        let owner = Owner {
-            reference: OwnerReference {
-                api_version: "controlplane.sunet.se/v1alpha1".into(),
-                kind: "Glance".into(),
-                name: "glance".into(),
-                uid: "0000-2222".into(),
-                controller: Some(true),
-                block_owner_deletion: Some(true),
-            },
-            namespace: "os".into(),
-            instance: "glance".into(),
-            service: "glance".into(),
-        };
+        let owner = owner();
         let conf = glance_api_conf(&i).expect("renders");
         let hash = db_sync_hash("quay.io/openstack/glance:2026.1", &conf);
         let job = objects::job(
