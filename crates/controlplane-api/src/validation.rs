@@ -42,6 +42,38 @@ pub const PLACEMENT_OWNED_OPTIONS: &[(&str, &str)] = &[
     ("keystone_authtoken", "memcached_servers"),
 ];
 
+/// Glance's options the operator renders itself (database, token validation and the service
+/// user, the paste flavor, the stores and the web-download allow-list: an override of
+/// `allowed_hosts` could open web-download to every host).
+pub const GLANCE_OWNED_OPTIONS: &[(&str, &str)] = &[
+    ("database", "connection"),
+    ("paste_deploy", "flavor"),
+    ("DEFAULT", "enabled_backends"),
+    ("DEFAULT", "enabled_import_methods"),
+    ("glance_store", "default_backend"),
+    ("file", "filesystem_store_datadir"),
+    ("s3", "s3_store_host"),
+    ("s3", "s3_store_access_key"),
+    ("s3", "s3_store_secret_key"),
+    ("s3", "s3_store_bucket"),
+    ("s3", "s3_store_cacert"),
+    ("os_glance_staging_store", "filesystem_store_datadir"),
+    ("os_glance_tasks_store", "filesystem_store_datadir"),
+    ("import_filtering_opts", "allowed_schemes"),
+    ("import_filtering_opts", "allowed_hosts"),
+    ("import_filtering_opts", "allowed_ports"),
+    ("keystone_authtoken", "auth_type"),
+    ("keystone_authtoken", "auth_url"),
+    ("keystone_authtoken", "www_authenticate_uri"),
+    ("keystone_authtoken", "region_name"),
+    ("keystone_authtoken", "username"),
+    ("keystone_authtoken", "password"),
+    ("keystone_authtoken", "project_name"),
+    ("keystone_authtoken", "user_domain_name"),
+    ("keystone_authtoken", "project_domain_name"),
+    ("keystone_authtoken", "memcached_servers"),
+];
+
 #[derive(Default)]
 struct Errors(Vec<FieldError>);
 
@@ -282,6 +314,7 @@ impl Validate for OpenStackClusterSpec {
                 ),
                 Some(ServiceName::Keystone) => template(&mut e, &path, t, KEYSTONE_OWNED_OPTIONS),
                 Some(ServiceName::Placement) => template(&mut e, &path, t, PLACEMENT_OWNED_OPTIONS),
+                Some(ServiceName::Glance) => template(&mut e, &path, t, GLANCE_OWNED_OPTIONS),
                 Some(_) => template(&mut e, &path, t, &[]),
             }
         }

@@ -87,6 +87,21 @@ fn cluster_rules() {
             "spec.templates.placement.configOverrides.keystone_authtoken.memcached_servers"
         ]
     );
+    // Glance's too: the web-download allow-list and the stores are the operator's.
+    let mut gl = ok.clone();
+    gl["services"] = json!(["keystone", "glance"]);
+    gl["templates"] = json!({"glance": {"configOverrides": {
+        "DEFAULT": {"image_size_cap": "1073741824"},
+        "import_filtering_opts": {"allowed_hosts": "[]"},
+        "s3": {"s3_store_secret_key": "x"}}}});
+    let spec: controlplane_api::OpenStackClusterSpec = serde_json::from_value(gl).expect("parses");
+    assert_eq!(
+        paths(&spec),
+        vec![
+            "spec.templates.glance.configOverrides.import_filtering_opts.allowed_hosts",
+            "spec.templates.glance.configOverrides.s3.s3_store_secret_key"
+        ]
+    );
     let mut r = ok;
     r["release"] = json!("2023.1");
     let spec: controlplane_api::OpenStackClusterSpec = serde_json::from_value(r).expect("parses");

@@ -4,8 +4,10 @@
 //! controllers apply what these functions return, and the boot proof runs the real Keystone
 //! from exactly this output.
 
+pub mod authtoken;
 pub mod credential_keys;
 pub mod database;
+pub mod glance;
 pub mod hash;
 pub mod horizon;
 pub mod ini;

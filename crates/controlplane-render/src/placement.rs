@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use controlplane_api::common::ServiceTemplate;
 
+use crate::authtoken;
 use crate::database::Database;
 use crate::hash::InputHash;
 use crate::ini::Ini;
@@ -19,22 +20,7 @@ pub const SERVICE_TYPE: &str = "placement";
 /// Where `placement.conf` and `uwsgi.ini` are mounted in pods.
 pub const POD_CONFIG_DIR: &str = "/etc/placement";
 /// How Placement validates tokens and whom it authenticates as (`[keystone_authtoken]`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct KeystoneAuth {
-    /// Keystone URL the middleware talks to, e.g. `http://keystone-api.os.svc:5000/v3`.
-    pub auth_url: String,
-    /// Keystone URL clients are sent to in `WWW-Authenticate` (the public identity endpoint).
-    pub www_authenticate_uri: String,
-    /// Region of the deployed Keystone's identity endpoints: the middleware finds Keystone's
-    /// internal endpoint in the catalog there.
-    pub region: String,
-    /// Service user Placement authenticates as.
-    pub username: String,
-    /// That user's password (generated).
-    pub password: String,
-    /// Project of the service users.
-    pub project: String,
-}
+pub use crate::authtoken::KeystoneAuth;
 
 /// Where the rendered files are found by the processes that read them.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -81,7 +67,6 @@ pub struct PlacementInputs<'a> {
 /// Placement registers no `[cache]` group (oslo.cache); its memcached use is the token cache of
 /// keystonemiddleware, `[keystone_authtoken] memcached_servers`.
 pub fn placement_conf(i: &PlacementInputs<'_>) -> String {
-    let k = &i.keystone;
     let mut ini = Ini::default();
     ini.set("DEFAULT", "debug", "false");
     match &i.paths.log_file {
@@ -92,29 +77,8 @@ pub fn placement_conf(i: &PlacementInputs<'_>) -> String {
         .set("placement_database", "connection", i.database.url())
         .set("placement_database", "max_retries", "-1")
         .set("placement_database", "connection_recycle_time", "600")
-        .set("keystone_authtoken", "auth_type", "password")
-        .set("keystone_authtoken", "auth_url", k.auth_url.clone())
-        .set(
-            "keystone_authtoken",
-            "www_authenticate_uri",
-            k.www_authenticate_uri.clone(),
-        )
-        .set("keystone_authtoken", "region_name", k.region.clone())
-        .set("keystone_authtoken", "username", k.username.clone())
-        .set("keystone_authtoken", "password", k.password.clone())
-        .set("keystone_authtoken", "project_name", k.project.clone())
-        .set("keystone_authtoken", "user_domain_name", "Default")
-        .set("keystone_authtoken", "project_domain_name", "Default")
-        // Service tokens (Nova's, sent with a user's) count only from users with `service`.
-        .set("keystone_authtoken", "service_token_roles_required", "true")
         .set("oslo_middleware", "enable_proxy_headers_parsing", "true");
-    if !i.memcache_servers.is_empty() {
-        ini.set(
-            "keystone_authtoken",
-            "memcached_servers",
-            i.memcache_servers.join(","),
-        );
-    }
+    authtoken::set(&mut ini, &i.keystone, &i.memcache_servers);
     ini.merge(&i.template.config_overrides);
     ini.render()
 }

@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 
 mod support;
 use support::{
-    Proc, admin_password, free_port, memcached_items, run, start_memcached, test_cloud_dir,
-    venv_bin,
+    KEYSTONE, KeystoneCleanup, Proc, admin_password, free_port, mariadb_admin, memcached_items,
+    rss_kib, run, service_token, start_memcached, test_cloud_dir, venv_bin,
 };
 
 use controlplane_api::common::ServiceTemplate;
@@ -26,118 +26,9 @@ use controlplane_render::placement::{self, KeystoneAuth, Paths, PlacementInputs}
 use controlplane_render::secrets::password;
 use controlplane_render::service_user;
 
-const KEYSTONE: &str = "http://127.0.0.1:5000/v3";
 const REGION: &str = "CpProofPlacement";
 const USER: &str = "cpproof_placement";
 const DB: &str = "cpproof_placement";
-
-fn mariadb_admin(sql: &str) -> String {
-    run(
-        Command::new("mariadb").args([
-            "-h",
-            "127.0.0.1",
-            "-P",
-            "13306",
-            "-u",
-            "root",
-            "-N",
-            "-B",
-            "-e",
-            sql,
-        ]),
-        "mariadb (test cloud root)",
-    )
-}
-
-/// Removes what the proof registered in the test cloud's Keystone (its endpoints, region and
-/// user; never the shared `placement` service, which the proof only reuses) and its database.
-struct Cleanup(String);
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        let script = r#"import os
-from keystoneauth1 import session
-from keystoneauth1.identity import v3
-U = "http://127.0.0.1:5000/v3"
-s = session.Session(auth=v3.Password(auth_url=U, username="admin", password=os.environ["PW"],
-    project_name="admin", user_domain_id="default", project_domain_id="default"))
-for e in s.get(U + "/endpoints", params={"region_id": os.environ["REGION"]}).json()["endpoints"]:
-    if e.get("region_id") == os.environ["REGION"]:
-        s.delete(U + "/endpoints/" + e["id"])
-if any(r["id"] == os.environ["REGION"] for r in s.get(U + "/regions").json()["regions"]):
-    s.delete(U + "/regions/" + os.environ["REGION"])
-for u in s.get(U + "/users", params={"name": os.environ["USER_NAME"]}).json()["users"]:
-    s.delete(U + "/users/" + u["id"])
-"#;
-        let out = Command::new(venv_bin("python3"))
-            .arg("-c")
-            .arg(script)
-            .env("PW", &self.0)
-            .env("REGION", REGION)
-            .env("USER_NAME", USER)
-            .output();
-        match out {
-            Ok(o) if o.status.success() => {}
-            Ok(o) => eprintln!(
-                "cleanup of the proof's Keystone entries failed: {}",
-                String::from_utf8_lossy(&o.stderr)
-            ),
-            Err(e) => eprintln!("cleanup of the proof's Keystone entries: {e}"),
-        }
-        let _ = Command::new("mariadb")
-            .args(["-h", "127.0.0.1", "-P", "13306", "-u", "root", "-e"])
-            .arg(format!(
-                "DROP DATABASE IF EXISTS {DB}; DROP USER IF EXISTS '{DB}'@'%'"
-            ))
-            .output();
-    }
-}
-
-/// Resident memory in KiB of a process and its children (uwsgi's master and workers), read from
-/// /proc; reported, not asserted.
-fn rss_kib(pid: u32) -> u64 {
-    let own = std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("VmRSS:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        })
-        .unwrap_or(0);
-    let children =
-        std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
-    own + children
-        .split_whitespace()
-        .filter_map(|c| c.parse().ok())
-        .map(rss_kib)
-        .sum::<u64>()
-}
-
-/// A token of the proof's service user, scoped to `service`, and its catalog.
-async fn service_token(client: &reqwest::Client, pw: &str) -> (String, serde_json::Value) {
-    let body = serde_json::json!({"auth": {"identity": {"methods": ["password"], "password": {"user": {
-        "name": USER, "domain": {"id": "default"}, "password": pw}}},
-        "scope": {"project": {"name": "service", "domain": {"id": "default"}}}}});
-    let resp = client
-        .post(format!("{KEYSTONE}/auth/tokens"))
-        .json(&body)
-        .send()
-        .await
-        .expect("token request");
-    assert_eq!(
-        resp.status(),
-        201,
-        "token request answered {}",
-        resp.status()
-    );
-    let token = resp
-        .headers()
-        .get("x-subject-token")
-        .and_then(|v| v.to_str().ok())
-        .expect("X-Subject-Token")
-        .to_string();
-    (token, resp.json().await.expect("token JSON"))
-}
 
 async fn get(
     client: &reqwest::Client,
@@ -178,7 +69,12 @@ async fn rendered_placement_boots_and_serves_resource_providers() {
     let _ = ROOT.set(root.to_path_buf());
     let (api_port, mc_port) = (free_port(), free_port());
     let admin_pw = admin_password();
-    let _cleanup = Cleanup(admin_pw.clone());
+    let _cleanup = KeystoneCleanup {
+        admin_password: admin_pw.clone(),
+        region: REGION,
+        user: USER,
+        database: DB,
+    };
 
     let _memcached = start_memcached(mc_port);
 
@@ -311,7 +207,7 @@ async fn rendered_placement_boots_and_serves_resource_providers() {
     );
 
     // The service user the step created authenticates, and the catalog it set up is there.
-    let (token, body) = service_token(&client, &keystone.password).await;
+    let (token, body) = service_token(&client, USER, &keystone.password).await;
     let svc = body["token"]["catalog"]
         .as_array()
         .and_then(|c| c.iter().find(|s| s["type"] == placement::SERVICE_TYPE))

@@ -1,4 +1,8 @@
-//! What the boot proofs share: the test cloud's paths, child processes, commands.
+//! What the boot proofs share: the test cloud's paths, child processes, commands, its MariaDB
+//! and Keystone admin, and the cleanup of what a proof registered there.
+
+// Each test binary compiles this module and uses a part of it.
+#![allow(dead_code)]
 
 use std::net::TcpListener;
 use std::path::PathBuf;
@@ -84,8 +88,29 @@ pub fn memcached_items(port: u16) -> u64 {
         .unwrap_or(0)
 }
 
+/// The Keystone of the test cloud the proofs register their service users and endpoints in.
+pub const KEYSTONE: &str = "http://127.0.0.1:5000/v3";
+
+/// Runs SQL as the test cloud's MariaDB root and returns the rows (tab-separated).
+pub fn mariadb_admin(sql: &str) -> String {
+    run(
+        Command::new("mariadb").args([
+            "-h",
+            "127.0.0.1",
+            "-P",
+            "13306",
+            "-u",
+            "root",
+            "-N",
+            "-B",
+            "-e",
+            sql,
+        ]),
+        "mariadb (test cloud root)",
+    )
+}
+
 /// The test cloud's Keystone admin password, from the clouds.yaml it wrote.
-#[allow(dead_code)] // not every boot proof logs in as the admin
 pub fn admin_password() -> String {
     let clouds = test_cloud_dir().join("clouds.yaml");
     run(
@@ -96,6 +121,111 @@ pub fn admin_password() -> String {
     )
     .trim()
     .to_string()
+}
+
+/// Removes what a proof registered in the test cloud's Keystone (the endpoints in its own
+/// region, the region and its service user; never the shared catalog service, which the proof
+/// only reuses) and its database, when dropped.
+pub struct KeystoneCleanup {
+    /// Keystone's admin password.
+    pub admin_password: String,
+    /// The proof's own region.
+    pub region: &'static str,
+    /// The proof's service user.
+    pub user: &'static str,
+    /// The proof's database (and database user).
+    pub database: &'static str,
+}
+
+impl Drop for KeystoneCleanup {
+    fn drop(&mut self) {
+        let script = r#"import os
+from keystoneauth1 import session
+from keystoneauth1.identity import v3
+U = "http://127.0.0.1:5000/v3"
+s = session.Session(auth=v3.Password(auth_url=U, username="admin", password=os.environ["PW"],
+    project_name="admin", user_domain_id="default", project_domain_id="default"))
+for e in s.get(U + "/endpoints", params={"region_id": os.environ["REGION"]}).json()["endpoints"]:
+    if e.get("region_id") == os.environ["REGION"]:
+        s.delete(U + "/endpoints/" + e["id"])
+if any(r["id"] == os.environ["REGION"] for r in s.get(U + "/regions").json()["regions"]):
+    s.delete(U + "/regions/" + os.environ["REGION"])
+for u in s.get(U + "/users", params={"name": os.environ["USER_NAME"]}).json()["users"]:
+    s.delete(U + "/users/" + u["id"])
+"#;
+        let out = Command::new(venv_bin("python3"))
+            .arg("-c")
+            .arg(script)
+            .env("PW", &self.admin_password)
+            .env("REGION", self.region)
+            .env("USER_NAME", self.user)
+            .output();
+        match out {
+            Ok(o) if o.status.success() => {}
+            Ok(o) => eprintln!(
+                "cleanup of the proof's Keystone entries failed: {}",
+                String::from_utf8_lossy(&o.stderr)
+            ),
+            Err(e) => eprintln!("cleanup of the proof's Keystone entries: {e}"),
+        }
+        let db = self.database;
+        let _ = Command::new("mariadb")
+            .args(["-h", "127.0.0.1", "-P", "13306", "-u", "root", "-e"])
+            .arg(format!(
+                "DROP DATABASE IF EXISTS {db}; DROP USER IF EXISTS '{db}'@'%'"
+            ))
+            .output();
+    }
+}
+
+/// Resident memory in KiB of a process and its children (uwsgi's master and workers), read from
+/// /proc; reported, not asserted.
+pub fn rss_kib(pid: u32) -> u64 {
+    let own = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0);
+    let children =
+        std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+    own + children
+        .split_whitespace()
+        .filter_map(|c| c.parse().ok())
+        .map(rss_kib)
+        .sum::<u64>()
+}
+
+/// A token of a service user, scoped to `service`, and its catalog.
+pub async fn service_token(
+    client: &reqwest::Client,
+    user: &str,
+    pw: &str,
+) -> (String, serde_json::Value) {
+    let body = serde_json::json!({"auth": {"identity": {"methods": ["password"], "password": {"user": {
+        "name": user, "domain": {"id": "default"}, "password": pw}}},
+        "scope": {"project": {"name": "service", "domain": {"id": "default"}}}}});
+    let resp = client
+        .post(format!("{KEYSTONE}/auth/tokens"))
+        .json(&body)
+        .send()
+        .await
+        .expect("token request");
+    assert_eq!(
+        resp.status(),
+        201,
+        "token request answered {}",
+        resp.status()
+    );
+    let token = resp
+        .headers()
+        .get("x-subject-token")
+        .and_then(|v| v.to_str().ok())
+        .expect("X-Subject-Token")
+        .to_string();
+    (token, resp.json().await.expect("token JSON"))
 }
 
 /// A memcached of the test's own on `port` (loopback, no UDP), stopped when dropped.

@@ -1,0 +1,64 @@
+//! keystonemiddleware's `[keystone_authtoken]`: how an API service validates tokens and whom it
+//! authenticates as. Every API service but Keystone renders the same block, so it is written
+//! once here.
+
+use crate::ini::Ini;
+
+/// How a service validates tokens and whom it authenticates as (`[keystone_authtoken]`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeystoneAuth {
+    /// Keystone URL the middleware talks to, e.g. `http://keystone-api.os.svc:5000/v3`.
+    pub auth_url: String,
+    /// Keystone URL clients are sent to in `WWW-Authenticate` (the public identity endpoint).
+    pub www_authenticate_uri: String,
+    /// Region of the deployed Keystone's identity endpoints: the middleware finds Keystone's
+    /// internal endpoint in the catalog there.
+    pub region: String,
+    /// Service user the service authenticates as.
+    pub username: String,
+    /// That user's password (generated).
+    pub password: String,
+    /// Project of the service users.
+    pub project: String,
+}
+
+/// The options of `[keystone_authtoken]` every service owns (refused as overrides).
+pub const OWNED_OPTIONS: &[&str] = &[
+    "auth_type",
+    "auth_url",
+    "www_authenticate_uri",
+    "region_name",
+    "username",
+    "password",
+    "project_name",
+    "user_domain_name",
+    "project_domain_name",
+    "memcached_servers",
+];
+
+/// Sets `[keystone_authtoken]`; `memcache_servers` (`host:port`) is the middleware's token
+/// cache, none when empty.
+pub fn set(ini: &mut Ini, k: &KeystoneAuth, memcache_servers: &[String]) {
+    ini.set("keystone_authtoken", "auth_type", "password")
+        .set("keystone_authtoken", "auth_url", k.auth_url.clone())
+        .set(
+            "keystone_authtoken",
+            "www_authenticate_uri",
+            k.www_authenticate_uri.clone(),
+        )
+        .set("keystone_authtoken", "region_name", k.region.clone())
+        .set("keystone_authtoken", "username", k.username.clone())
+        .set("keystone_authtoken", "password", k.password.clone())
+        .set("keystone_authtoken", "project_name", k.project.clone())
+        .set("keystone_authtoken", "user_domain_name", "Default")
+        .set("keystone_authtoken", "project_domain_name", "Default")
+        // Service tokens (Nova's, sent with a user's) count only from users with `service`.
+        .set("keystone_authtoken", "service_token_roles_required", "true");
+    if !memcache_servers.is_empty() {
+        ini.set(
+            "keystone_authtoken",
+            "memcached_servers",
+            memcache_servers.join(","),
+        );
+    }
+}
