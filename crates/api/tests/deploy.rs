@@ -1802,3 +1802,39 @@ fn control_plane_crd_copies_equal_deploy_crds_controlplane() {
         );
     }
 }
+
+/// What the chart adds for a flag: its render minus the default render's objects.
+fn chart_part(overrides: Value) -> Vec<Value> {
+    let base: BTreeSet<String> = chart(json!({})).iter().map(key).collect();
+    chart(overrides)
+        .into_iter()
+        .filter(|d| !base.contains(&key(d)))
+        .collect()
+}
+
+/// The example overlays of each part install what the chart's flag adds (image tag included).
+#[test]
+fn part_overlays_render_what_the_chart_adds() {
+    assert_same(
+        without_kinds(
+            kustomize(&repo().join("deploy/kustomize/overlays/control-plane")),
+            &["Namespace"],
+        ),
+        chart_part(json!({"controlPlane": {"enabled": true}})),
+        "overlays/control-plane vs the chart's controlPlane part",
+    );
+    let clouds = std::fs::read_to_string(
+        repo().join("deploy/kustomize/overlays/virtual-kubelet/clouds.yaml"),
+    )
+    .unwrap();
+    assert_same(
+        without_kinds(
+            kustomize(&repo().join("deploy/kustomize/overlays/virtual-kubelet")),
+            &["Namespace"],
+        ),
+        chart_part(
+            json!({"virtualKubelet": {"enabled": true, "credentials": {"cloudsYaml": clouds}}}),
+        ),
+        "overlays/virtual-kubelet vs the chart's virtualKubelet part",
+    );
+}
