@@ -9,7 +9,7 @@
 //! so a template that outgrows it fails loudly instead of rendering wrongly. When a real `helm`
 //! is on PATH, `real_helm_agrees_with_the_renderer` also compares the two.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -1577,11 +1577,18 @@ fn call_lists_cover_the_apis_the_parts_use() {
 
 // --- the Deployments run flags that exist ---------------------------------------------------
 
-/// The flags (`--long`) and environment variables of the clap `Args` struct in `file`, read
-/// from its `#[arg(...)]` attributes.
-fn clap_args(file: &str) -> (BTreeSet<String>, BTreeSet<String>) {
+/// A flag of a clap `Args` struct: its value type and environment variable.
+struct Flag {
+    /// The field's type with `Option<>`/`Vec<>` removed, e.g. `bool`, `u64`, `LogFormat`.
+    ty: String,
+    env: Option<String>,
+}
+
+/// The flags (`--long`) of the clap `Args` struct in `file`, read from its `#[arg(...)]`
+/// attributes and fields.
+fn clap_args(file: &str) -> BTreeMap<String, Flag> {
     let src = std::fs::read_to_string(repo().join(file)).unwrap();
-    let (mut flags, mut envs) = (BTreeSet::new(), BTreeSet::new());
+    let mut flags = BTreeMap::new();
     for (i, _) in src.match_indices("#[arg(") {
         let rest = &src[i..];
         let end = rest.find(")]").unwrap();
@@ -1592,26 +1599,85 @@ fn clap_args(file: &str) -> (BTreeSet<String>, BTreeSet<String>) {
                 v[..v.find('"').unwrap()].to_string()
             })
         };
-        // The field: the first `name:` line after the attribute(s).
+        // The field: the first `name: Type,` line after the attribute(s).
         let field = rest[end..]
             .lines()
             .skip(1)
             .map(str::trim)
             .find(|l| !l.starts_with("#[") && !l.starts_with("///") && l.contains(':'))
             .unwrap();
-        let field = field.trim_start_matches("pub ");
-        let field = &field[..field.find(':').unwrap()];
-        assert!(attr.contains("long"), "{file}: {field} has no --long flag");
-        flags.insert(format!(
-            "--{}",
-            quoted("long").unwrap_or_else(|| field.replace('_', "-"))
-        ));
-        if let Some(e) = quoted("env") {
-            envs.insert(e);
-        }
+        let field = field.trim_start_matches("pub ").trim_end_matches(',');
+        let (name, ty) = field.split_once(':').unwrap();
+        assert!(attr.contains("long"), "{file}: {name} has no --long flag");
+        let ty = ty.trim();
+        let ty = ["Option<", "Vec<"]
+            .iter()
+            .find_map(|w| ty.strip_prefix(w).and_then(|t| t.strip_suffix('>')))
+            .unwrap_or(ty);
+        flags.insert(
+            format!(
+                "--{}",
+                quoted("long").unwrap_or_else(|| name.replace('_', "-"))
+            ),
+            Flag {
+                ty: ty.rsplit("::").next().unwrap().to_string(),
+                env: quoted("env"),
+            },
+        );
     }
     assert!(!flags.is_empty(), "{file}: no #[arg] found");
-    (flags, envs)
+    flags
+}
+
+/// The values clap accepts for a `ValueEnum` defined in crates/openstack-operator/src: its
+/// variants in kebab case; `None` when `ty` is no such enum.
+fn value_enum(ty: &str) -> Option<Vec<String>> {
+    for file in rust_files(&repo().join("crates/openstack-operator/src")) {
+        let src = std::fs::read_to_string(&file).unwrap();
+        let Some(i) = src.find(&format!("pub enum {ty} {{")) else {
+            continue;
+        };
+        let derive = &src[..i].rsplit("#[derive(").next().unwrap();
+        assert!(derive.contains("ValueEnum"), "{ty} is not a clap ValueEnum");
+        let body = &src[i..i + src[i..].find('}').unwrap()];
+        let variants = body
+            .lines()
+            .skip(1)
+            .map(str::trim)
+            .filter(|l| !l.starts_with("//") && !l.is_empty())
+            .map(|l| {
+                let v = l.trim_end_matches(',');
+                let mut kebab = String::new();
+                for (n, ch) in v.chars().enumerate() {
+                    if ch.is_uppercase() && n > 0 {
+                        kebab.push('-');
+                    }
+                    kebab.push(ch.to_ascii_lowercase());
+                }
+                kebab
+            })
+            .collect();
+        return Some(variants);
+    }
+    None
+}
+
+/// `value` is one clap accepts for a flag of type `ty` (only types the manifests use).
+fn check_value(what: &str, ty: &str, value: &str) {
+    let ok = match ty {
+        "String" | "PathBuf" => true,
+        "bool" => ["true", "false"].contains(&value),
+        "u64" | "i32" | "u16" => value.parse::<i64>().is_ok(),
+        "f64" => value.parse::<f64>().is_ok(),
+        "SocketAddr" => value.parse::<std::net::SocketAddr>().is_ok(),
+        "IpAddr" => value.parse::<std::net::IpAddr>().is_ok(),
+        other => {
+            let variants = value_enum(other)
+                .unwrap_or_else(|| panic!("{what}: unknown flag type {other}: extend check_value"));
+            value.split(',').all(|v| variants.iter().any(|x| x == v))
+        }
+    };
+    assert!(ok, "{what}: {value:?} is not a valid {ty}");
 }
 
 /// Environment variables the code under `dirs` reads itself (not through clap).
@@ -1649,26 +1715,46 @@ fn check_command(dep: &Value, subcommand: &str, args_file: &str, env_dirs: &[&st
         main.contains(&format!("    {variant}(")),
         "main.rs has no subcommand {subcommand} ({variant})"
     );
-    let (flags, envs) = clap_args(args_file);
+    let flags = clap_args(args_file);
     let c = &dep["spec"]["template"]["spec"]["containers"][0];
     let args = strings(&c["args"]);
     assert_eq!(args.first().map(String::as_str), Some(subcommand));
     for a in &args[1..] {
-        let flag = a.split('=').next().unwrap();
-        assert!(
-            flags.contains(flag),
-            "{}: {flag} is not a flag of `openstack-operator {subcommand}` ({flags:?})",
-            key(dep)
-        );
+        let (flag, value) = match a.split_once('=') {
+            Some((f, v)) => (f, Some(v)),
+            None => (a.as_str(), None),
+        };
+        let f = flags.get(flag).unwrap_or_else(|| {
+            panic!(
+                "{}: {flag} is not a flag of `openstack-operator {subcommand}` ({:?})",
+                key(dep),
+                flags.keys().collect::<Vec<_>>()
+            )
+        });
+        match (f.ty.as_str(), value) {
+            ("bool", None) => {}
+            ("bool", Some(_)) => panic!("{}: {a}: a switch takes no value", key(dep)),
+            (_, None) => panic!("{}: {a}: write values as {flag}=VALUE", key(dep)),
+            (ty, Some(v)) => check_value(&format!("{} {flag}", key(dep)), ty, v),
+        }
     }
     let read = env_reads(env_dirs);
     for e in c["env"].as_array().unwrap() {
         let name = e["name"].as_str().unwrap();
-        assert!(
-            envs.contains(name) || read.contains(name),
-            "{}: {name} is neither an env of `openstack-operator {subcommand}`'s flags ({envs:?}) nor read by the code",
-            key(dep)
-        );
+        match flags.values().find(|f| f.env.as_deref() == Some(name)) {
+            Some(f) => {
+                if let Some(v) = e["value"].as_str()
+                    && !(v.is_empty() && f.ty == "String")
+                {
+                    check_value(&format!("{} env {name}", key(dep)), &f.ty, v);
+                }
+            }
+            None => assert!(
+                read.contains(name),
+                "{}: {name} is neither the env of a flag of `openstack-operator {subcommand}` nor read by the code",
+                key(dep)
+            ),
+        }
     }
 }
 
