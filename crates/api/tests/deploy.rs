@@ -1924,3 +1924,50 @@ fn part_overlays_render_what_the_chart_adds() {
         "overlays/virtual-kubelet vs the chart's virtualKubelet part",
     );
 }
+
+/// `d` read as its Kubernetes type and written back: what the type does not know (a
+/// misspelt or misplaced field) is dropped and shows as a difference.
+fn round_trip(d: &Value) -> Value {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::api::core::v1::{Namespace, Secret, Service, ServiceAccount};
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    fn rt<T: serde::de::DeserializeOwned + serde::Serialize>(d: &Value) -> Value {
+        let typed: T =
+            serde_json::from_value(d.clone()).unwrap_or_else(|e| panic!("{}: {e}", key(d)));
+        serde_json::to_value(typed).unwrap()
+    }
+    match d["kind"].as_str().unwrap_or_default() {
+        "Deployment" => rt::<Deployment>(d),
+        "Service" => rt::<Service>(d),
+        "ServiceAccount" => rt::<ServiceAccount>(d),
+        "Secret" => rt::<Secret>(d),
+        "Namespace" => rt::<Namespace>(d),
+        "ClusterRole" => rt::<ClusterRole>(d),
+        "ClusterRoleBinding" => rt::<ClusterRoleBinding>(d),
+        "Role" => rt::<Role>(d),
+        "RoleBinding" => rt::<RoleBinding>(d),
+        "CustomResourceDefinition" => rt::<CustomResourceDefinition>(d),
+        other => panic!("{}: no schema check for kind {other}", key(d)),
+    }
+}
+
+/// Every object the parts install is valid for its Kubernetes type (no unknown fields).
+#[test]
+fn part_objects_match_their_kubernetes_types() {
+    let docs = chart(json!({
+        "controlPlane": {"enabled": true},
+        "virtualKubelet": {"enabled": true, "network": "n", "credentials": {"cloudsYaml": "x"}},
+    }));
+    let kdocs = overlay_with_parts(&["control-plane", "virtual-kubelet"]);
+    let mut out = Vec::new();
+    // normalize: kustomize wraps Secret data, which the API server's decoder accepts.
+    for d in normalize(docs).iter().chain(&normalize(kdocs)) {
+        diffs(d, &round_trip(d), &key(d), &mut out);
+    }
+    assert!(
+        out.is_empty(),
+        "fields their types do not have:\n{}",
+        out.join("\n")
+    );
+}
