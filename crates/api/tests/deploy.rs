@@ -1145,6 +1145,28 @@ fn real_helm_agrees_with_the_renderer() {
     );
     let real = parse(&String::from_utf8_lossy(&out.stdout), "helm template");
     assert_same(real, chart(json!({})), "helm template vs the test renderer");
+    // And with the other two parts on.
+    let out = Command::new("helm")
+        .args(["template", "openstack-operator"])
+        .arg(chart_dir())
+        .args(["--namespace", NAMESPACE, "--include-crds"])
+        .args([
+            "--set",
+            "controlPlane.enabled=true,virtualKubelet.enabled=true",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "helm template with both parts: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let real = parse(&String::from_utf8_lossy(&out.stdout), "helm template");
+    assert_same(
+        real,
+        chart(json!({"controlPlane": {"enabled": true}, "virtualKubelet": {"enabled": true}})),
+        "helm template with both parts vs the test renderer",
+    );
 }
 
 // ------------------------------------------------------------------------------------------
