@@ -1,6 +1,10 @@
 //! The deployment manifests: the kustomize overlay and the Helm chart render the same objects,
 //! their RBAC grants exactly the API calls the operator makes, and the CRD copies under
-//! deploy/helm and deploy/kustomize equal deploy/crds.
+//! deploy/helm and deploy/kustomize equal deploy/crds. The same for the two other parts of the
+//! binary (the control-plane operator and the Zun virtual kubelet: kustomize bases
+//! deploy/kustomize/{control-plane,virtual-kubelet}, chart flags controlPlane.enabled and
+//! virtualKubelet.enabled), whose Deployments are also checked against the clap flags of their
+//! subcommands.
 //!
 //! The overlay is rendered by `kubectl kustomize` (kubectl must be installed). Helm is not
 //! installable on our build machines, so the chart is rendered by [`helm`] below: a small
