@@ -1,6 +1,10 @@
 //! The deployment manifests: the kustomize overlay and the Helm chart render the same objects,
 //! their RBAC grants exactly the API calls the operator makes, and the CRD copies under
-//! deploy/helm and deploy/kustomize equal deploy/crds.
+//! deploy/helm and deploy/kustomize equal deploy/crds. The same for the two other parts of the
+//! binary (the control-plane operator and the Zun virtual kubelet: kustomize bases
+//! deploy/kustomize/{control-plane,virtual-kubelet}, chart flags controlPlane.enabled and
+//! virtualKubelet.enabled), whose Deployments are also checked against the clap flags of their
+//! subcommands.
 //!
 //! The overlay is rendered by `kubectl kustomize` (kubectl must be installed). Helm is not
 //! installable on our build machines, so the chart is rendered by [`helm`] below: a small
@@ -9,7 +13,7 @@
 //! so a template that outgrows it fails loudly instead of rendering wrongly. When a real `helm`
 //! is on PATH, `real_helm_agrees_with_the_renderer` also compares the two.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -469,6 +473,17 @@ fn normalize(mut docs: Vec<Value>) -> Vec<Value> {
                 *v = json!(v.as_str().unwrap_or_default().replace('\n', ""));
             }
         }
+        // The chart keeps the control-plane CRDs on `helm uninstall`; kustomize has no such
+        // notion.
+        if let Some(ann) = d
+            .pointer_mut("/metadata/annotations")
+            .and_then(Value::as_object_mut)
+        {
+            ann.remove("helm.sh/resource-policy");
+            if ann.is_empty() {
+                d["metadata"].as_object_mut().unwrap().remove("annotations");
+            }
+        }
         if let Some(labels) = d
             .pointer_mut("/metadata/labels")
             .and_then(Value::as_object_mut)
@@ -868,9 +883,23 @@ struct Rule {
 }
 
 fn rules(docs: &[Value]) -> Vec<Rule> {
+    rules_of(docs, "openstack-operator", true)
+}
+
+/// The rules of the ClusterRole `name` and, with `with_role`, of the Role of the same name.
+fn rules_of(docs: &[Value], name: &str, with_role: bool) -> Vec<Rule> {
     let mut out = Vec::new();
     for (kind, scope) in [("ClusterRole", Scope::Cluster), ("Role", Scope::Operator)] {
-        let role = find(docs, kind, "openstack-operator");
+        if kind == "Role" && !with_role {
+            assert!(
+                !docs
+                    .iter()
+                    .any(|d| d["kind"] == "Role" && d["metadata"]["name"] == name),
+                "unexpected Role {name}"
+            );
+            continue;
+        }
+        let role = find(docs, kind, name);
         if scope == Scope::Operator {
             assert_eq!(role["metadata"]["namespace"], NAMESPACE);
         }
@@ -888,9 +917,26 @@ fn rules(docs: &[Value]) -> Vec<Rule> {
 }
 
 fn check_rbac(docs: &[Value]) {
-    let rules = rules(docs);
-    let calls = calls();
-    for r in &rules {
+    check_rules(&rules(docs), &calls());
+    // The bindings give the rules to the operator's ServiceAccount.
+    for kind in ["ClusterRoleBinding", "RoleBinding"] {
+        let b = find(docs, kind, "openstack-operator");
+        assert_eq!(
+            b["subjects"],
+            json!([{"kind": "ServiceAccount", "name": "openstack-operator", "namespace": NAMESPACE}]),
+            "{kind} subjects"
+        );
+    }
+    let dep = find(docs, "Deployment", "openstack-operator");
+    assert_eq!(
+        dep["spec"]["template"]["spec"]["serviceAccountName"],
+        "openstack-operator"
+    );
+}
+
+/// Every call is allowed by a rule, and every rule allows only calls of the list.
+fn check_rules(rules: &[Rule], calls: &[Call]) {
+    for r in rules {
         for s in r
             .groups
             .iter()
@@ -902,7 +948,7 @@ fn check_rbac(docs: &[Value]) {
         }
     }
     // Every call is allowed, in the right place.
-    for c in &calls {
+    for c in calls {
         let ok = rules.iter().any(|r| {
             r.scope == c.scope
                 && r.groups.iter().any(|g| g == c.group)
@@ -917,7 +963,7 @@ fn check_rbac(docs: &[Value]) {
         );
     }
     // Nothing else is granted: every (group, resource, verb[, name]) a rule grants is a call.
-    for r in &rules {
+    for r in rules {
         for g in &r.groups {
             for res in &r.resources {
                 for v in &r.verbs {
@@ -952,20 +998,6 @@ fn check_rbac(docs: &[Value]) {
             }
         }
     }
-    // The bindings give the rules to the operator's ServiceAccount.
-    for kind in ["ClusterRoleBinding", "RoleBinding"] {
-        let b = find(docs, kind, "openstack-operator");
-        assert_eq!(
-            b["subjects"],
-            json!([{"kind": "ServiceAccount", "name": "openstack-operator", "namespace": NAMESPACE}]),
-            "{kind} subjects"
-        );
-    }
-    let dep = find(docs, "Deployment", "openstack-operator");
-    assert_eq!(
-        dep["spec"]["template"]["spec"]["serviceAccountName"],
-        "openstack-operator"
-    );
 }
 
 #[test]
@@ -1117,4 +1149,850 @@ fn real_helm_agrees_with_the_renderer() {
     );
     let real = parse(&String::from_utf8_lossy(&out.stdout), "helm template");
     assert_same(real, chart(json!({})), "helm template vs the test renderer");
+    // And with the other two parts on.
+    let out = Command::new("helm")
+        .args(["template", "openstack-operator"])
+        .arg(chart_dir())
+        .args(["--namespace", NAMESPACE, "--include-crds"])
+        .args([
+            "--set",
+            "controlPlane.enabled=true,virtualKubelet.enabled=true",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "helm template with both parts: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let real = parse(&String::from_utf8_lossy(&out.stdout), "helm template");
+    assert_same(
+        real,
+        chart(json!({"controlPlane": {"enabled": true}, "virtualKubelet": {"enabled": true}})),
+        "helm template with both parts vs the test renderer",
+    );
+}
+
+// ------------------------------------------------------------------------------------------
+// The two other parts of the binary: the control-plane operator and the Zun virtual kubelet.
+// Each has a namespace-less kustomize base (deploy/kustomize/control-plane,
+// deploy/kustomize/virtual-kubelet) and a chart flag (controlPlane.enabled,
+// virtualKubelet.enabled) rendering the same objects.
+
+const CP: &str = "openstack-operator-control-plane";
+const VK: &str = "openstack-operator-virtual-kubelet";
+const VK_NODE: &str = "virtual-kubelet";
+
+const CP_CRDS: [&str; 3] = [
+    "keystones.controlplane.sunet.se",
+    "openstackclusters.controlplane.sunet.se",
+    "openstackexternalservices.controlplane.sunet.se",
+];
+
+/// Renders the example overlay plus the given bases (`deploy/kustomize/<base>`) in the
+/// operator's namespace with the chart's image tag, as an overlay of the user's would.
+fn overlay_with_parts(bases: &[&str]) -> Vec<Value> {
+    let dir = std::env::temp_dir().join(format!(
+        "deploy-parts-test-{}-{}",
+        std::process::id(),
+        bases.join("-")
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let dir = dir.canonicalize().unwrap();
+    let repo = repo().canonicalize().unwrap();
+    let up = "../".repeat(dir.components().count() - 1);
+    let rel = |p: &str| format!("{up}{}/{p}", repo.strip_prefix("/").unwrap().display());
+    let mut k = format!(
+        "namespace: {NAMESPACE}\nimages:\n- name: openstack-operator\n  newTag: \"{}\"\nresources:\n- {}\n",
+        env!("CARGO_PKG_VERSION"),
+        rel("deploy/kustomize/overlays/example")
+    );
+    for b in bases {
+        k.push_str(&format!("- {}\n", rel(&format!("deploy/kustomize/{b}"))));
+    }
+    std::fs::write(dir.join("kustomization.yaml"), k).unwrap();
+    let docs = kustomize(&dir);
+    let _ = std::fs::remove_dir_all(&dir);
+    docs
+}
+
+#[test]
+fn parts_are_off_by_default() {
+    let docs = chart(json!({}));
+    for d in &docs {
+        let name = d["metadata"]["name"].as_str().unwrap_or_default();
+        assert!(
+            name != CP && name != VK && !CP_CRDS.contains(&name),
+            "the default render has {} {name}",
+            d["kind"]
+        );
+    }
+}
+
+#[test]
+fn chart_with_control_plane_renders_the_control_plane_base() {
+    assert_same(
+        without_kinds(
+            overlay_with_parts(&["control-plane"]),
+            &["Namespace", "Secret"],
+        ),
+        chart(json!({"controlPlane": {"enabled": true}})),
+        "chart with controlPlane.enabled vs overlays/example + control-plane",
+    );
+}
+
+#[test]
+fn chart_with_virtual_kubelet_renders_the_virtual_kubelet_base() {
+    assert_same(
+        without_kinds(
+            overlay_with_parts(&["virtual-kubelet"]),
+            &["Namespace", "Secret"],
+        ),
+        chart(json!({"virtualKubelet": {"enabled": true}})),
+        "chart with virtualKubelet.enabled vs overlays/example + virtual-kubelet",
+    );
+}
+
+#[test]
+fn chart_with_every_part_renders_every_base() {
+    assert_same(
+        without_kinds(
+            overlay_with_parts(&["control-plane", "virtual-kubelet"]),
+            &["Namespace"],
+        ),
+        chart(json!({
+            "credentials": {"cloudsYaml": overlay_clouds_yaml()},
+            "controlPlane": {"enabled": true},
+            "virtualKubelet": {"enabled": true},
+        })),
+        "chart with both parts vs overlays/example + both bases",
+    );
+}
+
+#[test]
+fn virtual_kubelet_options_change_what_they_say() {
+    let docs = chart(json!({"virtualKubelet": {
+        "enabled": true,
+        "nodeName": "zun-a",
+        "network": "pods-net",
+        "rotateServerCertificates": false,
+        "credentials": {"cloudsYaml": "clouds: {}\n", "secretName": "vk-creds", "cloud": "zun"},
+        "log": {"format": "text", "level": "debug"},
+    }}));
+    let dep = find(&docs, "Deployment", VK);
+    let c = &dep["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(c["args"], json!(["virtual-kubelet", "--log-format=text"]));
+    let env = c["env"].as_array().unwrap();
+    let value = |n: &str| {
+        env.iter()
+            .find(|e| e["name"] == n)
+            .map(|e| e["value"].clone())
+            .unwrap_or(Value::Null)
+    };
+    assert_eq!(value("VK_NODE_NAME"), "zun-a");
+    assert_eq!(value("VK_NETWORK"), "pods-net");
+    assert_eq!(value("OS_CLOUD"), "zun");
+    assert_eq!(value("LOG_LEVEL"), "debug");
+    assert_eq!(
+        dep["spec"]["template"]["spec"]["volumes"][0]["secret"]["secretName"],
+        "vk-creds"
+    );
+    let secret = find(&docs, "Secret", "vk-creds");
+    assert_eq!(secret["data"]["clouds.yaml"], "Y2xvdWRzOiB7fQo=");
+    // Without the CSR path the CSR rule goes, and the node's name follows nodeName.
+    let rules = rules_of(&docs, VK, false);
+    check_rules(&rules, &virtual_kubelet_calls("zun-a", false));
+}
+
+/// The pod's address is the Node's InternalIP: the API server reaches the kubelet API there.
+#[test]
+fn virtual_kubelet_publishes_its_pod_ip_and_kubelet_port() {
+    let docs = overlay_with_parts(&["virtual-kubelet"]);
+    let dep = find(&docs, "Deployment", VK);
+    assert_eq!(dep["spec"]["replicas"], 1);
+    assert_eq!(dep["spec"]["strategy"]["type"], "Recreate");
+    let pod = &dep["spec"]["template"]["spec"];
+    assert!(
+        pod["hostNetwork"].is_null(),
+        "the VK runs on the pod network"
+    );
+    let c = &pod["containers"][0];
+    let env = c["env"].as_array().unwrap();
+    let ip = env.iter().find(|e| e["name"] == "VK_INTERNAL_IP").unwrap();
+    assert_eq!(ip["valueFrom"]["fieldRef"]["fieldPath"], "status.podIP");
+    let port = env.iter().find(|e| e["name"] == "KUBELET_PORT").unwrap();
+    assert_eq!(
+        c["ports"],
+        json!([{"name": "kubelet", "containerPort": port["value"].as_str().unwrap().parse::<u16>().unwrap(), "protocol": "TCP"}])
+    );
+    assert_eq!(c["readinessProbe"]["tcpSocket"]["port"], "kubelet");
+    assert_eq!(
+        c["image"],
+        format!("openstack-operator:{}", env!("CARGO_PKG_VERSION"))
+    );
+    assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], true);
+}
+
+// --- the calls each part makes -------------------------------------------------------------
+
+fn leak(s: String) -> &'static str {
+    Box::leak(s.into_boxed_str())
+}
+
+/// What `openstack-operator control-plane` calls (crates/openstack-operator/src/control_plane.rs
+/// and crates/controlplane-controllers/src).
+fn control_plane_calls() -> Vec<Call> {
+    use Scope::Cluster;
+    let c = |group, resource, verb| Call {
+        group,
+        resource,
+        verb,
+        name: None,
+        scope: Cluster,
+    };
+    let g = "controlplane.sunet.se";
+    let mut out = Vec::new();
+    for kind in [
+        "openstackclusters",
+        "keystones",
+        "openstackexternalservices",
+    ] {
+        // Controller::new (cluster.rs, keystone.rs, external.rs `run`), keystone.rs .watches
+        // of the external services and cluster.rs .owns of the Keystones: list + watch.
+        out.push(c(g, kind, "list"));
+        out.push(c(g, kind, "watch"));
+        // keystone.rs `reconcile` reads the Keystone fresh and `external` reads the external
+        // services (get_opt); granted on clusters too: get reveals nothing list does not.
+        out.push(c(g, kind, "get"));
+        // runtime.rs `write_status`: patch_status with a server-side apply patch.
+        out.push(c(g, leak(format!("{kind}/status")), "patch"));
+    }
+    // cluster.rs `reconcile`: runtime::apply of the Keystone (server-side apply creates it).
+    out.push(c(g, "keystones", "patch"));
+    out.push(c(g, "keystones", "create"));
+    // Not granted: the owner references (kube's controller_owner_ref) have no
+    // blockOwnerDeletion, so no update of the owners' finalizers; where the
+    // OwnerReferencesPermissionEnforcement admission plugin is on (OpenShift), setting an owner
+    // reference needs delete on the child, which docs/install.md tells to add there.
+    // control_plane.rs -> run.rs `wait_for_crd`: get of each CRD by name.
+    for crd in CP_CRDS {
+        out.push(Call {
+            name: Some(crd),
+            ..c("apiextensions.k8s.io", "customresourcedefinitions", "get")
+        });
+    }
+    // runtime.rs `Ctx::event`: kube Recorder (events.k8s.io/v1 create, patch when repeated).
+    out.push(c("events.k8s.io", "events", "create"));
+    out.push(c("events.k8s.io", "events", "patch"));
+    // external.rs `run` .watches(secrets): list + watch; `read_key` and keystone.rs
+    // `ensure_generated`/`fernet`/admin password: get; `ensure_generated`: create;
+    // runtime::apply of the config and fernet Secrets: patch (and create when new).
+    for verb in ["list", "watch", "get", "create", "patch"] {
+        out.push(c("", "secrets", verb));
+    }
+    // keystone.rs `run` .owns(jobs): list + watch; `step`: get_opt, create; `cleanup_jobs`:
+    // list by label, delete.
+    for verb in ["list", "watch", "get", "create", "delete"] {
+        out.push(c("batch", "jobs", verb));
+    }
+    // keystone.rs `run` .owns(deployments): list + watch; `pass`: runtime::apply.
+    for verb in ["list", "watch", "create", "patch"] {
+        out.push(c("apps", "deployments", verb));
+    }
+    // keystone.rs `pass`: runtime::apply of the API Service.
+    out.push(c("", "services", "create"));
+    out.push(c("", "services", "patch"));
+    out
+}
+
+/// What `openstack-operator virtual-kubelet` calls (crates/openstack-operator/src/vk.rs,
+/// crates/vk-runtime, crates/vk-kubelet-api; crates/vk-zun makes no Kubernetes call).
+fn virtual_kubelet_calls(node: &'static str, rotate: bool) -> Vec<Call> {
+    use Scope::Cluster;
+    let c = |group, resource, verb| Call {
+        group,
+        resource,
+        verb,
+        name: None,
+        scope: Cluster,
+    };
+    let named = |group, resource, verb| Call {
+        name: Some(node),
+        ..c(group, resource, verb)
+    };
+    let mut out = vec![
+        // vk-runtime runtime.rs `register`: get_opt, create when missing, merge patch.
+        named("", "nodes", "get"),
+        c("", "nodes", "create"),
+        named("", "nodes", "patch"),
+        // `write_node_status`: merge patch of nodes/status.
+        named("", "nodes/status", "patch"),
+        // `run`, --on-shutdown delete.
+        named("", "nodes", "delete"),
+        // `renew_lease`: get_opt, replace (PUT), create when missing.
+        named("coordination.k8s.io", "leases", "get"),
+        named("coordination.k8s.io", "leases", "update"),
+        c("coordination.k8s.io", "leases", "create"),
+        // `run`: watcher(Api::all) with the field selector spec.nodeName: list + watch;
+        // vk-kubelet-api kube_pods.rs: get_opt and list with the same selector.
+        c("", "pods", "list"),
+        c("", "pods", "watch"),
+        c("", "pods", "get"),
+        // `apply_update`: replace_status (PUT of pods/status); delete with grace period 0 and
+        // the uid precondition once the containers are gone.
+        c("", "pods/status", "update"),
+        c("", "pods", "delete"),
+        // `record_event`: core v1 Event create.
+        c("", "events", "create"),
+        // `KubeObjects`: get_opt of ConfigMaps and Secrets named by env valueFrom/envFrom.
+        c("", "configmaps", "get"),
+        c("", "secrets", "get"),
+        // vk-kubelet-api auth.rs `KubeReviewer`.
+        c("authentication.k8s.io", "tokenreviews", "create"),
+        c("authorization.k8s.io", "subjectaccessreviews", "create"),
+    ];
+    // Not granted: `renew_lease` creates the namespace kube-node-lease when the Lease create
+    // answers 404 (bare test clusters only; the result is ignored). Every real cluster has it.
+    if rotate {
+        // vk-kubelet-api serving_cert.rs `request_certificate` / `wait_issued`: create (with
+        // generateName), get, watch with the field selector metadata.name.
+        for verb in ["create", "get", "watch"] {
+            out.push(c("certificates.k8s.io", "certificatesigningrequests", verb));
+        }
+    }
+    out
+}
+
+fn check_part_rbac(docs: &[Value], sa: &str, calls: &[Call]) {
+    check_rules(&rules_of(docs, sa, false), calls);
+    let b = find(docs, "ClusterRoleBinding", sa);
+    assert_eq!(b["roleRef"]["name"], sa);
+    assert_eq!(
+        b["subjects"],
+        json!([{"kind": "ServiceAccount", "name": sa, "namespace": NAMESPACE}]),
+        "ClusterRoleBinding {sa} subjects"
+    );
+    find(docs, "ServiceAccount", sa);
+    let dep = find(docs, "Deployment", sa);
+    assert_eq!(dep["spec"]["template"]["spec"]["serviceAccountName"], sa);
+}
+
+#[test]
+fn control_plane_rbac_grants_exactly_its_calls() {
+    let calls = control_plane_calls();
+    check_part_rbac(&overlay_with_parts(&["control-plane"]), CP, &calls);
+    check_part_rbac(
+        &chart(json!({"controlPlane": {"enabled": true}})),
+        CP,
+        &calls,
+    );
+}
+
+#[test]
+fn virtual_kubelet_rbac_grants_exactly_its_calls() {
+    let calls = virtual_kubelet_calls(VK_NODE, true);
+    check_part_rbac(&overlay_with_parts(&["virtual-kubelet"]), VK, &calls);
+    check_part_rbac(
+        &chart(json!({"virtualKubelet": {"enabled": true}})),
+        VK,
+        &calls,
+    );
+}
+
+/// Every Kubernetes API type the code opens an `Api` on (and the `Api`-calling helpers it
+/// uses) in `dirs`: a new one must be added to the part's call list and RBAC.
+fn api_types_in(paths: &[&str]) -> BTreeSet<String> {
+    let mut found = BTreeSet::new();
+    for p in paths {
+        let path = repo().join(p);
+        let files = if path.is_dir() {
+            rust_files(&path)
+        } else {
+            vec![path]
+        };
+        for file in files {
+            if file.file_name().is_some_and(|n| n == "tests.rs")
+                || file.components().any(|c| c.as_os_str() == "tests")
+            {
+                continue;
+            }
+            let src = std::fs::read_to_string(&file).unwrap();
+            let src = src.split("#[cfg(test)]\nmod tests {").next().unwrap();
+            for pat in ["Api<", "Api::<"] {
+                for (i, _) in src.match_indices(pat) {
+                    let rest = &src[i + pat.len()..];
+                    let ty: String = rest
+                        .chars()
+                        .take_while(|c| c.is_alphanumeric() || matches!(c, '_' | ':' | '$'))
+                        .collect();
+                    found.insert(ty.rsplit("::").next().unwrap().to_string());
+                }
+            }
+            for helper in [
+                "Recorder",
+                "patch_status",
+                "replace_status",
+                "Controller::new",
+                "watcher(",
+                "kube_lease_manager",
+                "finalizer(",
+            ] {
+                if src.contains(helper) {
+                    found.insert(helper.to_string());
+                }
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn call_lists_cover_the_apis_the_parts_use() {
+    let cp = api_types_in(&[
+        "crates/controlplane-controllers/src",
+        "crates/openstack-operator/src/control_plane.rs",
+    ]);
+    let want: BTreeSet<String> = [
+        "K",                        // control_plane.rs `api`, runtime.rs apply/write_status
+        "OpenStackCluster",         // cluster.rs
+        "Keystone",                 // cluster.rs, keystone.rs
+        "OpenStackExternalService", // external.rs, keystone.rs
+        "Secret",                   // external.rs, keystone.rs
+        "Job",                      // keystone.rs
+        "Deployment",               // keystone.rs
+        "Service",                  // keystone.rs
+        "Recorder",                 // runtime.rs events
+        "patch_status",             // runtime.rs write_status
+        "Controller::new",          // list + watch of the kinds, owned and watched types
+    ]
+    .map(String::from)
+    .into();
+    assert_eq!(
+        cp, want,
+        "the control plane's Kubernetes calls changed: update control_plane_calls() in crates/api/tests/deploy.rs and deploy/kustomize/control-plane/rbac.yaml (and the chart)"
+    );
+    let vk = api_types_in(&[
+        "crates/vk-runtime/src",
+        "crates/vk-kubelet-api/src",
+        "crates/vk-zun/src",
+        "crates/openstack-operator/src/vk.rs",
+    ]);
+    let want: BTreeSet<String> = [
+        "Node",                      // runtime.rs register, status, delete
+        "Lease",                     // runtime.rs renew_lease
+        "Namespace",                 // runtime.rs renew_lease fallback (deliberately not granted)
+        "Pod",                       // runtime.rs watch/status/delete, kube_pods.rs
+        "Event",                     // runtime.rs record_event
+        "ConfigMap",                 // runtime.rs KubeObjects
+        "Secret",                    // runtime.rs KubeObjects
+        "TokenReview",               // auth.rs
+        "SubjectAccessReview",       // auth.rs
+        "CertificateSigningRequest", // serving_cert.rs
+        "replace_status",            // runtime.rs apply_update
+        "patch_status",              // runtime.rs write_node_status
+        "watcher(",                  // runtime.rs pod watch
+    ]
+    .map(String::from)
+    .into();
+    assert_eq!(
+        vk, want,
+        "the virtual kubelet's Kubernetes calls changed: update virtual_kubelet_calls() in crates/api/tests/deploy.rs and deploy/kustomize/virtual-kubelet/rbac.yaml (and the chart)"
+    );
+}
+
+// --- the Deployments run flags that exist ---------------------------------------------------
+
+/// A flag of a clap `Args` struct: its value type and environment variable.
+struct Flag {
+    /// The field's type with `Option<>`/`Vec<>` removed, e.g. `bool`, `u64`, `LogFormat`.
+    ty: String,
+    env: Option<String>,
+}
+
+/// The flags (`--long`) of the clap `Args` struct in `file`, read from its `#[arg(...)]`
+/// attributes and fields.
+fn clap_args(file: &str) -> BTreeMap<String, Flag> {
+    let src = std::fs::read_to_string(repo().join(file)).unwrap();
+    let mut flags = BTreeMap::new();
+    for (i, _) in src.match_indices("#[arg(") {
+        let rest = &src[i..];
+        let end = rest.find(")]").unwrap();
+        let attr = &rest[..end];
+        let quoted = |key: &str| {
+            attr.find(&format!("{key} = \"")).map(|j| {
+                let v = &attr[j + key.len() + 4..];
+                v[..v.find('"').unwrap()].to_string()
+            })
+        };
+        // The field: the first `name: Type,` line after the attribute(s).
+        let field = rest[end..]
+            .lines()
+            .skip(1)
+            .map(str::trim)
+            .find(|l| !l.starts_with("#[") && !l.starts_with("///") && l.contains(':'))
+            .unwrap();
+        let field = field.trim_start_matches("pub ").trim_end_matches(',');
+        let (name, ty) = field.split_once(':').unwrap();
+        assert!(attr.contains("long"), "{file}: {name} has no --long flag");
+        let ty = ty.trim();
+        let ty = ["Option<", "Vec<"]
+            .iter()
+            .find_map(|w| ty.strip_prefix(w).and_then(|t| t.strip_suffix('>')))
+            .unwrap_or(ty);
+        flags.insert(
+            format!(
+                "--{}",
+                quoted("long").unwrap_or_else(|| name.replace('_', "-"))
+            ),
+            Flag {
+                ty: ty.rsplit("::").next().unwrap().to_string(),
+                env: quoted("env"),
+            },
+        );
+    }
+    assert!(!flags.is_empty(), "{file}: no #[arg] found");
+    flags
+}
+
+/// The values clap accepts for a `ValueEnum` defined in crates/openstack-operator/src: its
+/// variants in kebab case; `None` when `ty` is no such enum.
+fn value_enum(ty: &str) -> Option<Vec<String>> {
+    for file in rust_files(&repo().join("crates/openstack-operator/src")) {
+        let src = std::fs::read_to_string(&file).unwrap();
+        let Some(i) = src.find(&format!("pub enum {ty} {{")) else {
+            continue;
+        };
+        let derive = &src[..i].rsplit("#[derive(").next().unwrap();
+        assert!(derive.contains("ValueEnum"), "{ty} is not a clap ValueEnum");
+        let body = &src[i..i + src[i..].find('}').unwrap()];
+        let variants = body
+            .lines()
+            .skip(1)
+            .map(str::trim)
+            .filter(|l| !l.starts_with("//") && !l.is_empty())
+            .map(|l| {
+                let v = l.trim_end_matches(',');
+                let mut kebab = String::new();
+                for (n, ch) in v.chars().enumerate() {
+                    if ch.is_uppercase() && n > 0 {
+                        kebab.push('-');
+                    }
+                    kebab.push(ch.to_ascii_lowercase());
+                }
+                kebab
+            })
+            .collect();
+        return Some(variants);
+    }
+    None
+}
+
+/// `value` is one clap accepts for a flag of type `ty` (only types the manifests use).
+fn check_value(what: &str, ty: &str, value: &str) {
+    let ok = match ty {
+        "String" | "PathBuf" => true,
+        "bool" => ["true", "false"].contains(&value),
+        "u64" | "i32" | "u16" => value.parse::<i64>().is_ok(),
+        "f64" => value.parse::<f64>().is_ok(),
+        "SocketAddr" => value.parse::<std::net::SocketAddr>().is_ok(),
+        "IpAddr" => value.parse::<std::net::IpAddr>().is_ok(),
+        other => {
+            let variants = value_enum(other)
+                .unwrap_or_else(|| panic!("{what}: unknown flag type {other}: extend check_value"));
+            value.split(',').all(|v| variants.iter().any(|x| x == v))
+        }
+    };
+    assert!(ok, "{what}: {value:?} is not a valid {ty}");
+}
+
+/// Environment variables the code under `dirs` reads itself (not through clap).
+fn env_reads(dirs: &[&str]) -> BTreeSet<String> {
+    let mut known = BTreeSet::new();
+    for dir in dirs {
+        for file in rust_files(&repo().join(dir)) {
+            let src = std::fs::read_to_string(&file).unwrap();
+            for pat in [
+                "env::var(\"",
+                "env::var_os(\"",
+                "env_num::<usize>(\"",
+                "env_num::<u32>(\"",
+                "env_num::<u64>(\"",
+                "set(\"",
+            ] {
+                for (i, _) in src.match_indices(pat) {
+                    let rest = &src[i + pat.len()..];
+                    known.insert(rest[..rest.find('"').unwrap()].to_string());
+                }
+            }
+        }
+    }
+    known
+}
+
+fn check_command(dep: &Value, subcommand: &str, args_file: &str, env_dirs: &[&str]) {
+    let main =
+        std::fs::read_to_string(repo().join("crates/openstack-operator/src/main.rs")).unwrap();
+    let variant: String = subcommand
+        .split('-')
+        .map(|w| w[..1].to_uppercase() + &w[1..])
+        .collect();
+    assert!(
+        main.contains(&format!("    {variant}(")),
+        "main.rs has no subcommand {subcommand} ({variant})"
+    );
+    let flags = clap_args(args_file);
+    let c = &dep["spec"]["template"]["spec"]["containers"][0];
+    let args = strings(&c["args"]);
+    assert_eq!(args.first().map(String::as_str), Some(subcommand));
+    for a in &args[1..] {
+        let (flag, value) = match a.split_once('=') {
+            Some((f, v)) => (f, Some(v)),
+            None => (a.as_str(), None),
+        };
+        let f = flags.get(flag).unwrap_or_else(|| {
+            panic!(
+                "{}: {flag} is not a flag of `openstack-operator {subcommand}` ({:?})",
+                key(dep),
+                flags.keys().collect::<Vec<_>>()
+            )
+        });
+        match (f.ty.as_str(), value) {
+            ("bool", None) => {}
+            ("bool", Some(_)) => panic!("{}: {a}: a switch takes no value", key(dep)),
+            (_, None) => panic!("{}: {a}: write values as {flag}=VALUE", key(dep)),
+            (ty, Some(v)) => check_value(&format!("{} {flag}", key(dep)), ty, v),
+        }
+    }
+    let read = env_reads(env_dirs);
+    for e in c["env"].as_array().unwrap() {
+        let name = e["name"].as_str().unwrap();
+        match flags.values().find(|f| f.env.as_deref() == Some(name)) {
+            Some(f) => {
+                if let Some(v) = e["value"].as_str()
+                    && !(v.is_empty() && f.ty == "String")
+                {
+                    check_value(&format!("{} env {name}", key(dep)), &f.ty, v);
+                }
+            }
+            None => assert!(
+                read.contains(name),
+                "{}: {name} is neither the env of a flag of `openstack-operator {subcommand}` nor read by the code",
+                key(dep)
+            ),
+        }
+    }
+}
+
+#[test]
+fn deployments_run_their_subcommand_with_existing_flags() {
+    let docs = chart(json!({
+        "controlPlane": {"enabled": true},
+        "virtualKubelet": {"enabled": true, "network": "n"},
+    }));
+    let kdocs = overlay_with_parts(&["control-plane", "virtual-kubelet"]);
+    for d in [&docs, &kdocs] {
+        check_command(
+            find(d, "Deployment", CP),
+            "control-plane",
+            "crates/openstack-operator/src/control_plane.rs",
+            &["crates/openstack-operator/src"],
+        );
+        check_command(
+            find(d, "Deployment", VK),
+            "virtual-kubelet",
+            "crates/openstack-operator/src/vk.rs",
+            &["crates/openstack-operator/src", "crates/openstack/src"],
+        );
+    }
+    // The probes and the Service use the ports the defaults of --health-addr/--metrics-addr
+    // name, which the Deployment also sets explicitly.
+    let dep = find(&kdocs, "Deployment", CP);
+    let c = &dep["spec"]["template"]["spec"]["containers"][0];
+    let env = c["env"].as_array().unwrap();
+    let value = |n: &str| {
+        env.iter()
+            .find(|e| e["name"] == n)
+            .and_then(|e| e["value"].as_str())
+            .unwrap()
+            .to_string()
+    };
+    let port = |addr: String| addr.rsplit(':').next().unwrap().parse::<u64>().unwrap();
+    assert_eq!(
+        c["ports"],
+        json!([
+            {"name": "health", "containerPort": port(value("HEALTH_ADDR")), "protocol": "TCP"},
+            {"name": "metrics", "containerPort": port(value("METRICS_ADDR")), "protocol": "TCP"},
+        ])
+    );
+    assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/healthz");
+    assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz");
+    let svc = find(&kdocs, "Service", CP);
+    assert_eq!(svc["spec"]["ports"][1]["targetPort"], "metrics");
+}
+
+// --- control-plane CRD copies ---------------------------------------------------------------
+
+/// The chart's template of a control-plane CRD: the CRD, kept on uninstall, under the flag.
+fn cp_crd_template(crd: &str) -> String {
+    let body = crd.replacen(
+        "metadata:\n",
+        "metadata:\n  annotations:\n    # helm uninstall must not delete the CRDs: that would delete every object of the kind.\n    helm.sh/resource-policy: keep\n",
+        1,
+    );
+    format!("{{{{- if .Values.controlPlane.enabled }}}}\n{body}{{{{- end }}}}\n")
+}
+
+#[test]
+fn control_plane_crd_copies_equal_deploy_crds_controlplane() {
+    let src = repo().join("deploy/crds-controlplane");
+    let sync = std::env::var_os("DEPLOY_SYNC_CRDS").is_some();
+    let hint = "copy them with `DEPLOY_SYNC_CRDS=1 cargo test -p api --test deploy control_plane_crd_copies`";
+    let names: Vec<String> = yaml_files(&src)
+        .iter()
+        .map(|p| p.file_stem().unwrap().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, CP_CRDS.map(String::from), "deploy/crds-controlplane");
+    let kdir = repo().join("deploy/kustomize/control-plane/crds");
+    let tdir = chart_dir().join("templates");
+    for n in &names {
+        let crd = std::fs::read_to_string(src.join(format!("{n}.yaml"))).unwrap();
+        assert!(
+            !crd.contains("{{") && !crd.contains("annotations:"),
+            "{n}: the chart template wrapper assumes no template braces and no annotations"
+        );
+        let k = kdir.join(format!("{n}.yaml"));
+        let t = tdir.join(format!("controlplane-crd-{n}.yaml"));
+        if sync {
+            std::fs::write(&k, &crd).unwrap();
+            std::fs::write(&t, cp_crd_template(&crd)).unwrap();
+        }
+        assert!(
+            std::fs::read_to_string(&k).ok().as_deref() == Some(crd.as_str()),
+            "{} differs from deploy/crds-controlplane/{n}.yaml; {hint}",
+            k.display()
+        );
+        assert!(
+            std::fs::read_to_string(&t).ok().as_deref() == Some(cp_crd_template(&crd).as_str()),
+            "{} differs from deploy/crds-controlplane/{n}.yaml; {hint}",
+            t.display()
+        );
+    }
+    let kfiles: Vec<String> = yaml_files(&kdir)
+        .iter()
+        .map(|p| p.file_stem().unwrap().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(
+        kfiles,
+        names,
+        "{} holds other files; {hint}",
+        kdir.display()
+    );
+    let tfiles: Vec<String> = yaml_files(&tdir)
+        .iter()
+        .filter_map(|p| {
+            p.file_stem()
+                .unwrap()
+                .to_string_lossy()
+                .strip_prefix("controlplane-crd-")
+                .map(String::from)
+        })
+        .collect();
+    assert_eq!(
+        tfiles,
+        names,
+        "{} holds other CRD templates; {hint}",
+        tdir.display()
+    );
+    // The rendered chart has them exactly once, kept on uninstall.
+    let docs = chart(json!({"controlPlane": {"enabled": true}}));
+    for n in CP_CRDS {
+        let crd = find(&docs, "CustomResourceDefinition", n);
+        assert_eq!(
+            crd["metadata"]["annotations"]["helm.sh/resource-policy"],
+            "keep"
+        );
+    }
+}
+
+/// What the chart adds for a flag: its render minus the default render's objects.
+fn chart_part(overrides: Value) -> Vec<Value> {
+    let base: BTreeSet<String> = chart(json!({})).iter().map(key).collect();
+    chart(overrides)
+        .into_iter()
+        .filter(|d| !base.contains(&key(d)))
+        .collect()
+}
+
+/// The example overlays of each part install what the chart's flag adds (image tag included).
+#[test]
+fn part_overlays_render_what_the_chart_adds() {
+    assert_same(
+        without_kinds(
+            kustomize(&repo().join("deploy/kustomize/overlays/control-plane")),
+            &["Namespace"],
+        ),
+        chart_part(json!({"controlPlane": {"enabled": true}})),
+        "overlays/control-plane vs the chart's controlPlane part",
+    );
+    let clouds = std::fs::read_to_string(
+        repo().join("deploy/kustomize/overlays/virtual-kubelet/clouds.yaml"),
+    )
+    .unwrap();
+    assert_same(
+        without_kinds(
+            kustomize(&repo().join("deploy/kustomize/overlays/virtual-kubelet")),
+            &["Namespace"],
+        ),
+        chart_part(
+            json!({"virtualKubelet": {"enabled": true, "credentials": {"cloudsYaml": clouds}}}),
+        ),
+        "overlays/virtual-kubelet vs the chart's virtualKubelet part",
+    );
+}
+
+/// `d` read as its Kubernetes type and written back: what the type does not know (a
+/// misspelt or misplaced field) is dropped and shows as a difference.
+fn round_trip(d: &Value) -> Value {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::api::core::v1::{Namespace, Secret, Service, ServiceAccount};
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    fn rt<T: serde::de::DeserializeOwned + serde::Serialize>(d: &Value) -> Value {
+        let typed: T =
+            serde_json::from_value(d.clone()).unwrap_or_else(|e| panic!("{}: {e}", key(d)));
+        serde_json::to_value(typed).unwrap()
+    }
+    match d["kind"].as_str().unwrap_or_default() {
+        "Deployment" => rt::<Deployment>(d),
+        "Service" => rt::<Service>(d),
+        "ServiceAccount" => rt::<ServiceAccount>(d),
+        "Secret" => rt::<Secret>(d),
+        "Namespace" => rt::<Namespace>(d),
+        "ClusterRole" => rt::<ClusterRole>(d),
+        "ClusterRoleBinding" => rt::<ClusterRoleBinding>(d),
+        "Role" => rt::<Role>(d),
+        "RoleBinding" => rt::<RoleBinding>(d),
+        "CustomResourceDefinition" => rt::<CustomResourceDefinition>(d),
+        other => panic!("{}: no schema check for kind {other}", key(d)),
+    }
+}
+
+/// Every object the parts install is valid for its Kubernetes type (no unknown fields).
+#[test]
+fn part_objects_match_their_kubernetes_types() {
+    let docs = chart(json!({
+        "controlPlane": {"enabled": true},
+        "virtualKubelet": {"enabled": true, "network": "n", "credentials": {"cloudsYaml": "x"}},
+    }));
+    let kdocs = overlay_with_parts(&["control-plane", "virtual-kubelet"]);
+    let mut out = Vec::new();
+    // normalize: kustomize wraps Secret data, which the API server's decoder accepts.
+    for d in normalize(docs).iter().chain(&normalize(kdocs)) {
+        diffs(d, &round_trip(d), &key(d), &mut out);
+    }
+    assert!(
+        out.is_empty(),
+        "fields their types do not have:\n{}",
+        out.join("\n")
+    );
 }
