@@ -1386,8 +1386,10 @@ fn control_plane_calls() -> Vec<Call> {
     out.push(c("events.k8s.io", "events", "patch"));
     // external.rs `run` .watches(secrets): list + watch; `read_key` and keystone.rs
     // `ensure_generated`/`fernet`/admin password: get; `ensure_generated`: create;
-    // runtime::apply of the config and fernet Secrets: patch (and create when new).
-    for verb in ["list", "watch", "get", "create", "patch"] {
+    // runtime::apply of the config and fernet Secrets: patch (and create when new);
+    // keystone/credential_keys.rs `rotate`: replace with the resourceVersion read (update), so a
+    // rotation never overwrites keys it did not see.
+    for verb in ["list", "watch", "get", "create", "patch", "update"] {
         out.push(c("", "secrets", verb));
     }
     // keystone.rs `run` .owns(jobs): list + watch; `step`: get_opt, create; `cleanup_jobs`:
