@@ -9,6 +9,7 @@ pub mod hash;
 pub mod ini;
 pub mod keys;
 pub mod keystone;
+pub mod neutron;
 pub mod objects;
 pub mod placement;
 pub mod secrets;
