@@ -352,7 +352,7 @@ pub fn ml2_conf(i: &NeutronInputs<'_>) -> Result<String, NeutronError> {
     let mut ini = Ini::default();
     ini.set("ml2", "mechanism_drivers", "ovn")
         .set("ml2", "type_drivers", "geneve,flat,vlan")
-        .set("ml2", "tenant_network_types", "geneve")
+        .set("ml2", "project_network_types", "geneve")
         .set("ml2", "extension_drivers", "port_security,qos")
         .set("ml2", "overlay_ip_version", "4")
         .set(
