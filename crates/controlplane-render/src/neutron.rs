@@ -38,6 +38,35 @@ pub const METADATA_AGENT_FILE: &str = "neutron_ovn_metadata_agent.ini";
 /// the OVN driver exit at start).
 pub const GENEVE_MAX_HEADER_SIZE: u32 = 38;
 
+/// The oslo.config namespaces (entry points of the `oslo.config.opts` group) whose options each
+/// rendered file may set: what `oslo-config-validator` checks the files against.
+pub const OPTION_NAMESPACES: [(&str, &[&str]); 3] = [
+    (
+        "neutron.conf",
+        &[
+            "neutron",
+            "neutron.agent",
+            "neutron.db",
+            "neutron.extensions",
+            "nova.auth",
+            "placement.auth",
+            "oslo.log",
+            "oslo.db",
+            "oslo.policy",
+            "oslo.concurrency",
+            "oslo.messaging",
+            "oslo.middleware",
+            "oslo.service.wsgi",
+            "keystonemiddleware.auth_token",
+        ],
+    ),
+    ("ml2_conf.ini", &["neutron.ml2", "neutron.ml2.ovn"]),
+    (
+        METADATA_AGENT_FILE,
+        &["neutron", "neutron.ovn.metadata.agent", "neutron.ml2.ovn"],
+    ),
+];
+
 /// What cannot be rendered into a working configuration.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum NeutronError {
@@ -295,7 +324,6 @@ pub fn neutron_conf(i: &NeutronInputs<'_>) -> String {
             i.paths.api_paste_config.clone(),
         )
         .set("DEFAULT", "state_path", i.paths.state_path.clone())
-        .set("DEFAULT", "allow_overlapping_ips", "true")
         .set(
             "DEFAULT",
             "global_physnet_mtu",
