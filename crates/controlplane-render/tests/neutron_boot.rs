@@ -462,6 +462,35 @@ async fn rendered_neutron_boots_and_drives_real_ovn() {
         "neutron-db-manage upgrade heads",
     );
     let sync_time = started.elapsed();
+    // The upgrade pair on the synced schema: both branches are at their heads, so each phase
+    // must succeed and change nothing; a wrong flag or branch fails here.
+    for (cmd, what) in [
+        (
+            neutron::db_expand_command(&manage, &paths),
+            "upgrade --expand",
+        ),
+        (
+            neutron::db_contract_command(&manage, &paths),
+            "upgrade --contract",
+        ),
+    ] {
+        run(Command::new(&cmd[0]).args(&cmd[1..]), what);
+    }
+    let current = run(
+        Command::new(&manage)
+            .args(
+                paths
+                    .server_config_files()
+                    .iter()
+                    .flat_map(|f| ["--config-file", f]),
+            )
+            .arg("current"),
+        "neutron-db-manage current",
+    );
+    assert!(
+        current.contains("(head)") && !current.contains("FAILED"),
+        "after expand and contract: {current}"
+    );
     // The schema, with ML2/OVN's own tables, landed in the rendered database.
     let tables = mariadb_admin(&format!(
         "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = '{DB}' AND table_name IN ('networks', 'ovn_revision_numbers', 'ovn_hash_ring')"
