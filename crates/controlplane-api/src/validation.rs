@@ -74,6 +74,43 @@ pub const GLANCE_OWNED_OPTIONS: &[(&str, &str)] = &[
     ("keystone_authtoken", "memcached_servers"),
 ];
 
+/// Neutron's options the operator renders itself: the database, token validation and the
+/// service user (also in `[nova]`), the ML2/OVN wiring (core plugin, mechanism driver, the OVN
+/// databases and their TLS files) and the RPC workers (ML2/OVN is rendered without a message
+/// queue, so RPC workers could not start).
+pub const NEUTRON_OWNED_OPTIONS: &[(&str, &str)] = &[
+    ("database", "connection"),
+    ("DEFAULT", "core_plugin"),
+    ("DEFAULT", "auth_strategy"),
+    ("DEFAULT", "rpc_workers"),
+    ("DEFAULT", "rpc_state_report_workers"),
+    ("DEFAULT", "transport_url"),
+    ("keystone_authtoken", "auth_type"),
+    ("keystone_authtoken", "auth_url"),
+    ("keystone_authtoken", "www_authenticate_uri"),
+    ("keystone_authtoken", "region_name"),
+    ("keystone_authtoken", "username"),
+    ("keystone_authtoken", "password"),
+    ("keystone_authtoken", "project_name"),
+    ("keystone_authtoken", "user_domain_name"),
+    ("keystone_authtoken", "project_domain_name"),
+    ("keystone_authtoken", "memcached_servers"),
+    ("nova", "auth_type"),
+    ("nova", "auth_url"),
+    ("nova", "username"),
+    ("nova", "password"),
+    ("nova", "project_name"),
+    ("ml2", "mechanism_drivers"),
+    ("ovn", "ovn_nb_connection"),
+    ("ovn", "ovn_sb_connection"),
+    ("ovn", "ovn_nb_private_key"),
+    ("ovn", "ovn_nb_certificate"),
+    ("ovn", "ovn_nb_ca_cert"),
+    ("ovn", "ovn_sb_private_key"),
+    ("ovn", "ovn_sb_certificate"),
+    ("ovn", "ovn_sb_ca_cert"),
+];
+
 #[derive(Default)]
 struct Errors(Vec<FieldError>);
 
@@ -315,6 +352,7 @@ impl Validate for OpenStackClusterSpec {
                 Some(ServiceName::Keystone) => template(&mut e, &path, t, KEYSTONE_OWNED_OPTIONS),
                 Some(ServiceName::Placement) => template(&mut e, &path, t, PLACEMENT_OWNED_OPTIONS),
                 Some(ServiceName::Glance) => template(&mut e, &path, t, GLANCE_OWNED_OPTIONS),
+                Some(ServiceName::Neutron) => template(&mut e, &path, t, NEUTRON_OWNED_OPTIONS),
                 Some(_) => template(&mut e, &path, t, &[]),
             }
         }

@@ -102,6 +102,21 @@ fn cluster_rules() {
             "spec.templates.glance.configOverrides.s3.s3_store_secret_key"
         ]
     );
+    // Neutron's too (the OVN wiring, the core plugin, the service user); its others pass.
+    let mut ne = ok.clone();
+    ne["services"] = json!(["keystone", "neutron"]);
+    ne["templates"] = json!({"neutron": {"configOverrides": {
+        "ovn": {"ovn_nb_connection": "tcp:evil:6641", "ovn_l3_scheduler": "chance"},
+        "DEFAULT": {"core_plugin": "openvswitch", "debug": "true"},
+        "ml2_type_geneve": {"vni_ranges": "1:1000"}}}});
+    let spec: controlplane_api::OpenStackClusterSpec = serde_json::from_value(ne).expect("parses");
+    assert_eq!(
+        paths(&spec),
+        vec![
+            "spec.templates.neutron.configOverrides.DEFAULT.core_plugin",
+            "spec.templates.neutron.configOverrides.ovn.ovn_nb_connection"
+        ]
+    );
     let mut r = ok;
     r["release"] = json!("2023.1");
     let spec: controlplane_api::OpenStackClusterSpec = serde_json::from_value(r).expect("parses");

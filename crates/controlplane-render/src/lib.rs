@@ -13,6 +13,7 @@ pub mod horizon;
 pub mod ini;
 pub mod keys;
 pub mod keystone;
+pub mod neutron;
 pub mod objects;
 pub mod placement;
 pub mod secrets;
