@@ -8,8 +8,9 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use kube::api::ApiResource;
 use openstack::container::{Container, ZunContainer, status as zs};
-use tracing::{debug, info, warn};
+use tracing::{Instrument as _, debug, info, warn};
 use vk_runtime::provider::{
     Condition, EventType, NodeState, Objects, PodEvent, PodUpdate, Provider, ProviderError,
 };
@@ -150,6 +151,14 @@ impl ZunProvider {
                 Reference::Secret(n) => {
                     if let Some(s) = objects.secret(&ns, &n).await? {
                         out.secrets.insert(n, s);
+                    }
+                }
+                Reference::OpenstackProject(n) => {
+                    let kind = ApiResource::erase::<api::OpenstackProject>(&());
+                    if let Some(v) = objects.custom_object(&kind, &ns, &n).await? {
+                        let p: api::OpenstackProject = serde_json::from_value(v)
+                            .map_err(|e| format!("reading OpenstackProject {ns}/{n}: {e}"))?;
+                        out.projects.insert(n, p);
                     }
                 }
             }
@@ -636,7 +645,19 @@ impl Provider for ZunProvider {
             };
             live.insert(uid.clone());
             let observed = by_uid.remove(&uid).unwrap_or_default();
-            out.push(self.sync_pod(pod, observed, objects, now).await);
+            // The span names the pod in every log line of its pass, the OpenStack client's
+            // request lines included (fields as the operator's reconcile span).
+            let span = tracing::info_span!(
+                "sync_pod",
+                kind = "Pod",
+                namespace = pod.metadata.namespace.as_deref().unwrap_or_default(),
+                object = pod.metadata.name.as_deref().unwrap_or_default(),
+            );
+            out.push(
+                self.sync_pod(pod, observed, objects, now)
+                    .instrument(span)
+                    .await,
+            );
         }
         if complete {
             for (uid, list) in by_uid {
