@@ -6,19 +6,16 @@
 //! the tests say so and do nothing.
 
 use std::collections::BTreeMap;
-use std::fs::File;
-use std::io::Write;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use anyhow::Context;
 use e2e::target::Target;
 use e2e::wait::{Check, wait_for};
+use e2e::{VirtualKubelet, ZunTenant};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod, PodStatus, Secret};
 use kube::api::{Api, DeleteParams, PostParams};
 use kube::{Client, ResourceExt};
-use openstack::adapter::{ClientOptions, CloudSelector, ContainerAdapter, Core};
+use openstack::adapter::ContainerAdapter;
 use openstack::container::{Container, LogOptions, ZunContainer};
 use serde_json::json;
 
@@ -28,166 +25,41 @@ const POLL: Duration = Duration::from_millis(500);
 const POD_UID: &str = "virtual-kubelet.sunet.se/pod-uid";
 const NODE: &str = "virtual-kubelet.sunet.se/node";
 
-struct Zun {
-    cloud: String,
-    file: String,
-    network: String,
-}
-
 /// The Zun tenant of the test cloud, or `None` (and a message) when the cloud has no Zun.
-fn zun_env() -> Option<Zun> {
-    let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-    match (var("ZUN_TENANT_CLOUD"), var("OS_CLIENT_CONFIG_FILE")) {
-        (Some(cloud), Some(file)) => Some(Zun {
-            cloud,
-            file,
-            network: var("ZUN_NETWORK").unwrap_or_else(|| "zun-pods".into()),
-        }),
-        _ => {
-            eprintln!(
-                "SKIPPED: no Zun in this cloud (ZUN_TENANT_CLOUD unset; `eval \"$(scripts/test-cloud env)\"` sets it when the test cloud runs Zun)"
-            );
-            None
-        }
-    }
-}
-
-async fn zun_client(z: &Zun) -> anyhow::Result<ContainerAdapter> {
-    let core = Core::connect(
-        &CloudSelector::File {
-            path: z.file.clone().into(),
-            cloud: z.cloud.clone(),
-        },
-        ClientOptions {
-            requests_per_second: 0,
-            ..ClientOptions::default()
-        },
-    )
-    .await
-    .context("connecting as the Zun tenant")?;
-    Ok(ContainerAdapter::new(core))
-}
-
-/// A running `openstack-operator virtual-kubelet`, killed on drop.
-struct Vk {
-    child: Option<Child>,
-    args: Vec<String>,
-    env: Vec<(String, String)>,
-    log: PathBuf,
-}
-
-impl Vk {
-    fn start(target: &Target, z: &Zun, node: &str) -> anyhow::Result<Self> {
-        let dir = e2e::operator::log_dir(std::path::Path::new(BIN));
-        std::fs::create_dir_all(&dir)?;
-        let log = dir.join(format!("vk-{node}.log"));
-        File::create(&log)?;
-        // Each node gets its own kubelet port: tests run in parallel and 10250 is the default.
-        let kubelet_port = e2e::operator::free_local_addr()?.port().to_string();
-        let mut vk = Vk {
-            child: None,
-            args: [
-                "virtual-kubelet",
-                "--node-name",
-                node,
-                "--network",
-                &z.network,
-                "--poll-interval-seconds",
-                "1",
-                "--status-interval-seconds",
-                "2",
-                "--internal-ip",
-                "127.0.0.1",
-                "--kubelet-address",
-                "127.0.0.1",
-                "--kubelet-port",
-                &kubelet_port,
-                "--log-level",
-                "info,vk_zun=debug,vk_runtime=debug",
-            ]
-            .map(str::to_string)
-            .to_vec(),
-            env: vec![
-                (
-                    "KUBECONFIG".into(),
-                    target.kubeconfig().display().to_string(),
-                ),
-                ("OS_CLOUD".into(), z.cloud.clone()),
-                ("OS_CLIENT_CONFIG_FILE".into(), z.file.clone()),
-            ],
-            log,
-        };
-        vk.spawn()?;
-        Ok(vk)
-    }
-
-    fn spawn(&mut self) -> anyhow::Result<()> {
-        let mut f = File::options().append(true).open(&self.log)?;
-        writeln!(f, "=== e2e: {BIN} {}", self.args.join(" "))?;
-        let err = f.try_clone()?;
-        let mut cmd = Command::new(BIN);
-        cmd.args(&self.args)
-            .env_remove("OS_AUTH_URL")
-            .stdin(Stdio::null())
-            .stdout(Stdio::from(f))
-            .stderr(Stdio::from(err));
-        for (k, v) in &self.env {
-            cmd.env(k, v);
-        }
-        self.child = Some(
-            cmd.spawn()
-                .context("starting the virtual kubelet (cargo build --bins)")?,
+fn zun_env() -> Option<ZunTenant> {
+    let z = ZunTenant::from_env();
+    if z.is_none() {
+        eprintln!(
+            "SKIPPED: no Zun in this cloud (ZUN_TENANT_CLOUD unset; `eval \"$(scripts/test-cloud env)\"` sets it when the test cloud runs Zun)"
         );
-        Ok(())
     }
-
-    /// SIGKILL: no shutdown path runs.
-    fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-
-    /// SIGTERM and wait for the exit. Waits without blocking the runtime: the emulator may
-    /// serve on this test's runtime, and the node's last write (NotReady) must get through.
-    async fn terminate(&mut self) -> anyhow::Result<std::process::ExitStatus> {
-        let mut c = self.child.take().context("not running")?;
-        let pid = c.id() as libc::pid_t;
-        // SAFETY: signalling a child process we spawned and still own.
-        unsafe { libc::kill(pid, libc::SIGTERM) };
-        let deadline = tokio::time::Instant::now() + LONG;
-        loop {
-            if let Some(st) = c.try_wait()? {
-                return Ok(st);
-            }
-            if tokio::time::Instant::now() > deadline {
-                let _ = c.kill();
-                let _ = c.wait();
-                anyhow::bail!("the virtual kubelet did not exit within {LONG:?} of SIGTERM");
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-
-    fn log_tail(&self) -> String {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(40)..].join("\n")
-    }
+    z
 }
 
-impl Drop for Vk {
-    fn drop(&mut self) {
-        self.kill();
-    }
+/// The case's node as a process: fast polls, debug logs of the provider and runtime.
+fn start_vk(c: &Case) -> anyhow::Result<VirtualKubelet> {
+    VirtualKubelet::start(
+        std::path::Path::new(BIN),
+        &c.target,
+        &c.z,
+        &c.node,
+        &format!("vk-{}", c.node),
+        &[
+            "--poll-interval-seconds",
+            "1",
+            "--status-interval-seconds",
+            "2",
+            "--log-level",
+            "info,vk_zun=debug,vk_runtime=debug",
+        ],
+    )
 }
 
 struct Case {
     target: Target,
     client: Client,
     zun: ContainerAdapter,
-    z: Zun,
+    z: ZunTenant,
     node: String,
     ns: String,
 }
@@ -196,7 +68,7 @@ async fn case(prefix: &str) -> anyhow::Result<Option<Case>> {
     let Some(z) = zun_env() else { return Ok(None) };
     let target = Target::from_env().await?;
     let client = target.client().await?;
-    let zun = zun_client(&z).await?;
+    let zun = z.client().await?;
     let ns = e2e::names::unique(prefix);
     let nsobj: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}}))?;
     Api::<Namespace>::all(client.clone())
@@ -239,7 +111,7 @@ impl Case {
         &self,
         name: &str,
         what: &str,
-        vk: &Vk,
+        vk: &VirtualKubelet,
         done: impl Fn(&PodStatus) -> bool,
     ) -> anyhow::Result<PodStatus> {
         let pods = self.pods();
@@ -252,7 +124,7 @@ impl Case {
             })
         })
         .await
-        .with_context(|| format!("virtual kubelet log tail:\n{}", vk.log_tail()))
+        .with_context(|| format!("virtual kubelet log tail:\n{}", vk.log_tail(40)))
     }
 
     /// The Zun containers of a pod (by its uid label, on this node).
@@ -323,7 +195,7 @@ async fn seed_example_pod_runs_logs_and_is_deleted_gracefully() -> anyhow::Resul
 }
 
 async fn seed_example_pod_runs_logs_and_is_deleted_gracefully_body(c: &Case) -> anyhow::Result<()> {
-    let vk = Vk::start(&c.target, &c.z, &c.node)?;
+    let vk = start_vk(c)?;
     let nodes: Api<Node> = Api::all(c.client.clone());
     let node_name = c.node.clone();
     let node = wait_for(LONG, POLL, "the node to be Ready", async || {
@@ -343,7 +215,7 @@ async fn seed_example_pod_runs_logs_and_is_deleted_gracefully_body(c: &Case) -> 
         })
     })
     .await
-    .with_context(|| vk.log_tail())?;
+    .with_context(|| vk.log_tail(40))?;
     let labels = node.labels();
     assert_eq!(labels["type"], "virtual-kubelet");
     assert_eq!(labels["topology.kubernetes.io/zone"], "nova");
@@ -405,7 +277,7 @@ async fn seed_example_pod_runs_logs_and_is_deleted_gracefully_body(c: &Case) -> 
         })
     })
     .await
-    .with_context(|| vk.log_tail())?;
+    .with_context(|| vk.log_tail(40))?;
     assert!(
         c.containers_of(&uid).await?.is_empty(),
         "the Zun container is gone with the pod"
@@ -427,7 +299,7 @@ async fn command_args_env_workdir_and_limits_are_applied_exactly() -> anyhow::Re
 async fn command_args_env_workdir_and_limits_are_applied_exactly_body(
     c: &Case,
 ) -> anyhow::Result<()> {
-    let vk = Vk::start(&c.target, &c.z, &c.node)?;
+    let vk = start_vk(c)?;
     let cm: ConfigMap = serde_json::from_value(
         json!({"metadata": {"name": "app-config"}, "data": {"GREETING": "hej"}}),
     )?;
@@ -509,7 +381,7 @@ async fn exits_end_as_kubernetes_shows_them() -> anyhow::Result<()> {
 }
 
 async fn exits_end_as_kubernetes_shows_them_body(c: &Case) -> anyhow::Result<()> {
-    let vk = Vk::start(&c.target, &c.z, &c.node)?;
+    let vk = start_vk(c)?;
     let cases = [
         ("never", "Never"),
         ("onfailure", "OnFailure"),
@@ -583,7 +455,7 @@ async fn unsupported_field_fails_the_pod_naming_it() -> anyhow::Result<()> {
 }
 
 async fn unsupported_field_fails_the_pod_naming_it_body(c: &Case) -> anyhow::Result<()> {
-    let vk = Vk::start(&c.target, &c.z, &c.node)?;
+    let vk = start_vk(c)?;
     let pod = c
         .create(
             "host-net",
@@ -621,7 +493,7 @@ async fn container_removed_behind_our_back_fails_the_pod() -> anyhow::Result<()>
 }
 
 async fn container_removed_behind_our_back_fails_the_pod_body(c: &Case) -> anyhow::Result<()> {
-    let vk = Vk::start(&c.target, &c.z, &c.node)?;
+    let vk = start_vk(c)?;
     let pod = c
         .create(
             "victim",
@@ -665,7 +537,7 @@ async fn killed_mid_create_and_restarted_leaves_one_container_per_pod_and_no_orp
 }
 
 async fn killed_body(c: &Case) -> anyhow::Result<()> {
-    let mut vk = Vk::start(&c.target, &c.z, &c.node)?;
+    let mut vk = start_vk(c)?;
     let a = c
         .create(
             "a",
@@ -750,8 +622,8 @@ async fn killed_body(c: &Case) -> anyhow::Result<()> {
     )
     .await?;
     // SIGTERM: the node goes NotReady and the pods keep running.
-    let status = vk.terminate().await?;
-    assert!(status.success(), "{status:?}\n{}", vk.log_tail());
+    let status = vk.terminate(LONG).await?;
+    assert!(status.success(), "{status:?}\n{}", vk.log_tail(40));
     let n = Api::<Node>::all(c.client.clone()).get(&c.node).await?;
     let ready = n
         .status
