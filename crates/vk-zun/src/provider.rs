@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
+use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::api::ApiResource;
@@ -66,8 +67,12 @@ pub struct ZunProvider {
     cfg: Config,
     project_id: Option<String>,
     unlimited: UnlimitedCapacity,
+    pod_concurrency: usize,
     memory: Mutex<Memory>,
 }
+
+/// Pods whose pass runs at the same time, by default.
+pub const DEFAULT_POD_CONCURRENCY: usize = 8;
 
 impl ZunProvider {
     /// A provider creating pods in the project behind `zun`.
@@ -82,8 +87,16 @@ impl ZunProvider {
             cfg,
             project_id,
             unlimited,
+            pod_concurrency: DEFAULT_POD_CONCURRENCY,
             memory: Mutex::new(Memory::default()),
         }
+    }
+
+    /// How many pods' passes (their Zun creates, stops, deletes) run at the same time
+    /// (at least 1).
+    pub fn with_pod_concurrency(mut self, n: usize) -> Self {
+        self.pod_concurrency = n.max(1);
+        self
     }
 
     /// Replaces each listed stopped container that shows no exit code by what a GET says
@@ -637,8 +650,8 @@ impl Provider for ZunProvider {
             by_uid.entry(uid).or_default().push(c);
         }
         let now = jiff::Timestamp::now();
-        let mut out = Vec::new();
         let mut live = BTreeSet::new();
+        let mut work = Vec::with_capacity(pods.len());
         for pod in pods {
             let Some(uid) = pod.metadata.uid.clone() else {
                 continue;
@@ -653,12 +666,22 @@ impl Provider for ZunProvider {
                 namespace = pod.metadata.namespace.as_deref().unwrap_or_default(),
                 object = pod.metadata.name.as_deref().unwrap_or_default(),
             );
-            out.push(
-                self.sync_pod(pod, observed, objects, now)
-                    .instrument(span)
-                    .await,
-            );
+            work.push((pod, observed, span));
         }
+        // Pods are independent: their Zun actions (a create takes a second or more) overlap,
+        // up to `pod_concurrency` pods at a time; the client's own limits still apply.
+        // (The futures are made first: a closure inside the stream trips the async-trait
+        // future's lifetime inference.)
+        let passes: Vec<_> = work
+            .into_iter()
+            .map(|(pod, observed, span)| {
+                self.sync_pod(pod, observed, objects, now).instrument(span)
+            })
+            .collect();
+        let out: Vec<PodUpdate> = futures::stream::iter(passes)
+            .buffered(self.pod_concurrency)
+            .collect()
+            .await;
         if complete {
             for (uid, list) in by_uid {
                 // Zun deletes asynchronously: one delete per orphan, not one per pass.
