@@ -329,11 +329,18 @@ fn project_network_annotation_is_a_reference_resolved_to_the_network_id() {
     };
     let c = one(&p, &refs);
     assert_eq!(c.nets.len(), 1);
-    assert_eq!(c.nets[0].network.as_deref(), Some("net-id-1"), "not the flag's pods-net");
+    assert_eq!(
+        c.nets[0].network.as_deref(),
+        Some("net-id-1"),
+        "not the flag's pods-net"
+    );
     // A malformed annotation fails validation: nothing is created.
     let bad = pod(json!({
         "metadata": {"annotations": {PROJECT_NETWORK_ANNOTATION: "tenant"}},
         "spec": {"containers": [{"name": "c", "image": "busybox"}]}
     }));
-    assert!(matches!(validate(&bad), Err(TranslateError::Unsupported { .. })));
+    assert!(matches!(
+        validate(&bad),
+        Err(TranslateError::Unsupported { .. })
+    ));
 }
