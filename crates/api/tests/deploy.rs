@@ -1449,6 +1449,9 @@ fn virtual_kubelet_calls(node: &'static str, rotate: bool) -> Vec<Call> {
         // `KubeObjects`: get_opt of ConfigMaps and Secrets named by env valueFrom/envFrom.
         c("", "configmaps", "get"),
         c("", "secrets", "get"),
+        // `KubeObjects::custom` (a DynamicObject): get_opt of the OpenstackProject named by the
+        // pod annotation virtual-kubelet.sunet.se/project-network (vk-zun provider.rs).
+        c("sunet.se", "openstackprojects", "get"),
         // vk-kubelet-api auth.rs `KubeReviewer`.
         c("authentication.k8s.io", "tokenreviews", "create"),
         c("authorization.k8s.io", "subjectaccessreviews", "create"),
@@ -1587,6 +1590,7 @@ fn call_lists_cover_the_apis_the_parts_use() {
         "Event",                     // runtime.rs record_event
         "ConfigMap",                 // runtime.rs KubeObjects
         "Secret",                    // runtime.rs KubeObjects
+        "DynamicObject",             // runtime.rs KubeObjects::custom (OpenstackProject)
         "TokenReview",               // auth.rs
         "SubjectAccessReview",       // auth.rs
         "CertificateSigningRequest", // serving_cert.rs

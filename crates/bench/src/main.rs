@@ -2,9 +2,10 @@
 //! end-to-end tests (the in-process Kubernetes API emulator unless `E2E_KUBECONFIG` names a
 //! cluster; the cloud of `OS_CLOUD` / `OS_CLIENT_CONFIG_FILE`) and prints figures: convergence
 //! time of N full projects against a floor, OpenStack calls per forced resync, reaction time,
-//! and memory. It asserts nothing. `scripts/bench` builds and runs it; see
-//! `docs/performance.md`.
+//! and memory; with `--only vk`, the Zun virtual kubelet under N pods. It asserts nothing.
+//! `scripts/bench` builds and runs it; see `docs/performance.md`.
 
+mod fake_node;
 mod floor;
 mod machine;
 mod manifests;
@@ -12,6 +13,8 @@ mod oplog;
 mod report;
 mod scenarios;
 mod stats;
+mod vk;
+mod vk_report;
 mod world;
 
 use std::path::{Path, PathBuf};
@@ -35,6 +38,9 @@ enum Scenario {
     Reaction,
     /// RSS with zero CRs and with --flavors flavors.
     Memory,
+    /// The Zun virtual kubelet: --pods real pods (start, steady state, deletion, reaction,
+    /// memory), then --fake-pods on the in-memory Zun (memory). Not part of the default set.
+    Vk,
 }
 
 /// Measures the openstack-operator binary: convergence, steady-state calls, reaction time,
@@ -82,6 +88,28 @@ struct Args {
     /// gives up.
     #[arg(long, default_value_t = 20)]
     seconds_per_project: u64,
+    /// vk: pods on the real Zun of the test cloud (0: skip the real run).
+    #[arg(long, default_value_t = 100)]
+    pods: u32,
+    /// vk: pods on the in-memory Zun, for memory (0: skip).
+    #[arg(long, default_value_t = 1000)]
+    fake_pods: u32,
+    /// vk: pods created one at a time for the reaction time.
+    #[arg(long, default_value_t = 10)]
+    vk_reaction_samples: usize,
+    /// vk: seconds the pods run untouched to count steady-state calls.
+    #[arg(long, default_value_t = 60)]
+    steady_seconds: u64,
+    /// vk: time allowed per pod (on top of two minutes) to start them all, or delete them.
+    #[arg(long, default_value_t = 10)]
+    seconds_per_pod: u64,
+    /// vk: the node's --poll-interval-seconds (its default is 5).
+    #[arg(long, default_value_t = 5)]
+    vk_poll_interval_seconds: u64,
+    /// Internal: run the virtual kubelet on the in-memory Zun as node NODE (the vk
+    /// measurement starts this executable so).
+    #[arg(long, value_name = "NODE", hide = true)]
+    fake_zun_node: Option<String>,
 }
 
 impl Args {
@@ -327,6 +355,7 @@ async fn run(args: Args) -> anyhow::Result<(Report, PathBuf)> {
             convergence: Vec::new(),
             reaction: None,
             memory: None,
+            virtual_kubelet: None,
             problems: Vec::new(),
             wall_time_s: 0.0,
         }),
@@ -408,6 +437,33 @@ async fn run(args: Args) -> anyhow::Result<(Report, PathBuf)> {
         .await;
         journal.update(|rep| rep.memory = memory);
     }
+    if args.wants(Scenario::Vk) {
+        let opts = vk::VkOptions {
+            pods: args.pods,
+            fake_pods: args.fake_pods,
+            reaction_samples: args.vk_reaction_samples,
+            steady: Duration::from_secs(args.steady_seconds),
+            per_pod: Duration::from_secs(args.seconds_per_pod),
+            poll_interval_s: args.vk_poll_interval_seconds,
+        };
+        journal.update(|rep| rep.virtual_kubelet = Some(Default::default()));
+        if args.pods > 0 {
+            let real = vk::real(&bench, &operator, &opts, &token, &mut problems).await;
+            journal.update(|rep| {
+                if let Some(v) = rep.virtual_kubelet.as_mut() {
+                    v.real = real;
+                }
+            });
+        }
+        if args.fake_pods > 0 {
+            let fake = vk::fake(&bench, &opts, &token, &mut problems).await;
+            journal.update(|rep| {
+                if let Some(v) = rep.virtual_kubelet.as_mut() {
+                    v.fake = fake;
+                }
+            });
+        }
+    }
     if let Err(e) = bench.delete_namespace().await {
         problems.push(format!("{e:#}"));
     }
@@ -450,6 +506,9 @@ async fn sweep(run: String) -> anyhow::Result<()> {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let mut args = Args::parse();
+    if let Some(node) = args.fake_zun_node.take() {
+        return fake_node::run(node, args.vk_poll_interval_seconds).await;
+    }
     if let Some(run) = args.sweep.take() {
         return sweep(run).await;
     }

@@ -43,6 +43,8 @@ pub struct Report {
     pub reaction: Option<Reaction>,
     /// Memory with many flavors.
     pub memory: Option<MemoryRun>,
+    /// The Zun virtual kubelet (`--only vk`).
+    pub virtual_kubelet: Option<crate::vk_report::VkRun>,
     /// Everything that went wrong (failed scenarios, cleanup problems); empty for a clean run.
     pub problems: Vec<String>,
     /// Wall time of the whole run, in seconds.
@@ -468,6 +470,9 @@ pub fn render(r: &Report) -> String {
             })
             .collect();
         let _ = writeln!(o, "  calls: {}", per.join("; "));
+    }
+    if let Some(v) = &r.virtual_kubelet {
+        crate::vk_report::render(&mut o, v);
     }
     if !r.problems.is_empty() {
         let _ = writeln!(o, "\nPROBLEMS:");

@@ -25,6 +25,7 @@ pub mod names;
 pub mod operator;
 pub mod proxy;
 pub mod target;
+pub mod vk;
 pub mod wait;
 
 pub use env::{EnvOptions, TestEnv};
@@ -37,4 +38,5 @@ pub use metrics::Metrics;
 pub use names::unique;
 pub use operator::{Operator, OperatorOptions};
 pub use target::{CloudEnv, Target, http_get};
+pub use vk::{VirtualKubelet, ZunTenant};
 pub use wait::{Check, wait_for};

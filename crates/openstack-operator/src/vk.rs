@@ -64,6 +64,9 @@ pub struct VkArgs {
     /// Seconds between two syncs of all pods with Zun (one Zun list each).
     #[arg(long, default_value_t = 5)]
     pub poll_interval_seconds: u64,
+    /// Pods whose Zun actions (create, stop, delete) run at the same time in a pass.
+    #[arg(long, default_value_t = vk_zun::provider::DEFAULT_POD_CONCURRENCY)]
+    pub pod_concurrency: usize,
     /// Seconds between two computations of the node's state.
     #[arg(long, default_value_t = 10)]
     pub status_interval_seconds: u64,
@@ -144,12 +147,10 @@ pub async fn run(args: VkArgs) -> anyhow::Result<()> {
         availability_zone: args.availability_zone.clone(),
         host_ip: args.internal_ip.clone(),
     };
-    let provider = Arc::new(ZunProvider::new(
-        zun,
-        cfg,
-        project_id.clone(),
-        UnlimitedCapacity::default(),
-    ));
+    let provider = Arc::new(
+        ZunProvider::new(zun, cfg, project_id.clone(), UnlimitedCapacity::default())
+            .with_pod_concurrency(args.pod_concurrency),
+    );
     let client = Client::try_default()
         .await
         .context("connecting to Kubernetes (KUBECONFIG or in-cluster)")?;

@@ -471,3 +471,87 @@ async fn killed_body(c: &Case) -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn project_network_annotation_waits_for_the_openstack_project_then_runs_on_its_network()
+-> anyhow::Result<()> {
+    let Some(c) = case("vk-projnet").await? else {
+        return Ok(());
+    };
+    let Some(net_id) = std::env::var("ZUN_NETWORK_ID")
+        .ok()
+        .filter(|v| !v.is_empty())
+    else {
+        eprintln!("SKIPPED: ZUN_NETWORK_ID unset (eval \"$(scripts/test-cloud env)\" sets it)");
+        return Ok(());
+    };
+    // Clean up whatever the body did, also when it failed or panicked.
+    c.guarded(project_network_body(&c, &net_id)).await
+}
+
+async fn project_network_body(c: &Case, net_id: &str) -> anyhow::Result<()> {
+    c.target.install_crds(LONG).await?;
+    let vk = Vk::start(&c.target, &c.z, &c.node)?;
+    let mut pod = c.pod(
+        "on-project-net",
+        json!({"containers": [{"name": "c", "image": "busybox", "command": ["sleep", "600"]}]}),
+    )?;
+    pod.metadata.annotations = Some(BTreeMap::from([(
+        "virtual-kubelet.sunet.se/project-network".to_string(),
+        "tenant/pods".to_string(),
+    )]));
+    let pod = c.pods().create(&PostParams::default(), &pod).await?;
+    // No OpenstackProject "tenant" yet: the container waits, naming the annotation, and
+    // nothing is created in Zun (the node's --network would otherwise have been used).
+    let s = c
+        .wait_pod(
+            "on-project-net",
+            "the pod to wait for its project",
+            &vk,
+            |s| {
+                main_state(s)
+                    .state
+                    .and_then(|st| st.waiting)
+                    .is_some_and(|w| w.reason.as_deref() == Some("CreateContainerConfigError"))
+            },
+        )
+        .await?;
+    let w = main_state(&s).state.and_then(|st| st.waiting).unwrap();
+    let msg = w.message.unwrap_or_default();
+    assert!(
+        msg.contains("virtual-kubelet.sunet.se/project-network")
+            && msg.contains("OpenstackProject \"tenant\" not found"),
+        "{msg}"
+    );
+    assert!(c.containers_of(&pod.uid().unwrap()).await?.is_empty());
+    // The resource operator's project, as it looks once its network exists (no operator
+    // runs here: the status is written as the operator writes it).
+    let projects: Api<api::OpenstackProject> = Api::namespaced(c.client.clone(), &c.ns);
+    let p: api::OpenstackProject = serde_json::from_value(json!({
+        "apiVersion": "sunet.se/v1alpha1", "kind": "OpenstackProject",
+        "metadata": {"name": "tenant"},
+        "spec": {"name": "tenant", "domain": "default",
+                 "networks": [{"name": "pods", "cidr": "10.99.0.0/24"}]}
+    }))?;
+    projects.create(&PostParams::default(), &p).await?;
+    projects
+        .patch_status(
+            "tenant",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"status": {"phase": "Ready",
+                "networks": [{"name": "pods", "networkId": net_id}]}})),
+        )
+        .await?;
+    c.wait_pod("on-project-net", "the pod to run", &vk, |s| {
+        phase(s) == "Running"
+    })
+    .await?;
+    let made = c.containers_of(&pod.uid().unwrap()).await?;
+    assert_eq!(made.len(), 1);
+    assert!(
+        made[0].addresses.contains_key(net_id),
+        "on the project's network {net_id}: {:?}",
+        made[0].addresses
+    );
+    Ok(())
+}

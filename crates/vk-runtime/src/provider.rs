@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{ConfigMap, NodeAddress, Pod, PodStatus, Secret};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use kube::api::ApiResource;
 
 /// One node condition as the provider sees it (times are the runtime's job).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -108,6 +109,14 @@ pub trait Objects: Send + Sync {
     async fn config_map(&self, namespace: &str, name: &str) -> Result<Option<ConfigMap>, String>;
     /// A Secret, `None` if it does not exist.
     async fn secret(&self, namespace: &str, name: &str) -> Result<Option<Secret>, String>;
+    /// A namespaced custom object (e.g. an `OpenstackProject` naming the
+    /// pod's network) as JSON, `None` if it (or its kind) does not exist.
+    async fn custom_object(
+        &self,
+        kind: &ApiResource,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<serde_json::Value>, String>;
 }
 
 /// A virtual kubelet's backend.

@@ -27,7 +27,9 @@ use k8s_openapi::api::core::v1::{
     ConfigMap, Event, EventSource, Namespace, Node, NodeStatus, ObjectReference, Pod, Secret,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference, Time};
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions,
+};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
@@ -107,6 +109,24 @@ impl Objects for KubeObjects {
             .get_opt(name)
             .await
             .map_err(|e| format!("reading secret {ns}/{name}: {e}"))
+    }
+
+    async fn custom_object(
+        &self,
+        kind: &ApiResource,
+        ns: &str,
+        name: &str,
+    ) -> Result<Option<serde_json::Value>, String> {
+        let what = |e: &dyn std::fmt::Display| format!("reading {} {ns}/{name}: {e}", kind.kind);
+        // A 404 (the object, or its CRD, is missing) is `None`.
+        let found = Api::<DynamicObject>::namespaced_with(self.client.clone(), ns, kind)
+            .get_opt(name)
+            .await
+            .map_err(|e| what(&e))?;
+        found
+            .map(serde_json::to_value)
+            .transpose()
+            .map_err(|e| what(&e))
     }
 }
 

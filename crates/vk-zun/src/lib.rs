@@ -6,10 +6,12 @@
 //! - [`provider`]: the [`vk_runtime::provider::Provider`] on the Zun port:
 //!   one list per pass, the actions, the node's capacity from the quota.
 //! - [`kubelet`]: the kubelet API's backend (logs, exec, attach, stats).
+//! - [`network`]: the pod's Neutron network (annotation, `OpenstackProject`, flag).
 //! - [`labels`], [`quantity`]: ownership labels and resource quantities.
 
 pub mod kubelet;
 pub mod labels;
+pub mod network;
 pub mod provider;
 pub mod quantity;
 pub mod status;

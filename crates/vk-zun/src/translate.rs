@@ -13,10 +13,10 @@ use k8s_openapi::api::core::v1::{
 use openstack::container::{ZunContainerCreate, ZunNet, ZunRestartPolicy};
 
 use crate::labels;
+use crate::network::{self, Choice};
 use crate::quantity;
 
-/// Pod annotation naming the Neutron network (id or name) of the pod.
-pub const NETWORK_ANNOTATION: &str = "virtual-kubelet.sunet.se/network";
+pub use crate::network::{NETWORK_ANNOTATION, PROJECT_NETWORK_ANNOTATION};
 /// Pod annotation choosing the mapping: `containers` (default) or `capsule`.
 pub const MODE_ANNOTATION: &str = "virtual-kubelet.sunet.se/mode";
 
@@ -81,27 +81,36 @@ fn unsupported(field: impl Into<String>, why: impl Into<String>) -> TranslateErr
     }
 }
 
-/// The ConfigMaps and Secrets a pod's env refers to, fetched beforehand.
+/// The objects a pod refers to (ConfigMaps and Secrets of its env, the
+/// `OpenstackProject` of its network), fetched beforehand; what is missing
+/// is simply absent.
 #[derive(Clone, Debug, Default)]
 pub struct Referenced {
     /// By name.
     pub config_maps: BTreeMap<String, ConfigMap>,
     /// By name.
     pub secrets: BTreeMap<String, Secret>,
+    /// By name.
+    pub projects: BTreeMap<String, api::OpenstackProject>,
 }
 
-/// A ConfigMap or Secret name the pod refers to, and whether it is optional.
+/// An object (in the pod's namespace) the pod refers to.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Reference {
     /// A ConfigMap.
     ConfigMap(String),
     /// A Secret.
     Secret(String),
+    /// An `OpenstackProject` whose network the pod names.
+    OpenstackProject(String),
 }
 
 /// What a pod needs from the API before it can be translated.
 pub fn references(pod: &Pod) -> Vec<Reference> {
     let mut out = Vec::new();
+    if let Ok(Choice::Project(p)) = network::choice(pod, None) {
+        out.push(Reference::OpenstackProject(p.project));
+    }
     let Some(spec) = &pod.spec else {
         return out;
     };
@@ -185,6 +194,7 @@ pub fn validate(pod: &Pod) -> Result<(), TranslateError> {
             ),
         ));
     }
+    network::choice(pod, None)?;
     let flag = |v: Option<bool>, field: &str, why: &str| -> Result<(), TranslateError> {
         if v == Some(true) {
             Err(unsupported(field, why))
@@ -514,12 +524,11 @@ pub fn translate(
     let ns = meta.namespace.clone().unwrap_or_else(|| "default".into());
     let name = meta.name.clone().unwrap_or_default();
     let uid = meta.uid.clone().unwrap_or_default();
-    let network = meta
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(NETWORK_ANNOTATION))
-        .cloned()
-        .or_else(|| cfg.network.clone());
+    let network = match network::choice(pod, cfg.network.as_deref())? {
+        Choice::Neutron(n) => Some(n),
+        Choice::Project(r) => Some(network::resolve(&r, &ns, refs.projects.get(&r.project))?),
+        Choice::Default => None,
+    };
     let hostname = hostname(spec.hostname.as_deref().unwrap_or(&name));
     let one = |c: &Container, role: Role, idx: usize| -> Result<Planned, TranslateError> {
         let path = match role {

@@ -5,10 +5,6 @@
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
-use std::fs::File;
-use std::io::Write;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -18,7 +14,7 @@ use futures::FutureExt;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, PodStatus};
 use kube::api::{Api, DeleteParams, PostParams};
 use kube::{Client, ResourceExt};
-use openstack::adapter::{ClientOptions, CloudSelector, ContainerAdapter, Core};
+use openstack::adapter::ContainerAdapter;
 use openstack::container::{Container, ZunContainer};
 use serde_json::json;
 
@@ -28,57 +24,31 @@ pub const POLL: Duration = Duration::from_millis(500);
 pub const POD_UID: &str = "virtual-kubelet.sunet.se/pod-uid";
 pub const NODE: &str = "virtual-kubelet.sunet.se/node";
 
-pub struct Zun {
-    /// The tenant's entry in `clouds.yaml`.
-    pub cloud: String,
-    /// `clouds.yaml`.
-    pub file: String,
-    /// The pods' Neutron network.
-    pub network: String,
-}
+/// The Zun tenant of the test cloud.
+pub type Zun = e2e::ZunTenant;
 
 /// The Zun tenant of the test cloud, or `None` (and a message) when the cloud has no Zun.
 pub fn zun_env() -> Option<Zun> {
-    let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-    match (var("ZUN_TENANT_CLOUD"), var("OS_CLIENT_CONFIG_FILE")) {
-        (Some(cloud), Some(file)) => Some(Zun {
-            cloud,
-            file,
-            network: var("ZUN_NETWORK").unwrap_or_else(|| "zun-pods".into()),
-        }),
-        _ => {
-            eprintln!(
-                "SKIPPED: no Zun in this cloud (ZUN_TENANT_CLOUD unset; `eval \"$(scripts/test-cloud env)\"` sets it when the test cloud runs Zun)"
-            );
-            None
-        }
+    let z = e2e::ZunTenant::from_env();
+    if z.is_none() {
+        eprintln!(
+            "SKIPPED: no Zun in this cloud (ZUN_TENANT_CLOUD unset; `eval \"$(scripts/test-cloud env)\"` sets it when the test cloud runs Zun)"
+        );
     }
+    z
 }
 
+/// Zun as the tenant.
 pub async fn zun_client(z: &Zun) -> anyhow::Result<ContainerAdapter> {
-    let core = Core::connect(
-        &CloudSelector::File {
-            path: z.file.clone().into(),
-            cloud: z.cloud.clone(),
-        },
-        ClientOptions {
-            requests_per_second: 0,
-            ..ClientOptions::default()
-        },
-    )
-    .await
-    .context("connecting as the Zun tenant")?;
-    Ok(ContainerAdapter::new(core))
+    z.client().await
 }
 
-/// A running `openstack-operator virtual-kubelet`, killed on drop.
+/// A running `openstack-operator virtual-kubelet` ([`e2e::VirtualKubelet`]) with the suites'
+/// settings: fast polls and debug logs of the node's crates.
 pub struct Vk {
-    child: Option<Child>,
+    inner: e2e::VirtualKubelet,
     /// The kubelet API's port on 127.0.0.1.
     pub kubelet_port: u16,
-    args: Vec<String>,
-    env: Vec<(String, String)>,
-    log: PathBuf,
 }
 
 impl Vk {
@@ -94,114 +64,48 @@ impl Vk {
         node: &str,
         extra: &[String],
     ) -> anyhow::Result<Self> {
-        let dir = e2e::operator::log_dir(std::path::Path::new(BIN));
-        std::fs::create_dir_all(&dir)?;
-        let log = dir.join(format!("vk-{node}.log"));
-        File::create(&log)?;
-        // Each node gets its own kubelet port: tests run in parallel and 10250 is the default.
-        let kubelet_port = e2e::operator::free_local_addr()?.port();
-        let port = kubelet_port.to_string();
-        let mut args: Vec<String> = [
-            "virtual-kubelet",
-            "--node-name",
-            node,
-            "--network",
-            &z.network,
+        let mut args = vec![
             "--poll-interval-seconds",
             "1",
             "--status-interval-seconds",
             "2",
-            "--internal-ip",
-            "127.0.0.1",
-            "--kubelet-address",
-            "127.0.0.1",
-            "--kubelet-port",
-            &port,
             "--log-level",
             "info,vk_zun=debug,vk_runtime=debug,vk_kubelet_api=debug",
-        ]
-        .map(str::to_string)
-        .to_vec();
-        args.extend_from_slice(extra);
-        let mut vk = Vk {
-            child: None,
+        ];
+        args.extend(extra.iter().map(String::as_str));
+        let inner = e2e::VirtualKubelet::start(
+            std::path::Path::new(BIN),
+            target,
+            z,
+            node,
+            &format!("vk-{node}"),
+            &args,
+        )?;
+        let kubelet_port = inner.kubelet_port();
+        Ok(Vk {
+            inner,
             kubelet_port,
-            args,
-            env: vec![
-                (
-                    "KUBECONFIG".into(),
-                    target.kubeconfig().display().to_string(),
-                ),
-                ("OS_CLOUD".into(), z.cloud.clone()),
-                ("OS_CLIENT_CONFIG_FILE".into(), z.file.clone()),
-            ],
-            log,
-        };
-        vk.spawn()?;
-        Ok(vk)
+        })
     }
 
     /// Starts the process (again, after [`Vk::kill`]).
     pub fn spawn(&mut self) -> anyhow::Result<()> {
-        let mut f = File::options().append(true).open(&self.log)?;
-        writeln!(f, "=== e2e: {BIN} {}", self.args.join(" "))?;
-        let err = f.try_clone()?;
-        let mut cmd = Command::new(BIN);
-        cmd.args(&self.args)
-            .env_remove("OS_AUTH_URL")
-            .stdin(Stdio::null())
-            .stdout(Stdio::from(f))
-            .stderr(Stdio::from(err));
-        for (k, v) in &self.env {
-            cmd.env(k, v);
-        }
-        self.child = Some(
-            cmd.spawn()
-                .context("starting the virtual kubelet (cargo build --bins)")?,
-        );
-        Ok(())
+        self.inner.spawn()
     }
 
     /// SIGKILL: no shutdown path runs.
     pub fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        self.inner.kill();
     }
 
-    /// SIGTERM and wait for the exit. Waits without blocking the runtime: the emulator may
-    /// serve on this test's runtime, and the node's last write (NotReady) must get through.
+    /// SIGTERM and wait for the exit.
     pub async fn terminate(&mut self) -> anyhow::Result<std::process::ExitStatus> {
-        let mut c = self.child.take().context("not running")?;
-        let pid = c.id() as libc::pid_t;
-        // SAFETY: signalling a child process we spawned and still own.
-        unsafe { libc::kill(pid, libc::SIGTERM) };
-        let deadline = tokio::time::Instant::now() + LONG;
-        loop {
-            if let Some(st) = c.try_wait()? {
-                return Ok(st);
-            }
-            if tokio::time::Instant::now() > deadline {
-                let _ = c.kill();
-                let _ = c.wait();
-                anyhow::bail!("the virtual kubelet did not exit within {LONG:?} of SIGTERM");
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        self.inner.terminate(LONG).await
     }
 
     /// The last 40 lines of its log.
     pub fn log_tail(&self) -> String {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(40)..].join("\n")
-    }
-}
-
-impl Drop for Vk {
-    fn drop(&mut self) {
-        self.kill();
+        self.inner.log_tail(40)
     }
 }
 

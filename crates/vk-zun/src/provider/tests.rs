@@ -8,6 +8,8 @@ use serde_json::json;
 #[derive(Default)]
 struct NoObjects {
     config_maps: BTreeMap<String, ConfigMap>,
+    /// Custom objects by (plural, name).
+    custom: Mutex<BTreeMap<(String, String), serde_json::Value>>,
 }
 
 #[async_trait]
@@ -17,6 +19,15 @@ impl Objects for NoObjects {
     }
     async fn secret(&self, _ns: &str, _name: &str) -> Result<Option<Secret>, String> {
         Ok(None)
+    }
+    async fn custom_object(
+        &self,
+        kind: &ApiResource,
+        _ns: &str,
+        name: &str,
+    ) -> Result<Option<serde_json::Value>, String> {
+        let c = self.custom.lock().unwrap();
+        Ok(c.get(&(kind.plural.clone(), name.to_string())).cloned())
     }
 }
 
@@ -391,5 +402,57 @@ async fn a_refused_create_backs_off() {
             .reason
             .as_deref(),
         Some("CreateContainerError")
+    );
+}
+
+#[tokio::test]
+async fn project_network_waits_for_the_project_then_uses_its_network_id() {
+    let z = FakeZun::new();
+    let p = provider(&z);
+    let mut pods = vec![pod(
+        "on-tenant-net",
+        "uid-pn",
+        json!({"nodeName": "vk", "containers": [{"name": "c", "image": "busybox", "command": ["sleep", "60"]}]}),
+    )];
+    pods[0].metadata.annotations = Some(BTreeMap::from([(
+        crate::network::PROJECT_NETWORK_ANNOTATION.to_string(),
+        "tenant/pods".to_string(),
+    )]));
+    let o = NoObjects::default();
+    // No OpenstackProject yet: the container waits naming the annotation; nothing reaches Zun.
+    let u = sync(&p, &mut pods, &o).await;
+    let s = u[0].status.as_ref().unwrap();
+    assert_eq!(s.phase.as_deref(), Some("Pending"));
+    let w = s.container_statuses.as_ref().unwrap()[0]
+        .state
+        .as_ref()
+        .unwrap()
+        .waiting
+        .clone()
+        .unwrap();
+    assert_eq!(w.reason.as_deref(), Some("CreateContainerConfigError"));
+    assert!(
+        w.message
+            .as_deref()
+            .unwrap()
+            .contains("virtual-kubelet.sunet.se/project-network"),
+        "{w:?}"
+    );
+    assert_eq!(z.calls("create_container"), 0);
+    // The project appears with its network created: the next pass creates on that network.
+    o.custom.lock().unwrap().insert(
+        ("openstackprojects".into(), "tenant".into()),
+        json!({"apiVersion": "sunet.se/v1alpha1", "kind": "OpenstackProject",
+               "metadata": {"name": "tenant", "namespace": "ns"},
+               "spec": {"name": "tenant", "domain": "default", "networks": [{"name": "pods", "cidr": "10.9.0.0/24"}]},
+               "status": {"phase": "Ready", "networks": [{"name": "pods", "networkId": "net-of-tenant"}]}}),
+    );
+    sync(&p, &mut pods, &o).await;
+    assert_eq!(z.calls("create_container"), 1);
+    let made = &z.containers()[0];
+    assert!(
+        made.addresses.contains_key("net-of-tenant"),
+        "{:?}",
+        made.addresses
     );
 }

@@ -131,6 +131,7 @@ fn refs() -> Referenced {
     Referenced {
         config_maps: BTreeMap::from([("app-config".to_string(), cm)]),
         secrets: BTreeMap::from([("app-secret".to_string(), s)]),
+        ..Default::default()
     }
 }
 
@@ -311,4 +312,46 @@ fn service_account_token_volume_is_tolerated() {
         "containers": [{"name": "c", "image": "busybox",
             "volumeMounts": [{"name": "kube-api-access-abcde", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}]}]}}));
     assert!(validate(&p).is_ok());
+}
+
+#[test]
+fn project_network_annotation_is_a_reference_resolved_to_the_network_id() {
+    let p = pod(json!({
+        "metadata": {"annotations": {PROJECT_NETWORK_ANNOTATION: "tenant/pods"}},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]}
+    }));
+    assert!(references(&p).contains(&Reference::OpenstackProject("tenant".into())));
+    match translate(&p, &Referenced::default(), &cfg()) {
+        Err(TranslateError::MissingReference(m)) => {
+            assert!(m.contains(PROJECT_NETWORK_ANNOTATION), "{m}")
+        }
+        other => panic!("{other:?}"),
+    }
+    let project: api::OpenstackProject = serde_json::from_value(json!({
+        "apiVersion": "sunet.se/v1alpha1", "kind": "OpenstackProject",
+        "metadata": {"name": "tenant", "namespace": "team-a"},
+        "spec": {"name": "tenant", "domain": "default", "networks": [{"name": "pods", "cidr": "10.9.0.0/24"}]},
+        "status": {"networks": [{"name": "pods", "networkId": "net-id-1"}]}
+    }))
+    .unwrap();
+    let refs = Referenced {
+        projects: BTreeMap::from([("tenant".to_string(), project)]),
+        ..Default::default()
+    };
+    let c = one(&p, &refs);
+    assert_eq!(c.nets.len(), 1);
+    assert_eq!(
+        c.nets[0].network.as_deref(),
+        Some("net-id-1"),
+        "not the flag's pods-net"
+    );
+    // A malformed annotation fails validation: nothing is created.
+    let bad = pod(json!({
+        "metadata": {"annotations": {PROJECT_NETWORK_ANNOTATION: "tenant"}},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]}
+    }));
+    assert!(matches!(
+        validate(&bad),
+        Err(TranslateError::Unsupported { .. })
+    ));
 }

@@ -1,0 +1,111 @@
+//! `openstack-operator-bench --fake-zun-node <NODE>`: the virtual kubelet's runtime and Zun
+//! provider (the code `openstack-operator virtual-kubelet` runs) on the in-memory Zun, as a
+//! process of its own so its memory can be read from `/proc`, for pod counts the test
+//! cloud's Zun cannot hold. Kubernetes from `KUBECONFIG`. Differences from the binary: the
+//! Zun client is the fake (no HTTP client, no token, no client metrics), no kubelet API, no
+//! log subscriber, and the executable is the bench's (larger code; only touched pages count).
+//! On SIGTERM it prints the fake's call counters as one JSON line on stdout.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use k8s_openapi::api::core::v1::Taint;
+use openstack::fake::FakeZun;
+use tokio_util::sync::CancellationToken;
+use vk_runtime::node::Identity;
+use vk_runtime::{NodeConfig, OnShutdown};
+use vk_zun::{Config, UnlimitedCapacity, ZunProvider};
+
+/// The Zun operations whose calls are reported.
+const OPERATIONS: [&str; 9] = [
+    "create_container",
+    "get_container",
+    "list_containers",
+    "start_container",
+    "stop_container",
+    "delete_container",
+    "get_quota",
+    "list_services",
+    "list_availability_zones",
+];
+
+/// Runs the node until SIGTERM/SIGINT.
+pub async fn run(node: String, poll_interval_s: u64) -> anyhow::Result<()> {
+    let zun = FakeZun::new();
+    // No quota: the measurement is the node, not Zun's limits.
+    zun.set_quota_limits(-1, -1, -1);
+    let cfg = Config {
+        node_name: node.clone(),
+        network: Some("fake-net".into()),
+        ..Config::default()
+    };
+    let provider = Arc::new(ZunProvider::new(
+        Arc::new(zun.clone()),
+        cfg,
+        Some("fake-project".into()),
+        UnlimitedCapacity::default(),
+    ));
+    let client = kube::Client::try_default()
+        .await
+        .context("connecting to Kubernetes (KUBECONFIG)")?;
+    // As `openstack-operator virtual-kubelet` with its defaults.
+    let node_cfg = NodeConfig {
+        identity: Identity {
+            name: node.clone(),
+            labels: BTreeMap::new(),
+            taints: vec![Taint {
+                key: "virtual-kubelet.io/provider".into(),
+                value: Some("openstack".into()),
+                effect: "NoSchedule".into(),
+                ..Default::default()
+            }],
+            kubelet_port: 10250,
+            version: "v1.36.0-vk-openstack-zun-bench-fake".into(),
+            os: "linux".into(),
+            arch: "amd64".into(),
+            internal_ip: "127.0.0.1".into(),
+        },
+        lease_duration_s: 40,
+        lease_renew: Duration::from_secs(10),
+        status_interval: Duration::from_secs(10),
+        status_max_age: Duration::from_secs(60),
+        poll_interval: Duration::from_secs(poll_interval_s.max(1)),
+        on_shutdown: OnShutdown::Delete,
+    };
+    let token = CancellationToken::new();
+    let stop = token.clone();
+    tokio::spawn(async move {
+        let mut term =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+        let terminated = async {
+            match term.as_mut() {
+                Some(t) => {
+                    t.recv().await;
+                }
+                None => std::future::pending::<()>().await,
+            }
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = terminated => {}
+        }
+        stop.cancel();
+    });
+    vk_runtime::run(client, node_cfg, provider, token)
+        .await
+        .context("running the node")?;
+    let mut calls: BTreeMap<&str, u64> = OPERATIONS.iter().map(|op| (*op, zun.calls(op))).collect();
+    let named: u64 = calls.values().sum();
+    let other = zun.total_calls().saturating_sub(named);
+    if other > 0 {
+        calls.insert("other", other);
+    }
+    let left: HashSet<String> = zun.containers().into_iter().map(|c| c.uuid).collect();
+    println!(
+        "{}",
+        serde_json::json!({"calls": calls, "containers_left": left.len()})
+    );
+    Ok(())
+}
