@@ -66,6 +66,7 @@ pub async fn run(node: String, poll_interval_s: u64) -> anyhow::Result<()> {
             os: "linux".into(),
             arch: "amd64".into(),
             internal_ip: "127.0.0.1".into(),
+            hostname: None,
         },
         lease_duration_s: 40,
         lease_renew: Duration::from_secs(10),

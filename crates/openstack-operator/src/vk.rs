@@ -58,6 +58,10 @@ pub struct VkArgs {
     /// The node's InternalIP (and pods' hostIP).
     #[arg(long, env = "VK_INTERNAL_IP", default_value = "127.0.0.1")]
     pub internal_ip: String,
+    /// A resolvable DNS name to publish as the node's `Hostname` address (unset: none, so the
+    /// API server, whose default address order tries Hostname first, uses the InternalIP).
+    #[arg(long, env = "VK_HOSTNAME")]
+    pub hostname: Option<String>,
     /// Port published as `status.daemonEndpoints.kubeletEndpoint.port`.
     #[arg(long, env = "KUBELET_PORT", default_value_t = 10250)]
     pub kubelet_port: i32,
@@ -169,6 +173,7 @@ pub async fn run(args: VkArgs) -> anyhow::Result<()> {
             os: "linux".into(),
             arch: arch().into(),
             internal_ip: args.internal_ip.clone(),
+            hostname: args.hostname.clone(),
         },
         lease_duration_s: 40,
         lease_renew: Duration::from_secs(10),

@@ -29,6 +29,10 @@ pub struct Identity {
     pub arch: String,
     /// The node's InternalIP.
     pub internal_ip: String,
+    /// A resolvable DNS name published as the node's `Hostname` address, if any. kube-apiserver's
+    /// default `--kubelet-preferred-address-types` tries `Hostname` before `InternalIP`, and a
+    /// virtual node's name rarely resolves: without one, only the InternalIP is published.
+    pub hostname: Option<String>,
 }
 
 /// The node's labels: the standard ones, the zone, then the extra ones.
@@ -95,16 +99,16 @@ pub fn status(
             }
         })
         .collect();
-    let mut addresses = vec![
-        NodeAddress {
-            type_: "InternalIP".into(),
-            address: id.internal_ip.clone(),
-        },
-        NodeAddress {
+    let mut addresses = vec![NodeAddress {
+        type_: "InternalIP".into(),
+        address: id.internal_ip.clone(),
+    }];
+    if let Some(h) = &id.hostname {
+        addresses.push(NodeAddress {
             type_: "Hostname".into(),
-            address: id.name.clone(),
-        },
-    ];
+            address: h.clone(),
+        });
+    }
     addresses.extend(state.addresses.iter().cloned());
     NodeStatus {
         capacity: Some(state.capacity.clone()),
@@ -182,7 +186,32 @@ mod tests {
             os: "linux".into(),
             arch: "amd64".into(),
             internal_ip: "10.1.1.1".into(),
+            hostname: None,
         }
+    }
+
+    #[test]
+    fn only_a_given_hostname_is_published_besides_the_internal_ip() {
+        let st = NodeState::default();
+        let t0: jiff::Timestamp = "2026-12-01T00:00:00Z".parse().unwrap();
+        let kinds = |id: &Identity| -> Vec<(String, String)> {
+            status(id, &st, None, t0)
+                .addresses
+                .unwrap()
+                .into_iter()
+                .map(|a| (a.type_, a.address))
+                .collect()
+        };
+        assert_eq!(kinds(&id()), [("InternalIP".into(), "10.1.1.1".into())]);
+        let mut named = id();
+        named.hostname = Some("vk-1.example.org".into());
+        assert_eq!(
+            kinds(&named),
+            [
+                ("InternalIP".into(), "10.1.1.1".into()),
+                ("Hostname".into(), "vk-1.example.org".into())
+            ]
+        );
     }
 
     #[test]

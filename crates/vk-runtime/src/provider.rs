@@ -48,7 +48,7 @@ pub struct NodeState {
     pub allocatable: BTreeMap<String, Quantity>,
     /// The five node conditions.
     pub conditions: Vec<Condition>,
-    /// Extra addresses (the runtime adds its own InternalIP/Hostname).
+    /// Extra addresses (the runtime adds its own InternalIP, and Hostname when configured).
     pub addresses: Vec<NodeAddress>,
     /// `topology.kubernetes.io/zone`, if known.
     pub zone: Option<String>,

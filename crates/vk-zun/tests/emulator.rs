@@ -37,6 +37,7 @@ fn node_config(name: &str, on_shutdown: OnShutdown) -> NodeConfig {
             os: "linux".into(),
             arch: "amd64".into(),
             internal_ip: "192.0.2.10".into(),
+            hostname: None,
         },
         lease_duration_s: 40,
         lease_renew: Duration::from_millis(300),
