@@ -133,7 +133,7 @@ pub fn config_files(i: &PlacementInputs<'_>) -> BTreeMap<String, String> {
 
 /// The in-cluster URL of a Placement's Service (`<name>-api`).
 pub fn internal_url(name: &str, namespace: &str) -> String {
-    format!("http://{name}-api.{namespace}.svc:{PORT}")
+    crate::service_user::internal_url(name, namespace, PORT)
 }
 
 /// The catalog entry the service-user step registers: user `username` in `project`, service
@@ -145,16 +145,15 @@ pub fn service_entry(
     public_url: &str,
     internal_url: &str,
 ) -> ServiceEntry {
-    ServiceEntry {
-        user: keystone.username.clone(),
-        project: keystone.project.clone(),
-        service_name: SERVICE_TYPE.into(),
-        service_type: SERVICE_TYPE.into(),
-        description: "OpenStack Placement".into(),
-        region: region.to_string(),
-        public_url: public_url.trim_end_matches('/').to_string(),
-        internal_url: internal_url.trim_end_matches('/').to_string(),
-    }
+    ServiceEntry::for_service(
+        keystone,
+        SERVICE_TYPE,
+        SERVICE_TYPE,
+        "OpenStack Placement",
+        region,
+        public_url,
+        internal_url,
+    )
 }
 
 #[cfg(test)]

@@ -91,6 +91,37 @@ pub struct ServiceEntry {
     pub internal_url: String,
 }
 
+impl ServiceEntry {
+    /// The entry of a service whose user is `keystone`'s service user: service `name` of type
+    /// `service_type`, endpoints at `public_url` and `internal_url` (no trailing `/`) in
+    /// `region` (normally Keystone's; the boot proofs register in regions of their own).
+    pub fn for_service(
+        keystone: &crate::authtoken::KeystoneAuth,
+        name: &str,
+        service_type: &str,
+        description: &str,
+        region: &str,
+        public_url: &str,
+        internal_url: &str,
+    ) -> Self {
+        ServiceEntry {
+            user: keystone.username.clone(),
+            project: keystone.project.clone(),
+            service_name: name.into(),
+            service_type: service_type.into(),
+            description: description.into(),
+            region: region.to_string(),
+            public_url: public_url.trim_end_matches('/').to_string(),
+            internal_url: internal_url.trim_end_matches('/').to_string(),
+        }
+    }
+}
+
+/// The in-cluster URL of a service's API Service (`<name>-api`, plain HTTP on `port`).
+pub fn internal_url(name: &str, namespace: &str, port: u16) -> String {
+    format!("http://{name}-api.{namespace}.svc:{port}")
+}
+
 /// Environment of the step except the secrets: `OS_PASSWORD` (Keystone's admin password) and
 /// `SERVICE_PASSWORD` (the generated service password) come from Secrets.
 pub fn env(e: &ServiceEntry, keystone_url: &str) -> BTreeMap<String, String> {

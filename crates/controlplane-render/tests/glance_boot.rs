@@ -20,16 +20,15 @@ use std::time::{Duration, Instant};
 
 mod support;
 use support::{
-    KEYSTONE, KeystoneCleanup, Proc, admin_password, free_port, mariadb_admin, rss_kib, run,
-    service_token, test_cloud_dir, venv_bin,
+    KEYSTONE, KeystoneCleanup, Proc, admin_password, free_port, init_database_twice, mariadb_admin,
+    register_service_twice, rss_kib, run, service_token, test_cloud_dir, venv_bin,
 };
 
 use controlplane_api::common::ServiceTemplate;
 use controlplane_render::authtoken::KeystoneAuth;
-use controlplane_render::database::{self, Database};
+use controlplane_render::database::Database;
 use controlplane_render::glance::{self, Backend, GlanceInputs, Paths, S3Store, WebDownload};
 use controlplane_render::secrets::password;
-use controlplane_render::service_user;
 
 const REGION: &str = "CpProofGlance";
 const USER: &str = "cpproof_glance";
@@ -425,29 +424,11 @@ async fn rendered_glance_stores_images_in_files_and_s3_and_imports_from_the_allo
     };
 
     // The database Job's script (shared with Keystone and Placement), twice: Jobs are retried.
-    mariadb_admin(&format!("DROP DATABASE IF EXISTS {DB}"));
-    let mut init = Command::new(venv_bin("python3"));
-    init.arg("-c").arg(database::DB_INIT_SCRIPT);
-    for (k, v) in database::db_init_env(&db) {
-        init.env(k, v);
-    }
-    init.env("DB_ADMIN_USER", "root")
-        .env("DB_ADMIN_PASSWORD", "")
-        .env("DB_PASSWORD", &db.password);
-    run(&mut init, "database script");
-    run(&mut init, "database script (again)");
+    init_database_twice(&db);
 
     // The service-user step against the real Keystone, twice.
     let entry = glance::service_entry(&keystone, REGION, &base, &base);
-    let mut su = Command::new(venv_bin("python3"));
-    su.arg("-c").arg(service_user::SCRIPT);
-    for (k, v) in service_user::env(&entry, KEYSTONE) {
-        su.env(k, v);
-    }
-    su.env("OS_PASSWORD", &admin_pw)
-        .env("SERVICE_PASSWORD", &keystone.password);
-    run(&mut su, "service-user script");
-    run(&mut su, "service-user script (again)");
+    register_service_twice(&entry, &admin_pw, &keystone.password);
 
     // db sync with the rendered configuration; the schema lands in the rendered database.
     std::fs::create_dir_all(&paths.config_dir).expect("etc");

@@ -17,7 +17,10 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod support;
-use support::{Proc, free_port, memcached_items, run, start_memcached, test_cloud_dir, venv_bin};
+use support::{
+    Proc, free_port, init_database_twice, memcached_items, run, start_memcached, test_cloud_dir,
+    venv_bin,
+};
 
 use controlplane_api::KeystoneSpec;
 use controlplane_api::common::{ExternalServiceRef, ServiceTemplate};
@@ -167,18 +170,8 @@ async fn rendered_keystone_boots_issues_tokens_and_survives_rotation() {
     };
 
     // A fresh database each run; the operator's database script creates it and the user.
-    mariadb_admin("DROP DATABASE IF EXISTS cpproof_keystone");
-    let mut init = Command::new(venv_bin("python3"));
-    init.arg("-c").arg(keystone::DB_INIT_SCRIPT);
-    for (k, v) in keystone::db_init_env(&db) {
-        init.env(k, v);
-    }
-    init.env("DB_ADMIN_USER", "root")
-        .env("DB_ADMIN_PASSWORD", "")
-        .env("DB_PASSWORD", &db.password);
-    run(&mut init, "database script");
-    // Run twice: the Job is retried and re-run on input change, so it must be idempotent.
-    run(&mut init, "database script (again)");
+    // Twice: the Job is retried and re-run on input change, so it must be idempotent.
+    init_database_twice(&db);
 
     std::fs::create_dir_all(&paths.config_dir).expect("etc");
     let conf = PathBuf::from(&paths.config_dir).join("keystone.conf");

@@ -22,16 +22,15 @@ use std::time::{Duration, Instant};
 
 mod support;
 use support::{
-    KEYSTONE, Proc, admin_password, free_port, mariadb_admin, memcached_items, rss_kib, run,
-    service_token, test_cloud_dir, venv_bin,
+    KEYSTONE, Proc, admin_password, free_port, init_database_twice, mariadb_admin, memcached_items,
+    register_service_twice, rss_kib, run, service_token, test_cloud_dir, venv_bin,
 };
 
 use controlplane_api::common::ServiceTemplate;
-use controlplane_render::database::{self, Database};
+use controlplane_render::database::Database;
 use controlplane_render::neutron::{self, Metadata, Networks, NeutronInputs, Ovn, OvnTls, Paths};
 use controlplane_render::placement::KeystoneAuth;
 use controlplane_render::secrets::password;
-use controlplane_render::service_user;
 use serde_json::{Value, json};
 
 const REGION: &str = "CpProofNeutron";
@@ -320,29 +319,11 @@ async fn rendered_neutron_boots_and_drives_real_ovn() {
     let base = format!("http://127.0.0.1:{api_port}");
 
     // The shared database script, twice: Jobs are retried.
-    mariadb_admin(&format!("DROP DATABASE IF EXISTS {DB}"));
-    let mut init = Command::new(venv_bin("python3"));
-    init.arg("-c").arg(database::DB_INIT_SCRIPT);
-    for (k, v) in database::db_init_env(&db) {
-        init.env(k, v);
-    }
-    init.env("DB_ADMIN_USER", "root")
-        .env("DB_ADMIN_PASSWORD", "")
-        .env("DB_PASSWORD", &db.password);
-    run(&mut init, "database script");
-    run(&mut init, "database script (again)");
+    init_database_twice(&db);
 
     // The shared service-user step against the real Keystone, twice.
     let entry = neutron::service_entry(&keystone, REGION, &base, &base);
-    let mut su = Command::new(venv_bin("python3"));
-    su.arg("-c").arg(service_user::SCRIPT);
-    for (k, v) in service_user::env(&entry, KEYSTONE) {
-        su.env(k, v);
-    }
-    su.env("OS_PASSWORD", &admin_pw)
-        .env("SERVICE_PASSWORD", &keystone.password);
-    run(&mut su, "service-user script");
-    run(&mut su, "service-user script (again)");
+    register_service_twice(&entry, &admin_pw, &keystone.password);
 
     std::fs::create_dir_all(&paths.config_dir).expect("etc");
     std::fs::create_dir_all(&paths.state_path).expect("state");

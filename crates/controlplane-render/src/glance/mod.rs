@@ -432,7 +432,7 @@ pub fn config_files(i: &GlanceInputs<'_>) -> Result<BTreeMap<String, String>, Gl
 
 /// The in-cluster URL of a Glance's Service (`<name>-api`).
 pub fn internal_url(name: &str, namespace: &str) -> String {
-    format!("http://{name}-api.{namespace}.svc:{PORT}")
+    crate::service_user::internal_url(name, namespace, PORT)
 }
 
 /// The catalog entry the service-user step registers: user `username` in `project`, service
@@ -443,16 +443,15 @@ pub fn service_entry(
     public_url: &str,
     internal_url: &str,
 ) -> ServiceEntry {
-    ServiceEntry {
-        user: keystone.username.clone(),
-        project: keystone.project.clone(),
-        service_name: SERVICE_NAME.into(),
-        service_type: SERVICE_TYPE.into(),
-        description: "OpenStack Image service".into(),
-        region: region.to_string(),
-        public_url: public_url.trim_end_matches('/').to_string(),
-        internal_url: internal_url.trim_end_matches('/').to_string(),
-    }
+    ServiceEntry::for_service(
+        keystone,
+        SERVICE_NAME,
+        SERVICE_TYPE,
+        "OpenStack Image service",
+        region,
+        public_url,
+        internal_url,
+    )
 }
 
 #[cfg(test)]

@@ -249,3 +249,39 @@ pub fn start_memcached(port: u16) -> Proc {
         .unwrap_or_else(|e| panic!("cannot start memcached ({e}): run scripts/control-plane-deps"));
     Proc(child, "memcached")
 }
+
+/// The operator's database Job script (shared by every service) for `db`, run twice as a
+/// retried Job would be, on a fresh database: the second run must converge, not fail.
+pub fn init_database_twice(db: &controlplane_render::database::Database) {
+    use controlplane_render::database;
+    mariadb_admin(&format!("DROP DATABASE IF EXISTS {}", db.name));
+    let mut init = Command::new(venv_bin("python3"));
+    init.arg("-c").arg(database::DB_INIT_SCRIPT);
+    for (k, v) in database::db_init_env(db) {
+        init.env(k, v);
+    }
+    init.env("DB_ADMIN_USER", "root")
+        .env("DB_ADMIN_PASSWORD", "")
+        .env("DB_PASSWORD", &db.password);
+    run(&mut init, "database script");
+    run(&mut init, "database script (again)");
+}
+
+/// The operator's service-user step for `entry` against the test cloud's Keystone, twice: the
+/// second run converges on what the first created instead of failing or duplicating.
+pub fn register_service_twice(
+    entry: &controlplane_render::service_user::ServiceEntry,
+    admin_password: &str,
+    service_password: &str,
+) {
+    use controlplane_render::service_user;
+    let mut su = Command::new(venv_bin("python3"));
+    su.arg("-c").arg(service_user::SCRIPT);
+    for (k, v) in service_user::env(entry, KEYSTONE) {
+        su.env(k, v);
+    }
+    su.env("OS_PASSWORD", admin_password)
+        .env("SERVICE_PASSWORD", service_password);
+    run(&mut su, "service-user script");
+    run(&mut su, "service-user script (again)");
+}
