@@ -1192,8 +1192,11 @@ const CP_CRDS: [&str; 3] = [
 /// Renders the example overlay plus the given bases (`deploy/kustomize/<base>`) in the
 /// operator's namespace with the chart's image tag, as an overlay of the user's would.
 fn overlay_with_parts(bases: &[&str]) -> Vec<Value> {
+    // Tests run in parallel and several render the same parts: one directory per call.
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let dir = std::env::temp_dir().join(format!(
-        "deploy-parts-test-{}-{}",
+        "deploy-parts-test-{}-{call}-{}",
         std::process::id(),
         bases.join("-")
     ));
