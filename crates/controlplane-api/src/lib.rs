@@ -8,6 +8,7 @@ pub mod cluster;
 pub mod common;
 pub mod external;
 pub mod keystone;
+pub mod options;
 pub mod status;
 pub mod validation;
 

@@ -10,6 +10,7 @@ use crate::cluster::{OpenStackClusterSpec, ServiceName};
 use crate::common::ServiceTemplate;
 use crate::external::{OpenStackExternalServiceSpec, ServiceKind};
 use crate::keystone::KeystoneSpec;
+use crate::options;
 
 /// Options the operator renders itself; an override of one would break what it manages.
 pub const KEYSTONE_OWNED_OPTIONS: &[(&str, &str)] = &[
@@ -140,6 +141,46 @@ fn ident_ok(s: &str) -> bool {
         && s.len() <= 64
         && s.chars()
             .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.')
+}
+
+/// The options the operator renders itself for `service` (refused as overrides).
+pub fn owned_options(service: ServiceName) -> &'static [(&'static str, &'static str)] {
+    match service {
+        ServiceName::Keystone => KEYSTONE_OWNED_OPTIONS,
+        ServiceName::Placement => PLACEMENT_OWNED_OPTIONS,
+        ServiceName::Glance => GLANCE_OWNED_OPTIONS,
+        ServiceName::Neutron => NEUTRON_OWNED_OPTIONS,
+        ServiceName::Nova | ServiceName::Cinder | ServiceName::Horizon => &[],
+    }
+}
+
+/// Checks a service's template: the shared rules, the options the operator owns, and every
+/// override against the options the service really defines (`options`). `dynamic` maps
+/// sections the spec names at run time (e.g. Cinder backends) to the section they take their
+/// options from.
+fn service_template(
+    e: &mut Errors,
+    path: &str,
+    t: &ServiceTemplate,
+    service: ServiceName,
+    dynamic: &[(&str, &str)],
+) {
+    let owned = owned_options(service);
+    template(e, path, t, owned);
+    let Some(schema) = options::schema(service) else {
+        return;
+    };
+    for (section, opts) in &t.config_overrides {
+        for (key, value) in opts {
+            // An owned option is already refused; one message per key.
+            if owned.iter().any(|(s, k)| s == section && k == key) {
+                continue;
+            }
+            if let Err(why) = schema.check(section, key, value, dynamic) {
+                e.add(format!("{path}.configOverrides.{section}.{key}"), why);
+            }
+        }
+    }
 }
 
 fn template(e: &mut Errors, path: &str, t: &ServiceTemplate, owned: &[(&str, &str)]) {
@@ -275,7 +316,7 @@ impl Validate for KeystoneSpec {
     fn validate(&self) -> Vec<FieldError> {
         let mut e = Errors::default();
         release(&mut e, "spec.release", &self.release);
-        template(&mut e, "spec", &self.template, KEYSTONE_OWNED_OPTIONS);
+        service_template(&mut e, "spec", &self.template, ServiceName::Keystone, &[]);
         if self.database.service.name.is_empty() {
             e.add(
                 "spec.database.service.name",
@@ -349,11 +390,7 @@ impl Validate for OpenStackClusterSpec {
                             .join(", ")
                     ),
                 ),
-                Some(ServiceName::Keystone) => template(&mut e, &path, t, KEYSTONE_OWNED_OPTIONS),
-                Some(ServiceName::Placement) => template(&mut e, &path, t, PLACEMENT_OWNED_OPTIONS),
-                Some(ServiceName::Glance) => template(&mut e, &path, t, GLANCE_OWNED_OPTIONS),
-                Some(ServiceName::Neutron) => template(&mut e, &path, t, NEUTRON_OWNED_OPTIONS),
-                Some(_) => template(&mut e, &path, t, &[]),
+                Some(service) => service_template(&mut e, &path, t, *service, &[]),
             }
         }
         if let Some(p) = &self.public_hostname_pattern {

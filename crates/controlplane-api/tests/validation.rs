@@ -117,6 +117,51 @@ fn cluster_rules() {
             "spec.templates.neutron.configOverrides.ovn.ovn_nb_connection"
         ]
     );
+    // Every override is checked against the options the service really defines (generated
+    // from the installed services): unknown sections, unknown options and wrong types are
+    // refused with the key named; real options of the right type pass.
+    let mut ov = ok.clone();
+    ov["services"] = json!(["keystone", "nova", "cinder"]);
+    ov["templates"] = json!({
+        "nova": {"configOverrides": {
+            "DEFAULT": {"debug": "true", "cpu_allocation_ratio": "4.0"},
+            "scheduler": {"discover_hosts_in_cells_interval": "often"},
+            "schedular": {"workers": "2"}}},
+        "cinder": {"configOverrides": {"DEFAULT": {"osapi_volume_workers": "2",
+                                                   "volume_clear": "shred-it"}}},
+        "keystone": {"configOverrides": {"token": {"expiraton": "3600"}}}});
+    let spec: controlplane_api::OpenStackClusterSpec = serde_json::from_value(ov).expect("parses");
+    let errs = spec.validate();
+    let got: Vec<(&str, &str)> = errs
+        .iter()
+        .map(|e| (e.path.as_str(), e.message.as_str()))
+        .collect();
+    assert_eq!(
+        got.iter().map(|(p, _)| *p).collect::<Vec<_>>(),
+        vec![
+            "spec.templates.cinder.configOverrides.DEFAULT.volume_clear",
+            "spec.templates.keystone.configOverrides.token.expiraton",
+            "spec.templates.nova.configOverrides.schedular.workers",
+            "spec.templates.nova.configOverrides.scheduler.discover_hosts_in_cells_interval",
+        ],
+        "{errs:?}"
+    );
+    assert!(got[0].1.contains("not one of none, zero"), "{}", got[0].1);
+    assert!(
+        got[1].1.contains("did you mean expiration?"),
+        "{}",
+        got[1].1
+    );
+    assert!(
+        got[2].1.contains("did you mean [scheduler]?"),
+        "{}",
+        got[2].1
+    );
+    assert!(
+        got[3].1.contains("\"often\" is not an integer"),
+        "{}",
+        got[3].1
+    );
     let mut r = ok;
     r["release"] = json!("2023.1");
     let spec: controlplane_api::OpenStackClusterSpec = serde_json::from_value(r).expect("parses");

@@ -58,6 +58,33 @@ impl Ini {
     }
 }
 
+/// Test support: every option of a rendered file is one `service` really defines, with a value
+/// of its type (the operator's own settings pass the check users' overrides go through).
+#[cfg(test)]
+pub(crate) fn assert_options_known(
+    service: controlplane_api::ServiceName,
+    text: &str,
+    dynamic: &[(&str, &str)],
+) {
+    let schema = controlplane_api::options::schema(service).expect("an oslo.config service");
+    let mut section = String::new();
+    let mut bad = Vec::new();
+    for line in text.lines().map(str::trim) {
+        if let Some(name) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+            section = name.to_string();
+        } else if let Some((key, value)) = line.split_once(" = ")
+            && let Err(why) = schema.check(&section, key, value, dynamic)
+        {
+            bad.push(format!("[{section}] {key}: {why}"));
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "rendered options {service:?} does not define:\n{}",
+        bad.join("\n")
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

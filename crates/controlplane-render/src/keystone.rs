@@ -247,4 +247,14 @@ mod tests {
         assert_ne!(a, b);
         assert_eq!(a, db_sync_hash("img", &keystone_conf(&inputs(&s))));
     }
+
+    #[test]
+    fn every_rendered_option_is_one_keystone_defines() {
+        let s = spec();
+        crate::ini::assert_options_known(
+            controlplane_api::ServiceName::Keystone,
+            &keystone_conf(&inputs(&s)),
+            &[],
+        );
+    }
 }

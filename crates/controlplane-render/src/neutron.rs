@@ -813,4 +813,25 @@ mod tests {
         assert_eq!(e.public_url, "https://neutron.example.org");
         assert_eq!(e.internal_url, "http://neutron-api.os.svc:9696");
     }
+
+    #[test]
+    fn every_rendered_option_is_one_neutron_defines() {
+        let t = template();
+        let i = inputs(&t);
+        crate::ini::assert_options_known(
+            controlplane_api::ServiceName::Neutron,
+            &neutron_conf(&i),
+            &[],
+        );
+        crate::ini::assert_options_known(
+            controlplane_api::ServiceName::Neutron,
+            &ml2_conf(&i).unwrap(),
+            &[],
+        );
+        crate::ini::assert_options_known(
+            controlplane_api::ServiceName::Neutron,
+            &metadata_agent_ini(&i).unwrap(),
+            &[],
+        );
+    }
 }

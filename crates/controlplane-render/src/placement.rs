@@ -285,4 +285,14 @@ mod tests {
         );
         insta::assert_yaml_snapshot!(job);
     }
+
+    #[test]
+    fn every_rendered_option_is_one_placement_defines() {
+        let t = template();
+        crate::ini::assert_options_known(
+            controlplane_api::ServiceName::Placement,
+            &placement_conf(&inputs(&t)),
+            &[],
+        );
+    }
 }

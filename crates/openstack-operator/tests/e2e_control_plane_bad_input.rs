@@ -251,6 +251,16 @@ async fn bad_control_plane_specs_are_refused_and_touch_nothing() -> anyhow::Resu
         "spec.configOverrides.database.connection",
     )
     .await?;
+    // An option Keystone does not define is refused before anything rolls out, naming the
+    // key and the nearest real option.
+    keystones.patch("unknown-option", &pp, &Patch::Apply(obj("Keystone", "unknown-option", json!({"database": {"service": {"name": "db"}}, "configOverrides": {"token": {"expiraton": "3600"}}})))).await?;
+    wait_cond(
+        &keystones,
+        "unknown-option",
+        ct::INVALID_SPEC,
+        "spec.configOverrides.token.expiraton: expiraton is not an option of [token] in keystone",
+    )
+    .await?;
     // A valid Keystone whose database is not Ready is Blocked and names why.
     keystones
         .patch(

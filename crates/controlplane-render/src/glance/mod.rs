@@ -746,4 +746,11 @@ pub(crate) mod tests {
         );
         insta::assert_yaml_snapshot!(job);
     }
+
+    #[test]
+    fn every_rendered_option_is_one_glance_defines() {
+        let t = template();
+        let conf = glance_api_conf(&inputs(&t)).unwrap();
+        crate::ini::assert_options_known(controlplane_api::ServiceName::Glance, &conf, &[]);
+    }
 }
