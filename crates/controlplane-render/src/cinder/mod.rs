@@ -267,17 +267,23 @@ pub fn config_files(i: &CinderInputs<'_>) -> BTreeMap<String, String> {
 
 /// `cinder.conf` as `oslo-config-validator` can check it: each backend section's options
 /// checked as `[backend_defaults]` ones (where Cinder registers every driver's options; the
-/// backend sections themselves are registered only when cinder-volume starts).
+/// backend sections themselves are registered only when cinder-volume starts), except
+/// `backend_host`, which `cinder-volume` registers in each backend's own section only.
 pub fn validation_view(cinder_conf: &str, backends: &[Backend]) -> String {
     let mut out = String::with_capacity(cinder_conf.len());
+    let mut in_backend = false;
     for line in cinder_conf.lines() {
-        let renamed = line
-            .strip_prefix('[')
-            .and_then(|l| l.strip_suffix(']'))
-            .filter(|s| backends.iter().any(|b| b.name == *s));
-        match renamed {
-            Some(_) => out.push_str("[backend_defaults]"),
-            None => out.push_str(line),
+        if let Some(s) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+            in_backend = backends.iter().any(|b| b.name == s);
+            out.push_str(if in_backend {
+                "[backend_defaults]"
+            } else {
+                line
+            });
+        } else if in_backend && line.starts_with("backend_host = ") {
+            continue;
+        } else {
+            out.push_str(line);
         }
         out.push('\n');
     }

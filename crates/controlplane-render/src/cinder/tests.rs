@@ -134,6 +134,8 @@ fn validation_view_moves_only_backend_sections() {
     assert_eq!(view.matches("[backend_defaults]").count(), 2, "{view}");
     assert!(!view.contains("[ceph]") && !view.contains("[nfs]"));
     assert!(view.contains("[nova]\n") && view.contains("[database]\n"));
+    assert!(!view.contains("backend_host"), "{view}");
+    assert!(view.contains("rbd_pool = volumes\n"), "{view}");
 }
 
 #[test]
