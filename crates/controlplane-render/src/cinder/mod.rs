@@ -186,8 +186,8 @@ pub fn uwsgi_ini(i: &CinderInputs<'_>) -> String {
         config_dir_env: ("OS_CINDER_CONFIG_DIR", &i.paths.config_dir),
     }
     .render();
-    // Cinder's WSGI entry point parses sys.argv (uwsgi's pyargv) for its configuration file and
-    // reads no configuration-directory variable.
+    // Cinder's WSGI entry point parses sys.argv (uwsgi's pyargv) for its configuration file;
+    // the configuration-directory variable of the shared settings is not read by Cinder.
     s.push_str(&format!(
         "pyargv = --config-file {}\n",
         i.paths.cinder_conf()
