@@ -351,7 +351,16 @@ async fn rendered_cinder_creates_rbd_volumes_in_real_ceph() {
     let both_conf = cinder::cinder_conf(&both);
     assert!(both_conf.contains("enabled_backends = ceph_proof,nfs_proof\n"));
     let started = Instant::now();
-    for (file, text) in [
+    // The two validator runs and the [nova] check side by side (each loads all of Cinder).
+    let nova_check = Command::new(venv_bin("python3"))
+        .arg("-c")
+        .arg(NOVA_OPTIONS_CHECK)
+        .arg(etc.join("cinder.conf"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the [nova] check");
+    let validators: Vec<_> = [
         (
             "validate-booted.conf",
             cinder::validation_view(&files["cinder.conf"], &inputs.backends),
@@ -360,18 +369,24 @@ async fn rendered_cinder_creates_rbd_volumes_in_real_ceph() {
             "validate-both.conf",
             cinder::validation_view(&both_conf, &both.backends),
         ),
-    ] {
+    ]
+    .into_iter()
+    .map(|(file, text)| {
         std::fs::write(root.join(file), text).expect("validation copy");
         let mut c = Command::new(venv_bin("oslo-config-validator"));
         for ns in cinder::OPTION_NAMESPACES {
             c.args(["--namespace", ns]);
         }
-        // [nova]'s auth-plugin options exist only once its auth_type is loaded: checked below.
-        let out = c
-            .args(["--exclude-group", "nova", "--input-file"])
+        // [nova]'s auth-plugin options exist only once its auth_type is loaded: checked apart.
+        c.args(["--exclude-group", "nova", "--input-file"])
             .arg(root.join(file))
-            .output()
-            .expect("validator");
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        (file, c.spawn().expect("start oslo-config-validator"))
+    })
+    .collect();
+    for (file, child) in validators {
+        let out = child.wait_with_output().expect("oslo-config-validator");
         let stderr = String::from_utf8_lossy(&out.stderr);
         let errors: Vec<_> = stderr
             .lines()
@@ -384,12 +399,11 @@ async fn rendered_cinder_creates_rbd_volumes_in_real_ceph() {
             "{file} fails validation against the installed option definitions: {errors:#?}\n{stderr}"
         );
     }
-    run(
-        Command::new(venv_bin("python3"))
-            .arg("-c")
-            .arg(NOVA_OPTIONS_CHECK)
-            .arg(etc.join("cinder.conf")),
-        "[nova] options check",
+    let out = nova_check.wait_with_output().expect("[nova] check");
+    assert!(
+        out.status.success(),
+        "[nova] options check: {}",
+        String::from_utf8_lossy(&out.stderr)
     );
     let validate_time = started.elapsed();
 
@@ -646,6 +660,61 @@ async fn rendered_cinder_creates_rbd_volumes_in_real_ceph() {
     assert_eq!(info["size"], 1u64 << 30, "{info}");
     // 8 MiB objects: the override reached the driver.
     assert_eq!(info["order"], 23, "{info}");
+
+    // The type's backend name is what places volumes: a type naming no enabled backend gets
+    // no host, and nothing reaches Ceph.
+    let (status, other) = call(
+        &client,
+        reqwest::Method::POST,
+        &format!("{v3}/types"),
+        t,
+        Some(
+            json!({"volume_type": {"name": format!("cpproof-none-{suffix}"),
+                   "extra_specs": {"volume_backend_name": "no_such_backend"}}}),
+        ),
+    )
+    .await;
+    assert_eq!(status, 200, "create volume type: {other}");
+    let other_id = other["volume_type"]["id"]
+        .as_str()
+        .expect("type id")
+        .to_string();
+    let (status, stray) = call(
+        &client,
+        reqwest::Method::POST,
+        &format!("{v3}/volumes"),
+        t,
+        Some(json!({"volume": {"size": 1, "volume_type": other_id}})),
+    )
+    .await;
+    assert_eq!(status, 202, "create volume: {stray}");
+    let stray_url = format!(
+        "{v3}/volumes/{}",
+        stray["volume"]["id"].as_str().expect("volume id")
+    );
+    let stray = until("the unplaceable volume goes to error", 60, || {
+        let (client, url, token) = (client.clone(), stray_url.clone(), token.clone());
+        async move {
+            let (_, v) = call(&client, reqwest::Method::GET, &url, Some(&token), None).await;
+            match v["volume"]["status"].as_str() {
+                Some("error") => Some(v),
+                Some("available") => panic!("a volume of a type naming no backend was placed: {v}"),
+                _ => None,
+            }
+        }
+    })
+    .await;
+    assert!(
+        stray["volume"]["os-vol-host-attr:host"].is_null(),
+        "{stray}"
+    );
+    assert_eq!(
+        rbd_images(&ceph_conf),
+        std::slice::from_ref(&image),
+        "only the first volume is in {POOL}"
+    );
+    let (status, _) = call(&client, reqwest::Method::DELETE, &stray_url, t, None).await;
+    assert_eq!(status, 202, "delete the error volume; {}", logs());
 
     let rss_api = rss_kib(uwsgi.0.id());
     let rss_scheduler = rss_kib(scheduler.0.id());
