@@ -112,6 +112,36 @@ pub const NEUTRON_OWNED_OPTIONS: &[(&str, &str)] = &[
     ("ovn", "ovn_sb_ca_cert"),
 ];
 
+/// Cinder's options the operator renders itself: the database, the message queue and its TLS
+/// files, token validation and the service user (also in `[nova]`), the auth strategy and the
+/// enabled backends (each backend's section is rendered from the spec's backend block).
+pub const CINDER_OWNED_OPTIONS: &[(&str, &str)] = &[
+    ("database", "connection"),
+    ("DEFAULT", "transport_url"),
+    ("DEFAULT", "auth_strategy"),
+    ("DEFAULT", "enabled_backends"),
+    ("DEFAULT", "state_path"),
+    ("oslo_messaging_rabbit", "ssl"),
+    ("oslo_messaging_rabbit", "ssl_ca_file"),
+    ("oslo_messaging_rabbit", "ssl_cert_file"),
+    ("oslo_messaging_rabbit", "ssl_key_file"),
+    ("keystone_authtoken", "auth_type"),
+    ("keystone_authtoken", "auth_url"),
+    ("keystone_authtoken", "www_authenticate_uri"),
+    ("keystone_authtoken", "region_name"),
+    ("keystone_authtoken", "username"),
+    ("keystone_authtoken", "password"),
+    ("keystone_authtoken", "project_name"),
+    ("keystone_authtoken", "user_domain_name"),
+    ("keystone_authtoken", "project_domain_name"),
+    ("keystone_authtoken", "memcached_servers"),
+    ("nova", "auth_type"),
+    ("nova", "auth_url"),
+    ("nova", "username"),
+    ("nova", "password"),
+    ("nova", "project_name"),
+];
+
 #[derive(Default)]
 struct Errors(Vec<FieldError>);
 

@@ -285,3 +285,78 @@ pub fn register_service_twice(
     run(&mut su, "service-user script");
     run(&mut su, "service-user script (again)");
 }
+
+/// The harness's external-services directory (beside its env file).
+pub fn external_services_dir() -> PathBuf {
+    std::env::var("EXTERNAL_SERVICES_ENV")
+        .ok()
+        .and_then(|p| PathBuf::from(p).parent().map(PathBuf::from))
+        .unwrap_or_else(|| PathBuf::from("/var/cache/openstack-operator/external-services"))
+}
+
+/// The harness's external-services environment file (`KEY=VALUE` lines), as a map.
+pub fn external_services_env() -> std::collections::BTreeMap<String, String> {
+    let path = external_services_dir().join("env");
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}: run scripts/external-services up", path.display()));
+    text.lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// The `ceph` CLI against the harness's cluster (its ceph.conf), bounded in time; the output,
+/// or the error with the command's stderr.
+pub fn ceph(args: &[&str]) -> Result<String, String> {
+    let conf = external_services_dir().join("etc/ceph/ceph.conf");
+    let out = Command::new("timeout")
+        .arg("30")
+        .arg("ceph")
+        .arg("--conf")
+        .arg(&conf)
+        .args(["--connect-timeout", "10"])
+        .args(args)
+        .output()
+        .map_err(|e| format!("ceph {}: cannot start: {e}", args.join(" ")))?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(format!(
+            "ceph {} failed ({}): {}",
+            args.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
+
+/// `rabbitmqctl` against the harness's RabbitMQ node (its environment as
+/// `scripts/external-services` sets it: node `extsvc@localhost`, epmd on :14369).
+pub fn rabbitmqctl(args: &[&str]) -> Result<String, String> {
+    let dir = external_services_dir();
+    let out = Command::new("timeout")
+        .arg("60")
+        .arg("/usr/lib/rabbitmq/bin/rabbitmqctl")
+        .args(["-q", "-n", "extsvc@localhost"])
+        .args(args)
+        .env("HOME", dir.join("data/rabbitmq"))
+        .env("ERL_EPMD_ADDRESS", "127.0.0.1")
+        .env("ERL_EPMD_PORT", "14369")
+        .env(
+            "RABBITMQ_CONF_ENV_FILE",
+            dir.join("etc/rabbitmq/rabbitmq-env.conf"),
+        )
+        .output()
+        .map_err(|e| format!("rabbitmqctl {}: cannot start: {e}", args.join(" ")))?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(format!(
+            "rabbitmqctl {} failed ({}): {}{}",
+            args.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
