@@ -67,6 +67,9 @@ SERVICES = {
                        "oslo.messaging", "oslo.middleware", "oslo.policy", "oslo.privsep",
                        "oslo.reports", "oslo.service.periodic_task", "oslo.service.service",
                        "oslo.service.sslutils", "oslo.service.wsgi", "oslo.versionedobjects"],
+        # cinder-volume registers `backend_host` (listed under [backend]) in every enabled
+        # backend's section, next to the [backend_defaults] options they take.
+        "merge": {"backend_defaults": ["backend"]},
     },
 }
 
@@ -136,6 +139,10 @@ def schema(service, spec, venv_bin):
             # renders (password) and the ones a user may switch to (application credentials).
             for name, reduced in plugin_options():
                 opts.setdefault(name, reduced)
+    for target, sources in spec.get("merge", {}).items():
+        for source in sources:
+            for name, reduced in sections.get(source, {}).items():
+                sections.setdefault(target, {}).setdefault(name, reduced)
     for section, template in spec.get("dynamic", {}).items():
         merged = dict(sections.get(template, {}))
         merged.update(sections.get(section, {}))

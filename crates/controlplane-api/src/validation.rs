@@ -180,7 +180,8 @@ pub fn owned_options(service: ServiceName) -> &'static [(&'static str, &'static 
         ServiceName::Placement => PLACEMENT_OWNED_OPTIONS,
         ServiceName::Glance => GLANCE_OWNED_OPTIONS,
         ServiceName::Neutron => NEUTRON_OWNED_OPTIONS,
-        ServiceName::Nova | ServiceName::Cinder | ServiceName::Horizon => &[],
+        ServiceName::Cinder => CINDER_OWNED_OPTIONS,
+        ServiceName::Nova | ServiceName::Horizon => &[],
     }
 }
 

@@ -255,3 +255,20 @@ fn catalog_entries_are_block_storage_and_volumev3() {
     assert_eq!(v3.internal_url, "http://cinder-api.os.svc:8776/v3");
     assert_eq!(bs.user, "cinder");
 }
+
+#[test]
+fn every_rendered_option_is_one_cinder_defines() {
+    let t = template();
+    let i = inputs(&t);
+    // Backend sections take the options cinder registers under [backend_defaults].
+    let dynamic: Vec<(&str, &str)> = i
+        .backends
+        .iter()
+        .map(|b| (b.name.as_str(), "backend_defaults"))
+        .collect();
+    crate::ini::assert_options_known(
+        controlplane_api::ServiceName::Cinder,
+        &cinder_conf(&i),
+        &dynamic,
+    );
+}
