@@ -58,6 +58,12 @@ impl ServiceName {
         }
     }
 
+    /// The image a service runs when its template names none: the name `scripts/build-images`
+    /// gives the image it builds for the release.
+    pub fn default_image(self, release: &str) -> String {
+        format!("localhost/openstack-{}:{release}", self.as_str())
+    }
+
     /// Whether this operator version deploys the service (the others are designed: issue 19).
     pub fn implemented(self) -> bool {
         matches!(self, ServiceName::Keystone)

@@ -12,7 +12,7 @@ use controlplane_api::common::SecretKeyRef;
 use controlplane_api::external::ServiceKind;
 use controlplane_api::status::KeyRotationStatus;
 use controlplane_api::validation::{Validate, parse_endpoint};
-use controlplane_api::{JobRecord, Keystone, OpenStackExternalService, ServiceStatus};
+use controlplane_api::{JobRecord, Keystone, OpenStackExternalService, ServiceName, ServiceStatus};
 use controlplane_render::keystone::{self as render, Database, KeystoneInputs, Paths};
 use controlplane_render::objects::{self, ApiParams, JobParams, Owner};
 use controlplane_render::{InputHash, KeyRepository, secrets};
@@ -574,7 +574,7 @@ async fn pass(p: &mut Pass<'_>) -> Result<State, Error> {
         .template
         .image
         .clone()
-        .unwrap_or_else(|| format!("localhost/openstack-keystone:{}", spec.release));
+        .unwrap_or_else(|| ServiceName::Keystone.default_image(&spec.release));
     let db_ca = db_svc
         .spec
         .tls
