@@ -18,30 +18,14 @@ FROM rust:${RUST_VERSION}-bookworm AS builder
 WORKDIR /src
 ENV CARGO_TERM_COLOR=never CARGO_TARGET_DIR=/src/target
 
-# 1. Dependencies only: the manifests with stub sources, so this layer is rebuilt only when a
-#    Cargo.toml or Cargo.lock changes. (rust-toolchain.toml and .cargo/ are not copied: the
-#    image's stable toolchain is used and the target directory stays inside the build.)
+# The whole workspace in one step. (A stub-manifest stage that pre-built the dependencies listed
+# the crates by hand and broke as soon as the workspace grew past them; the workspace's path
+# dependencies need every member present, so a cache stage would have to track all of them.
+# rust-toolchain.toml and .cargo/ are not copied: the image's stable toolchain is used and the
+# target directory stays inside the build.)
 COPY Cargo.toml Cargo.lock ./
-COPY crates/api/Cargo.toml crates/api/
-COPY crates/openstack/Cargo.toml crates/openstack/
-COPY crates/controllers/Cargo.toml crates/controllers/
-COPY crates/openstack-operator/Cargo.toml crates/openstack-operator/
-COPY crates/kube-emulator/Cargo.toml crates/kube-emulator/
-COPY crates/e2e/Cargo.toml crates/e2e/
-RUN for c in api openstack controllers kube-emulator e2e; do \
-      mkdir -p crates/$c/src && touch crates/$c/src/lib.rs; \
-    done \
- && echo 'fn main() {}' > crates/kube-emulator/src/main.rs \
- && mkdir -p crates/openstack-operator/src \
- && echo 'fn main() {}' > crates/openstack-operator/src/main.rs \
- && cargo build --release --locked -p openstack-operator \
- && rm -rf crates/*/src
-
-# 2. The sources. COPY keeps the files' old modification times; touch them so cargo rebuilds
-#    the workspace crates over the stubs.
 COPY crates crates
-RUN find crates -path '*/src/*' -name '*.rs' -exec touch {} + \
- && cargo build --release --locked -p openstack-operator \
+RUN cargo build --release --locked -p openstack-operator \
  && cp target/release/openstack-operator /openstack-operator \
  && /openstack-operator --version
 
