@@ -2005,3 +2005,33 @@ fn part_objects_match_their_kubernetes_types() {
         out.join("\n")
     );
 }
+
+#[test]
+fn chart_without_the_resource_operator_renders_only_the_other_parts() {
+    let keys =
+        |docs: &[Value]| -> std::collections::BTreeSet<String> { docs.iter().map(key).collect() };
+    let parts = json!({"controlPlane": {"enabled": true}, "virtualKubelet": {"enabled": true}});
+    let mut without = parts.clone();
+    without["resourceOperator"] = json!({"enabled": false});
+    let all = keys(&chart(parts));
+    let rest = keys(&chart(without));
+    // Gone: exactly the resource operator's own objects (what the default chart renders
+    // besides the CRDs, which Helm installs from crds/ regardless of values).
+    let resource_operator: std::collections::BTreeSet<String> = chart(json!({}))
+        .iter()
+        .filter(|d| d["kind"] != "CustomResourceDefinition")
+        .map(key)
+        .collect();
+    assert!(!resource_operator.is_empty());
+    assert!(rest.is_subset(&all));
+    assert_eq!(
+        all.difference(&rest)
+            .cloned()
+            .collect::<std::collections::BTreeSet<_>>(),
+        resource_operator
+    );
+    assert!(
+        rest.iter()
+            .any(|k| k.contains("openstack-operator-control-plane"))
+    );
+}
