@@ -101,8 +101,11 @@ struct WirePort {
     name: Option<String>,
     #[serde(default)]
     network_id: String,
-    #[serde(default, alias = "tenant_id")]
+    #[serde(default)]
     project_id: Option<String>,
+    /// Neutron sends both; older ones only this.
+    #[serde(default)]
+    tenant_id: Option<String>,
     #[serde(default)]
     fixed_ips: Vec<WireFixedIp>,
     #[serde(default)]
@@ -121,7 +124,7 @@ impl From<WirePort> for Port {
             id: w.id,
             name: w.name.unwrap_or_default(),
             network_id: w.network_id,
-            project_id: w.project_id.unwrap_or_default(),
+            project_id: w.project_id.or(w.tenant_id).unwrap_or_default(),
             fixed_ips: w.fixed_ips.into_iter().map(|f| f.ip_address).collect(),
             security_groups: w.security_groups,
             device_id: w.device_id.unwrap_or_default(),
@@ -409,7 +412,7 @@ mod tests {
     #[test]
     fn parses_a_neutron_port() {
         let w: WirePort = serde_json::from_value(json!({
-            "id": "p", "name": "x", "network_id": "n", "tenant_id": "t",
+            "id": "p", "name": "x", "network_id": "n", "tenant_id": "t", "project_id": "t",
             "fixed_ips": [{"subnet_id": "s", "ip_address": "10.0.0.5"}],
             "security_groups": ["sg"], "device_id": "", "status": "DOWN",
             "created_at": "2026-12-01T10:00:00Z"

@@ -14,8 +14,9 @@ use futures::FutureExt;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, PodStatus};
 use kube::api::{Api, DeleteParams, PostParams};
 use kube::{Client, ResourceExt};
-use openstack::adapter::ContainerAdapter;
+use openstack::adapter::{ClientOptions, CloudSelector, ContainerAdapter, Core};
 use openstack::container::{Container, ZunContainer};
+use openstack::port::{PortAdapter, PortFilter, Ports};
 use serde_json::json;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_openstack-operator");
@@ -41,6 +42,23 @@ pub fn zun_env() -> Option<Zun> {
 /// Zun as the tenant.
 pub async fn zun_client(z: &Zun) -> anyhow::Result<ContainerAdapter> {
     z.client().await
+}
+
+/// Neutron ports as the tenant (the pods' ports the node makes).
+pub async fn ports_client(z: &Zun) -> anyhow::Result<PortAdapter> {
+    let core = Core::connect(
+        &CloudSelector::File {
+            path: z.file.clone().into(),
+            cloud: z.cloud.clone(),
+        },
+        ClientOptions {
+            requests_per_second: 0,
+            ..ClientOptions::default()
+        },
+    )
+    .await
+    .context("connecting to Neutron as the Zun tenant")?;
+    Ok(PortAdapter::new(core))
 }
 
 /// A running `openstack-operator virtual-kubelet` ([`e2e::VirtualKubelet`]) with the suites'
@@ -107,6 +125,11 @@ impl Vk {
     pub fn log_tail(&self) -> String {
         self.inner.log_tail(40)
     }
+
+    /// The last `n` lines of its log.
+    pub fn log_lines(&self, n: usize) -> String {
+        self.inner.log_tail(n)
+    }
 }
 
 /// One test's world: its Kubernetes API, Zun tenant, node name and namespace.
@@ -117,6 +140,8 @@ pub struct Case {
     pub client: Client,
     /// Zun as the tenant.
     pub zun: ContainerAdapter,
+    /// Neutron ports as the tenant.
+    pub ports: PortAdapter,
     /// The tenant.
     pub z: Zun,
     /// This test's node name.
@@ -131,6 +156,7 @@ pub async fn case(prefix: &str) -> anyhow::Result<Option<Case>> {
     let target = Target::from_env().await?;
     let client = target.client().await?;
     let zun = zun_client(&z).await?;
+    let ports = ports_client(&z).await?;
     let ns = e2e::names::unique(prefix);
     let nsobj: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}}))?;
     Api::<Namespace>::all(client.clone())
@@ -140,6 +166,7 @@ pub async fn case(prefix: &str) -> anyhow::Result<Option<Case>> {
         target,
         client,
         zun,
+        ports,
         z,
         node: e2e::names::unique("vk"),
         ns,
@@ -199,6 +226,15 @@ impl Case {
             (NODE.to_string(), self.node.clone()),
         ]);
         Ok(self.zun.list_containers(&want, None).await?)
+    }
+
+    /// The Neutron ports named for this test's node (the pods' ports).
+    pub async fn node_ports(&self) -> anyhow::Result<Vec<openstack::port::Port>> {
+        let all = self.ports.list_ports(&PortFilter::default()).await?;
+        Ok(all
+            .into_iter()
+            .filter(|p| vk_zun::pod_port::pod_uid(&self.node, &p.name).is_some())
+            .collect())
     }
 
     /// Runs a test's body, then [`Case::cleanup`], also when the body failed or panicked
@@ -268,6 +304,23 @@ impl Case {
                 }
             }
             tokio::time::sleep(Duration::from_secs(2)).await;
+        }
+        // The pods' ports: the node deletes them with their pods; what a failed test left
+        // is deleted here (after the containers, which Zun unbinds from them).
+        match self.node_ports().await {
+            Ok(left) => {
+                for p in left {
+                    if let Err(e) = self.ports.delete_port(&p.id).await
+                        && !e.is_not_found()
+                    {
+                        eprintln!("cleanup: deleting port {} ({}) failed: {e}", p.id, p.name);
+                    }
+                }
+            }
+            Err(e) => eprintln!(
+                "cleanup: listing the ports of node {} failed: {e}",
+                self.node
+            ),
         }
         let _ = Api::<Node>::all(self.client.clone())
             .delete(&self.node, &DeleteParams::default())
