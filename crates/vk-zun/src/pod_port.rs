@@ -15,6 +15,9 @@
 
 use std::collections::BTreeSet;
 
+use k8s_openapi::api::core::v1::Pod;
+use openstack::Network;
+use openstack::model::{SecurityGroupCreate, SecurityGroupFilter, SecurityGroupRuleCreate};
 use openstack::port::{Port, PortCreate, PortFilter, Ports};
 use tracing::{info, warn};
 
@@ -57,6 +60,125 @@ pub fn keep_one(mut found: Vec<Port>) -> Option<(Port, Vec<Port>)> {
     Some((keep, it.collect()))
 }
 
+/// The `(port, protocol)` pairs the pod's first regular container declares: what its port's
+/// security group lets in (as Zun's `exposed_ports` group would have: Zun applies that group
+/// only to ports it creates itself, zun 18 `network/neutron.py` `create_or_update_port`).
+pub fn exposed(pod: &Pod) -> Vec<(i32, String)> {
+    let mut out: Vec<(i32, String)> = pod
+        .spec
+        .iter()
+        .flat_map(|s| s.containers.first())
+        .flat_map(|c| c.ports.iter().flatten())
+        .map(|p| {
+            (
+                p.container_port,
+                p.protocol.as_deref().unwrap_or("TCP").to_ascii_lowercase(),
+            )
+        })
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// The ingress rules of the pod's security group for `exposed`, from anywhere, IPv4 and IPv6,
+/// that `have` lacks (rules as `(ethertype, protocol, port)`).
+pub fn missing_rules(
+    group: &str,
+    exposed: &[(i32, String)],
+    have: &BTreeSet<(String, String, i32)>,
+) -> Vec<SecurityGroupRuleCreate> {
+    let mut out = Vec::new();
+    for (port, proto) in exposed {
+        for (ethertype, prefix) in [("IPv4", "0.0.0.0/0"), ("IPv6", "::/0")] {
+            if have.contains(&(ethertype.to_string(), proto.clone(), *port)) {
+                continue;
+            }
+            out.push(SecurityGroupRuleCreate {
+                security_group_id: group.into(),
+                direction: "ingress".into(),
+                ethertype: ethertype.into(),
+                protocol: Some(proto.clone()),
+                port_range_min: Some(*port),
+                port_range_max: Some(*port),
+                remote_ip_prefix: Some(prefix.into()),
+                ..Default::default()
+            });
+        }
+    }
+    out
+}
+
+/// The pod's security group (named like its port) letting in what its first container
+/// exposes: found by name, else created; rules a crash left out are added.
+pub async fn ensure_group(
+    net: &dyn Network,
+    project_id: Option<&str>,
+    name: &str,
+    description: &str,
+    exposed: &[(i32, String)],
+) -> Result<String, openstack::Error> {
+    let found = net
+        .list_security_groups(&SecurityGroupFilter {
+            name: Some(name.into()),
+            project_id: project_id.map(str::to_string),
+            tags: Vec::new(),
+        })
+        .await?;
+    let group = match found.into_iter().min_by(|a, b| a.id.cmp(&b.id)) {
+        Some(g) => g,
+        None => {
+            let g = net
+                .create_security_group(&SecurityGroupCreate {
+                    name: name.into(),
+                    description: Some(description.into()),
+                    project_id: project_id.map(str::to_string),
+                    tags: Vec::new(),
+                })
+                .await?;
+            info!(group = %g.id, name, "created the pod's security group");
+            g
+        }
+    };
+    let have: BTreeSet<(String, String, i32)> = group
+        .rules
+        .iter()
+        .filter(|r| r.direction == "ingress")
+        .filter_map(|r| Some((r.ethertype.clone(), r.protocol.clone()?, r.port_range_min?)))
+        .collect();
+    let mut rules = missing_rules(&group.id, exposed, &have);
+    for r in &mut rules {
+        r.project_id = Some(group.project_id.clone()).filter(|p| !p.is_empty());
+    }
+    if !rules.is_empty() {
+        net.create_security_group_rules(&rules).await?;
+    }
+    Ok(group.id)
+}
+
+/// Deletes the security groups named `name` (NotFound is fine).
+pub async fn delete_groups(
+    net: &dyn Network,
+    project_id: Option<&str>,
+    name: &str,
+) -> Result<(), openstack::Error> {
+    let found = net
+        .list_security_groups(&SecurityGroupFilter {
+            name: Some(name.into()),
+            project_id: project_id.map(str::to_string),
+            tags: Vec::new(),
+        })
+        .await?;
+    for g in found {
+        match net.delete_security_group(&g.id).await {
+            Ok(()) => info!(group = %g.id, name, "deleted the pod's security group"),
+            Err(e) if e.is_not_found() => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
 /// The ports of `node` (by name) whose pod is not in `live` nor still has Zun containers
 /// (`busy`): the node's sweep deletes them.
 pub fn leaked<'p>(
@@ -67,10 +189,13 @@ pub fn leaked<'p>(
 ) -> Vec<&'p Port> {
     ports
         .iter()
-        .filter(|p| {
-            pod_uid(node, &p.name).is_some_and(|uid| !live.contains(uid) && !busy.contains(uid))
-        })
+        .filter(|p| is_leaked(node, &p.name, live, busy))
         .collect()
+}
+
+/// Whether a port or security group name is `node`'s and its pod is gone (see [`leaked`]).
+pub fn is_leaked(node: &str, name: &str, live: &BTreeSet<String>, busy: &BTreeSet<String>) -> bool {
+    pod_uid(node, name).is_some_and(|uid| !live.contains(uid) && !busy.contains(uid))
 }
 
 /// The port of pod `uid`: found by name, else created on `network_id`. Duplicates (a create
@@ -183,6 +308,41 @@ mod tests {
             description: "d".into(),
             security_groups: None,
         }
+    }
+
+    #[test]
+    fn exposed_ports_become_ingress_rules_for_both_families() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({"spec": {"containers": [
+            {"name": "a", "image": "i", "ports": [{"containerPort": 80}, {"containerPort": 53, "protocol": "UDP"}]},
+            {"name": "b", "image": "i", "ports": [{"containerPort": 9000}]}]}}))
+        .unwrap();
+        let e = exposed(&pod);
+        assert_eq!(e, vec![(53, "udp".to_string()), (80, "tcp".to_string())]);
+        let have = BTreeSet::from([("IPv4".to_string(), "tcp".to_string(), 80)]);
+        let r = missing_rules("g", &e, &have);
+        let got: Vec<(String, String, i32, String)> = r
+            .iter()
+            .map(|r| {
+                (
+                    r.ethertype.clone(),
+                    r.protocol.clone().unwrap(),
+                    r.port_range_min.unwrap(),
+                    r.remote_ip_prefix.clone().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("IPv4".into(), "udp".into(), 53, "0.0.0.0/0".into()),
+                ("IPv6".into(), "udp".into(), 53, "::/0".into()),
+                ("IPv6".into(), "tcp".into(), 80, "::/0".into()),
+            ]
+        );
+        assert!(
+            r.iter()
+                .all(|r| r.direction == "ingress" && r.port_range_max == r.port_range_min)
+        );
     }
 
     #[tokio::test]

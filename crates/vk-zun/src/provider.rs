@@ -10,7 +10,9 @@ use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::api::ApiResource;
+use openstack::Network;
 use openstack::container::{Container, ZunContainer, status as zs};
+use openstack::model::SecurityGroupFilter;
 use openstack::port::{PortCreate, PortFilter, Ports};
 use tracing::{Instrument as _, debug, info, warn};
 use vk_runtime::provider::{
@@ -79,6 +81,7 @@ type CreateErrors = BTreeMap<Key, (String, String)>;
 pub struct ZunProvider {
     zun: Arc<dyn Container>,
     ports: Option<Arc<dyn Ports>>,
+    neutron: Option<Arc<dyn Network>>,
     cfg: Config,
     project_id: Option<String>,
     unlimited: UnlimitedCapacity,
@@ -100,6 +103,7 @@ impl ZunProvider {
         Self {
             zun,
             ports: None,
+            neutron: None,
             cfg,
             project_id,
             unlimited,
@@ -110,9 +114,11 @@ impl ZunProvider {
 
     /// Create each pod's Neutron port before its containers (when the pod's network is
     /// known), so the pod IP is in the containers' env; the node deletes the port with the pod
-    /// and sweeps ports of pods that are gone.
-    pub fn with_ports(mut self, ports: Arc<dyn Ports>) -> Self {
+    /// and sweeps ports of pods that are gone. A pod whose first container declares ports gets
+    /// its own security group on its port (through `neutron`), letting those ports in.
+    pub fn with_ports(mut self, ports: Arc<dyn Ports>, neutron: Arc<dyn Network>) -> Self {
         self.ports = Some(ports);
+        self.neutron = Some(neutron);
         self
     }
 
@@ -146,14 +152,31 @@ impl ZunProvider {
         };
         let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
         let name = pod.metadata.name.as_deref().unwrap_or_default();
+        let port_name = pod_port::name(&self.cfg.node_name, uid);
+        let description = pod_port::description(&self.cfg.node_name, ns, name, uid);
+        let exposed = pod_port::exposed(pod);
+        let security_groups = match (&self.neutron, exposed.is_empty()) {
+            (Some(neutron), false) => Some(vec![
+                pod_port::ensure_group(
+                    neutron.as_ref(),
+                    self.project_id.as_deref(),
+                    &port_name,
+                    &description,
+                    &exposed,
+                )
+                .await
+                .map_err(|e| format!("creating the pod's security group {port_name:?}: {e}"))?,
+            ]),
+            _ => None,
+        };
         let port = pod_port::ensure(
             ports,
             self.project_id.as_deref(),
             PortCreate {
                 network_id,
-                name: pod_port::name(&self.cfg.node_name, uid),
-                description: pod_port::description(&self.cfg.node_name, ns, name, uid),
-                security_groups: None,
+                name: port_name.clone(),
+                description,
+                security_groups,
             },
         )
         .await
@@ -173,8 +196,9 @@ impl ZunProvider {
     }
 
     /// Deletes the pod's port (the containers are gone); `true` once no port of the pod is
-    /// left. Ports are found by name when this process did not make them.
-    async fn delete_pod_port(&self, ports: &dyn Ports, uid: &str) -> bool {
+    /// left (and its security group, when it has one). Ports are found by name when this
+    /// process did not make them.
+    async fn delete_pod_port(&self, ports: &dyn Ports, pod: &Pod, uid: &str) -> bool {
         let cached = self.mem().pod_ports.get(uid).map(|p| p.id.clone());
         let ids = match cached {
             Some(id) => vec![id],
@@ -202,6 +226,18 @@ impl ZunProvider {
                     return false;
                 }
             }
+        }
+        if let Some(neutron) = &self.neutron
+            && !pod_port::exposed(pod).is_empty()
+            && let Err(e) = pod_port::delete_groups(
+                neutron.as_ref(),
+                self.project_id.as_deref(),
+                &pod_port::name(&self.cfg.node_name, uid),
+            )
+            .await
+        {
+            warn!(pod_uid = %uid, error = %e, "deleting the pod's security group failed; retrying next pass");
+            return false;
         }
         self.mem().pod_ports.remove(uid);
         true
@@ -234,6 +270,34 @@ impl ZunProvider {
                 && !e.is_not_found()
             {
                 warn!(port = %p.id, error = %e, "leaked port delete failed; retrying next sweep");
+            }
+        }
+        let Some(neutron) = &self.neutron else {
+            return;
+        };
+        let groups = match neutron
+            .list_security_groups(&SecurityGroupFilter {
+                project_id: self.project_id.clone(),
+                ..Default::default()
+            })
+            .await
+        {
+            Ok(g) => g,
+            Err(e) => {
+                warn!(error = %e, "cannot list security groups to sweep; retrying later");
+                return;
+            }
+        };
+        for g in groups
+            .iter()
+            .filter(|g| pod_port::is_leaked(&self.cfg.node_name, &g.name, live, busy))
+        {
+            info!(group = %g.id, name = %g.name, "deleting a security group whose pod is gone");
+            // In use by a port deleted just now (or not yet): the next sweep retries.
+            if let Err(e) = neutron.delete_security_group(&g.id).await
+                && !e.is_not_found()
+            {
+                warn!(group = %g.id, error = %e, "leaked security group delete failed; retrying next sweep");
             }
         }
     }
@@ -619,7 +683,7 @@ impl ZunProvider {
             if update.deleted
                 && let Some(ports) = &self.ports
             {
-                update.deleted = self.delete_pod_port(ports.as_ref(), &uid).await;
+                update.deleted = self.delete_pod_port(ports.as_ref(), pod, &uid).await;
             }
         } else {
             if let Some(p) = self.mem().pod_ports.get(&uid) {

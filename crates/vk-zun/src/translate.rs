@@ -298,6 +298,12 @@ pub fn validate(pod: &Pod) -> Result<(), TranslateError> {
             "not implemented by this node",
         ));
     }
+    if spec.resources.is_some() {
+        return Err(unsupported(
+            "spec.resources",
+            "pod-level resources: Zun sizes each container on its own; set container resources",
+        ));
+    }
     if spec.resource_claims.as_ref().is_some_and(|a| !a.is_empty()) {
         return Err(unsupported(
             "spec.resourceClaims",
@@ -386,6 +392,12 @@ fn validate_container(path: &str, c: &Container) -> Result<(), TranslateError> {
         (
             "resizePolicy",
             c.resize_policy.as_ref().is_some_and(|v| !v.is_empty()),
+        ),
+        (
+            "restartPolicyRules",
+            c.restart_policy_rules
+                .as_ref()
+                .is_some_and(|v| !v.is_empty()),
         ),
     ] {
         if set {
@@ -543,7 +555,15 @@ pub fn translate(
     let name = meta.name.clone().unwrap_or_default();
     let uid = meta.uid.clone().unwrap_or_default();
     let network = pod_network(pod, refs, cfg)?;
-    let hostname = hostname(spec.hostname.as_deref().unwrap_or(&name));
+    // `hostnameOverride` takes precedence over `hostname` (and `subdomain`, which only makes
+    // the FQDN, and there is no cluster DNS domain here).
+    let hostname = hostname(
+        spec.hostname_override
+            .as_deref()
+            .or(spec.hostname.as_deref())
+            .filter(|h| !h.is_empty())
+            .unwrap_or(&name),
+    );
     let one = |c: &Container, role: Role, idx: usize| -> Result<Planned, TranslateError> {
         let path = match role {
             Role::Init => format!("spec.initContainers[{idx}]"),
@@ -559,6 +579,13 @@ pub fn translate(
             .clone()
             .filter(|i| !i.is_empty())
             .ok_or_else(|| unsupported(format!("{path}.image"), "an image is required"))?;
+        // The container given the pod's port: Zun would make a security group for exposed
+        // ports that it applies only to ports it creates; the node puts the pod's own group on
+        // the port instead (`pod_port`).
+        let given_port = refs
+            .port
+            .as_ref()
+            .filter(|_| role == Role::Main && idx == 0);
         let exposed_ports = c
             .ports
             .iter()
@@ -573,6 +600,7 @@ pub fn translate(
                     serde_json::json!({}),
                 )
             })
+            .filter(|_| given_port.is_none())
             .collect();
         Ok(Planned {
             container: c.name.clone(),
@@ -601,14 +629,14 @@ pub fn translate(
                     name: "no".into(),
                     max_retry: None,
                 }),
-                nets: match (&refs.port, role, idx) {
+                nets: match given_port {
                     // Zun binds the given port and, since it did not create it, leaves it
                     // behind on delete (`preserve_on_delete`): the node deletes it.
-                    (Some(port), Role::Main, 0) => vec![ZunNet {
+                    Some(port) => vec![ZunNet {
                         port: Some(port.id.clone()),
                         ..Default::default()
                     }],
-                    _ => network
+                    None => network
                         .iter()
                         .map(|n| ZunNet {
                             network: Some(n.clone()),

@@ -458,6 +458,14 @@ async fn project_network_waits_for_the_project_then_uses_its_network_id() {
 }
 
 fn provider_with_ports(z: &FakeZun, ports: &openstack::port::FakePorts) -> ZunProvider {
+    provider_with_neutron(z, ports, &openstack::fake::FakeCloud::new())
+}
+
+fn provider_with_neutron(
+    z: &FakeZun,
+    ports: &openstack::port::FakePorts,
+    neutron: &openstack::fake::FakeCloud,
+) -> ZunProvider {
     ports.add_network("pods-net", "net-id-1");
     ZunProvider::new(
         Arc::new(z.clone()),
@@ -469,7 +477,7 @@ fn provider_with_ports(z: &FakeZun, ports: &openstack::port::FakePorts) -> ZunPr
         Some("project".into()),
         UnlimitedCapacity::default(),
     )
-    .with_ports(Arc::new(ports.clone()))
+    .with_ports(Arc::new(ports.clone()), Arc::new(neutron.clone()))
 }
 
 fn ip_pod() -> Pod {
@@ -604,4 +612,57 @@ async fn a_port_that_cannot_be_made_waits_with_the_reason() {
         "{w:?}"
     );
     assert_eq!(u[0].events[0].reason, "Failed");
+}
+
+#[tokio::test]
+async fn declared_ports_get_the_pods_own_security_group_on_its_port() {
+    use openstack::Network as _;
+    let z = FakeZun::new();
+    let ports = openstack::port::FakePorts::new();
+    let neutron = openstack::fake::FakeCloud::new();
+    let p = provider_with_neutron(&z, &ports, &neutron);
+    let mut pods = vec![pod(
+        "web",
+        "uid-web",
+        json!({"nodeName": "vk", "containers": [{"name": "c", "image": "nginx",
+            "ports": [{"containerPort": 80}]}]}),
+    )];
+    let o = NoObjects::default();
+    sync(&p, &mut pods, &o).await;
+    let groups = |name: &str| {
+        let neutron = neutron.clone();
+        let name = name.to_string();
+        async move {
+            neutron
+                .list_security_groups(&openstack::model::SecurityGroupFilter {
+                    name: Some(name),
+                    ..Default::default()
+                })
+                .await
+                .unwrap()
+        }
+    };
+    let g = groups("vk_vk_uid-web").await;
+    assert_eq!(g.len(), 1);
+    let mut ingress: Vec<_> = g[0]
+        .rules
+        .iter()
+        .filter(|r| r.direction == "ingress")
+        .map(|r| (r.ethertype.as_str(), r.port_range_min))
+        .collect();
+    ingress.sort();
+    assert_eq!(ingress, vec![("IPv4", Some(80)), ("IPv6", Some(80))]);
+    assert_eq!(ports.ports()[0].security_groups, vec![g[0].id.clone()]);
+    pods[0].metadata.deletion_timestamp = Some(Time(jiff::Timestamp::now()));
+    pods[0].metadata.deletion_grace_period_seconds = Some(0);
+    for _ in 0..5 {
+        if sync(&p, &mut pods, &o).await[0].deleted {
+            break;
+        }
+    }
+    assert!(ports.ports().is_empty());
+    assert!(
+        groups("vk_vk_uid-web").await.is_empty(),
+        "deleted with the pod"
+    );
 }

@@ -303,6 +303,17 @@ fn unsupported_fields_are_named() {
         ),
         "spec.initContainers[0].restartPolicy"
     );
+    assert_eq!(
+        refused(json!({"spec": {"containers": c, "resources": {"limits": {"cpu": "1"}}}})),
+        "spec.resources"
+    );
+    assert_eq!(
+        refused(
+            json!({"spec": {"containers": [{"name": "c", "image": "busybox",
+            "restartPolicyRules": [{"action": "Restart", "exitCodes": {"operator": "In", "values": [42]}}]}]}})
+        ),
+        "spec.containers[0].restartPolicyRules"
+    );
 }
 
 #[test]
@@ -365,7 +376,8 @@ fn the_pods_port_goes_to_the_first_regular_container_and_its_ip_to_env() {
     ]);
     let p = pod(json!({"spec": {
         "initContainers": [{"name": "i", "image": "busybox", "env": env}],
-        "containers": [{"name": "a", "image": "busybox", "env": env}, {"name": "b", "image": "busybox"}]}}));
+        "containers": [{"name": "a", "image": "busybox", "env": env, "ports": [{"containerPort": 80}]},
+                       {"name": "b", "image": "busybox", "ports": [{"containerPort": 81}]}]}}));
     let refs = Referenced {
         port: Some(PodPort {
             id: "port-1".into(),
@@ -394,6 +406,10 @@ fn the_pods_port_goes_to_the_first_regular_container_and_its_ip_to_env() {
         t.main[1].create.nets[0].network.as_deref(),
         Some("pods-net")
     );
+    // Zun's exposed-ports group would not reach a port it did not make: the pod's own group
+    // does (pod_port); other containers keep Zun's.
+    assert!(a.exposed_ports.is_empty());
+    assert!(t.main[1].create.exposed_ports.contains_key("81/tcp"));
 }
 
 #[test]
@@ -412,4 +428,16 @@ fn pod_ip_without_a_known_network_is_refused_at_create() {
         }
         other => panic!("{other:?}"),
     }
+}
+
+#[test]
+fn hostname_override_wins_over_hostname() {
+    let p = pod(
+        json!({"spec": {"hostname": "h", "hostnameOverride": "override-name",
+        "containers": [{"name": "c", "image": "busybox"}]}}),
+    );
+    assert_eq!(
+        one(&p, &Referenced::default()).hostname.as_deref(),
+        Some("override-name")
+    );
 }
