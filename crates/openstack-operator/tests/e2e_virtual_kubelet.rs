@@ -235,6 +235,7 @@ async fn pod_ip_body(c: &Case) -> anyhow::Result<()> {
             json!({"containers": [{
                 "name": "c", "image": "busybox",
                 "command": ["sh", "-c", "env; echo END-OF-ENV; sleep 600"],
+                "ports": [{"containerPort": 8080}],
                 "env": [
                     {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
                     {"name": "POD_IPS", "valueFrom": {"fieldRef": {"fieldPath": "status.podIPs"}}},
@@ -283,6 +284,31 @@ async fn pod_ip_body(c: &Case) -> anyhow::Result<()> {
         .map(|a| a.addr.clone())
         .collect();
     assert_eq!(zun_ips, vec![pod_ip.clone()]);
+    // The declared port is let in by the pod's own security group, on the pod's port (Zun's
+    // exposed-ports group would only reach a port Zun made).
+    let groups = c.node_groups().await?;
+    assert_eq!(groups.len(), 1, "{groups:?}");
+    assert_eq!(groups[0].name, name);
+    assert_eq!(port.security_groups, vec![groups[0].id.clone()]);
+    let mut ingress: Vec<String> = groups[0]
+        .rules
+        .iter()
+        .filter(|r| r.direction == "ingress")
+        .map(|r| {
+            format!(
+                "{} {:?} {:?}-{:?}",
+                r.ethertype, r.protocol, r.port_range_min, r.port_range_max
+            )
+        })
+        .collect();
+    ingress.sort();
+    assert_eq!(
+        ingress,
+        vec![
+            "IPv4 Some(\"tcp\") Some(8080)-Some(8080)",
+            "IPv6 Some(\"tcp\") Some(8080)-Some(8080)",
+        ]
+    );
     // The env the container started with, as it printed it.
     let id = made[0].uuid.clone();
     let zun = &c.zun;
@@ -339,6 +365,10 @@ async fn pod_ip_body(c: &Case) -> anyhow::Result<()> {
         vk.log_tail()
     );
     assert!(c.node_ports().await?.is_empty());
+    assert!(
+        c.node_groups().await?.is_empty(),
+        "the pod's security group is deleted with it"
+    );
     Ok(())
 }
 

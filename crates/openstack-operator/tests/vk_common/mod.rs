@@ -44,8 +44,10 @@ pub async fn zun_client(z: &Zun) -> anyhow::Result<ContainerAdapter> {
     z.client().await
 }
 
-/// Neutron ports as the tenant (the pods' ports the node makes).
-pub async fn ports_client(z: &Zun) -> anyhow::Result<PortAdapter> {
+/// Neutron as the tenant: the pods' ports and their security groups, which the node makes.
+pub async fn neutron_clients(
+    z: &Zun,
+) -> anyhow::Result<(PortAdapter, std::sync::Arc<dyn openstack::Network>)> {
     let core = Core::connect(
         &CloudSelector::File {
             path: z.file.clone().into(),
@@ -58,7 +60,10 @@ pub async fn ports_client(z: &Zun) -> anyhow::Result<PortAdapter> {
     )
     .await
     .context("connecting to Neutron as the Zun tenant")?;
-    Ok(PortAdapter::new(core))
+    Ok((
+        PortAdapter::new(core.clone()),
+        openstack::Cloud::from_core(core).network,
+    ))
 }
 
 /// A running `openstack-operator virtual-kubelet` ([`e2e::VirtualKubelet`]) with the suites'
@@ -142,6 +147,8 @@ pub struct Case {
     pub zun: ContainerAdapter,
     /// Neutron ports as the tenant.
     pub ports: PortAdapter,
+    /// Neutron (security groups) as the tenant.
+    pub neutron: std::sync::Arc<dyn openstack::Network>,
     /// The tenant.
     pub z: Zun,
     /// This test's node name.
@@ -156,7 +163,7 @@ pub async fn case(prefix: &str) -> anyhow::Result<Option<Case>> {
     let target = Target::from_env().await?;
     let client = target.client().await?;
     let zun = zun_client(&z).await?;
-    let ports = ports_client(&z).await?;
+    let (ports, neutron) = neutron_clients(&z).await?;
     let ns = e2e::names::unique(prefix);
     let nsobj: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}}))?;
     Api::<Namespace>::all(client.clone())
@@ -167,6 +174,7 @@ pub async fn case(prefix: &str) -> anyhow::Result<Option<Case>> {
         client,
         zun,
         ports,
+        neutron,
         z,
         node: e2e::names::unique("vk"),
         ns,
@@ -234,6 +242,18 @@ impl Case {
         Ok(all
             .into_iter()
             .filter(|p| vk_zun::pod_port::pod_uid(&self.node, &p.name).is_some())
+            .collect())
+    }
+
+    /// The security groups named for this test's node (the pods' groups).
+    pub async fn node_groups(&self) -> anyhow::Result<Vec<openstack::model::SecurityGroup>> {
+        let all = self
+            .neutron
+            .list_security_groups(&Default::default())
+            .await?;
+        Ok(all
+            .into_iter()
+            .filter(|g| vk_zun::pod_port::pod_uid(&self.node, &g.name).is_some())
             .collect())
     }
 
@@ -319,6 +339,24 @@ impl Case {
             }
             Err(e) => eprintln!(
                 "cleanup: listing the ports of node {} failed: {e}",
+                self.node
+            ),
+        }
+        match self.node_groups().await {
+            Ok(left) => {
+                for g in left {
+                    if let Err(e) = self.neutron.delete_security_group(&g.id).await
+                        && !e.is_not_found()
+                    {
+                        eprintln!(
+                            "cleanup: deleting security group {} ({}) failed: {e}",
+                            g.id, g.name
+                        );
+                    }
+                }
+            }
+            Err(e) => eprintln!(
+                "cleanup: listing the security groups of node {} failed: {e}",
                 self.node
             ),
         }
