@@ -221,9 +221,9 @@ pub async fn ensure(
                 warn!(port = %p.id, error = %e, "could not delete a duplicate port; the sweep retries");
             }
         }
-        if keep.network_id != req.network_id {
+        if keep.network_id != req.network_id && keep.device_id.is_empty() {
             // The pod's network changed (its annotation) before its container existed:
-            // the old port is of no use.
+            // the old port is of no use. A bound one stays: its container runs on it.
             info!(port = %keep.id, "the pod's port is on another network; replacing it");
             ports
                 .delete_port(&keep.id)
