@@ -139,6 +139,15 @@ struct WireNetworkId {
     id: String,
 }
 
+/// Whether `s` has the shape of a UUID (`8-4-4-4-12` hex digits).
+pub(crate) fn is_uuid(s: &str) -> bool {
+    let groups: Vec<&str> = s.split('-').collect();
+    groups.iter().map(|g| g.len()).eq([8, 4, 4, 4, 12])
+        && groups
+            .iter()
+            .all(|g| g.chars().all(|c| c.is_ascii_hexdigit()))
+}
+
 /// The port's create body: only what is set.
 pub(crate) fn create_body(req: &PortCreate) -> serde_json::Value {
     let mut p = json!({
@@ -213,11 +222,15 @@ impl Ports for PortAdapter {
     }
 
     async fn network_id(&self, name_or_id: &str) -> Result<String> {
-        let by_id = Request::get(S, "get_network", format!("networks/{}", seg(name_or_id)));
-        match self.core.send(&by_id).await {
-            Ok(resp) => return Ok(resp.json_at::<WireNetworkId>("network")?.id),
-            Err(e) if e.is_not_found() => {}
-            Err(e) => return Err(e),
+        // Neutron ids are UUIDs: anything else is a name, and asking for it by id first would
+        // cost a 404.
+        if is_uuid(name_or_id) {
+            let by_id = Request::get(S, "get_network", format!("networks/{}", seg(name_or_id)));
+            match self.core.send(&by_id).await {
+                Ok(resp) => return Ok(resp.json_at::<WireNetworkId>("network")?.id),
+                Err(e) if e.is_not_found() => {}
+                Err(e) => return Err(e),
+            }
         }
         let by_name = Request::get(S, "list_networks", "networks").query("name", name_or_id);
         let found: Vec<WireNetworkId> = self.core.list_all(by_name, "networks").await?;
@@ -407,6 +420,16 @@ mod tests {
         );
         req.security_groups = Some(vec!["sg".into()]);
         assert_eq!(create_body(&req)["port"]["security_groups"], json!(["sg"]));
+    }
+
+    #[test]
+    fn uuids_are_told_from_names() {
+        assert!(is_uuid("a7ffd318-1a83-43ae-8fa0-06d54c21ec9e"));
+        assert!(is_uuid("A7FFD318-1A83-43AE-8FA0-06D54C21EC9E"));
+        assert!(!is_uuid("zun-pods"));
+        assert!(!is_uuid("a7ffd318-1a83-43ae-8fa0-06d54c21ec9"));
+        assert!(!is_uuid("a7ffd318-1a83-43ae-8fa0-06d54c21ec9g"));
+        assert!(!is_uuid("a7ffd3181a8343ae8fa006d54c21ec9e"));
     }
 
     #[test]
