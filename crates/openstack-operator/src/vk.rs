@@ -139,6 +139,8 @@ pub async fn run(args: VkArgs) -> anyhow::Result<()> {
         .project_id
         .clone()
         .or_else(|| core.current_project_id());
+    let ports = Arc::new(openstack::port::PortAdapter::new(core.clone()));
+    let neutron = openstack::Cloud::from_core(core.clone()).network;
     let zun = Arc::new(ContainerAdapter::new(core));
     let zun_for_api: Arc<dyn openstack::container::Container> = zun.clone();
     let cfg = Config {
@@ -153,7 +155,8 @@ pub async fn run(args: VkArgs) -> anyhow::Result<()> {
     };
     let provider = Arc::new(
         ZunProvider::new(zun, cfg, project_id.clone(), UnlimitedCapacity::default())
-            .with_pod_concurrency(args.pod_concurrency),
+            .with_pod_concurrency(args.pod_concurrency)
+            .with_ports(ports, neutron),
     );
     let client = Client::try_default()
         .await

@@ -16,6 +16,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Node, PodStatus, Secret};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, PostParams};
 use openstack::container::{Container, LogOptions};
+use openstack::port::{PortCreate, PortFilter, Ports};
 use serde_json::json;
 use vk_common::{Case, LONG, NODE, POD_UID, POLL, Vk, case, main_state, phase};
 
@@ -202,6 +203,172 @@ async fn command_args_env_workdir_and_limits_are_applied_exactly_body(
         .exec(&id, &["sh".into(), "-c".into(), "cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null || cat /sys/fs/cgroup/memory.max".into()])
         .await?;
     assert_eq!(out.output.trim(), (64 * 1024 * 1024).to_string());
+    Ok(())
+}
+
+#[tokio::test]
+async fn pod_ip_and_downward_env_come_from_the_pods_own_port() -> anyhow::Result<()> {
+    let Some(c) = case("vk-podip").await? else {
+        return Ok(());
+    };
+    // Clean up whatever the body did, also when it failed or panicked.
+    c.guarded(pod_ip_body(&c)).await
+}
+
+async fn pod_ip_body(c: &Case) -> anyhow::Result<()> {
+    // What a crash between a port's create and its pod's end leaves: a port named for this
+    // node and a pod that does not exist. The node's sweep deletes it.
+    let net_id = c.ports.network_id(&c.z.network).await?;
+    let leaked = c
+        .ports
+        .create_port(&PortCreate {
+            network_id: net_id.clone(),
+            name: vk_zun::pod_port::name(&c.node, "00000000-0000-4000-8000-00000000dead"),
+            description: "e2e: the port of a pod that is gone".into(),
+            security_groups: None,
+        })
+        .await?;
+    let vk = Vk::start(&c.target, &c.z, &c.node)?;
+    let pod = c
+        .create(
+            "downward",
+            json!({"containers": [{
+                "name": "c", "image": "busybox",
+                "command": ["sh", "-c", "env; echo END-OF-ENV; sleep 600"],
+                "ports": [{"containerPort": 8080}],
+                "env": [
+                    {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+                    {"name": "POD_IPS", "valueFrom": {"fieldRef": {"fieldPath": "status.podIPs"}}},
+                    {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                    {"name": "MEM_MI", "valueFrom": {"resourceFieldRef": {"resource": "limits.memory", "divisor": "1Mi"}}},
+                    {"name": "CPU_REQ_M", "valueFrom": {"resourceFieldRef": {"resource": "requests.cpu", "divisor": "1m"}}}
+                ],
+                "resources": {"limits": {"cpu": "500m", "memory": "96Mi"}, "requests": {"cpu": "150m", "memory": "48Mi"}}
+            }]}),
+        )
+        .await?;
+    let uid = pod.uid().unwrap();
+    let st = c
+        .wait_pod("downward", "the pod to run", &vk, |s| phase(s) == "Running")
+        .await?;
+    let pod_ip = st.pod_ip.clone().context("status.podIP")?;
+    assert_eq!(
+        st.pod_ips
+            .unwrap_or_default()
+            .into_iter()
+            .map(|p| p.ip)
+            .collect::<Vec<_>>(),
+        vec![pod_ip.clone()]
+    );
+    // The pod's port: one, named for the node and the pod, on the pod's network, bound by Zun
+    // to the pod's container, holding the pod's IP.
+    let name = vk_zun::pod_port::name(&c.node, &uid);
+    let found = c
+        .ports
+        .list_ports(&PortFilter {
+            name: Some(name.clone()),
+            ..Default::default()
+        })
+        .await?;
+    assert_eq!(found.len(), 1, "{found:?}");
+    let port = &found[0];
+    assert_eq!(port.network_id, net_id);
+    assert_eq!(port.fixed_ips, vec![pod_ip.clone()]);
+    let made = c.containers_of(&uid).await?;
+    assert_eq!(made.len(), 1);
+    assert_eq!(port.device_id, made[0].uuid, "Zun was given the port");
+    let zun_ips: Vec<String> = made[0]
+        .addresses
+        .values()
+        .flatten()
+        .map(|a| a.addr.clone())
+        .collect();
+    assert_eq!(zun_ips, vec![pod_ip.clone()]);
+    // The declared port is let in by the pod's own security group, on the pod's port (Zun's
+    // exposed-ports group would only reach a port Zun made).
+    let groups = c.node_groups().await?;
+    assert_eq!(groups.len(), 1, "{groups:?}");
+    assert_eq!(groups[0].name, name);
+    assert_eq!(port.security_groups, vec![groups[0].id.clone()]);
+    let mut ingress: Vec<String> = groups[0]
+        .rules
+        .iter()
+        .filter(|r| r.direction == "ingress")
+        .map(|r| {
+            format!(
+                "{} {:?} {:?}-{:?}",
+                r.ethertype, r.protocol, r.port_range_min, r.port_range_max
+            )
+        })
+        .collect();
+    ingress.sort();
+    assert_eq!(
+        ingress,
+        vec![
+            "IPv4 Some(\"tcp\") Some(8080)-Some(8080)",
+            "IPv6 Some(\"tcp\") Some(8080)-Some(8080)",
+        ]
+    );
+    // The env the container started with, as it printed it.
+    let id = made[0].uuid.clone();
+    let zun = &c.zun;
+    let logs = wait_for(LONG, POLL, "the container's env in its logs", async || {
+        let l = zun.container_logs(&id, &LogOptions::default()).await?;
+        Ok(if l.contains("END-OF-ENV") {
+            Check::Done(l)
+        } else {
+            Check::Pending(l)
+        })
+    })
+    .await?;
+    let env: BTreeMap<&str, &str> = logs.lines().filter_map(|l| l.split_once('=')).collect();
+    assert_eq!(env.get("POD_IP"), Some(&pod_ip.as_str()), "{logs}");
+    assert_eq!(env.get("POD_IPS"), Some(&pod_ip.as_str()), "{logs}");
+    assert_eq!(env.get("POD_NAME"), Some(&"downward"), "{logs}");
+    assert_eq!(env.get("MEM_MI"), Some(&"96"), "{logs}");
+    assert_eq!(env.get("CPU_REQ_M"), Some(&"150"), "{logs}");
+    // The leaked port was swept (the first sweep runs on the node's first complete pass).
+    let ports = &c.ports;
+    wait_for(LONG, POLL, "the leaked port to be swept", async || {
+        Ok(match ports.get_port(&leaked.id).await {
+            Err(e) if e.is_not_found() => Check::Done(()),
+            other => Check::Pending(format!("{other:?}")),
+        })
+    })
+    .await
+    .with_context(|| vk.log_tail())?;
+
+    // Deleting the pod deletes its port, once, after the container.
+    c.pods()
+        .delete("downward", &DeleteParams::default())
+        .await?;
+    let pods = c.pods();
+    wait_for(LONG, POLL, "the node to remove the pod", async || {
+        Ok(match pods.get_opt("downward").await? {
+            None => Check::Done(()),
+            Some(p) => Check::Pending(format!("{:?}", p.metadata.deletion_timestamp)),
+        })
+    })
+    .await
+    .with_context(|| vk.log_tail())?;
+    let port_id = port.id.clone();
+    match c.ports.get_port(&port_id).await {
+        Err(e) if e.is_not_found() => {}
+        other => panic!("the pod's port outlived the pod: {other:?}"),
+    }
+    // Zun kept the port it was given (it only unbinds it): the node deleted it.
+    let log = vk.log_lines(2000);
+    assert!(
+        log.lines()
+            .any(|l| l.contains("deleted the pod's Neutron port") && l.contains(&port_id)),
+        "{}",
+        vk.log_tail()
+    );
+    assert!(c.node_ports().await?.is_empty());
+    assert!(
+        c.node_groups().await?.is_empty(),
+        "the pod's security group is deleted with it"
+    );
     Ok(())
 }
 
@@ -451,6 +618,32 @@ async fn killed_body(c: &Case) -> anyhow::Result<()> {
         },
     )
     .await?;
+    // Pod a's port, made before the kill, is swept once its orphan container is gone (the
+    // sweep runs every minute); a2 and b have exactly one port each.
+    let a_port = vk_zun::pod_port::name(&c.node, &a_uid);
+    wait_for(
+        LONG,
+        POLL,
+        "the port of the deleted pod to be swept",
+        async || {
+            let names: Vec<String> = c.node_ports().await?.into_iter().map(|p| p.name).collect();
+            Ok(if names.contains(&a_port) {
+                Check::Pending(format!("{names:?}"))
+            } else {
+                Check::Done(())
+            })
+        },
+    )
+    .await
+    .with_context(|| vk.log_tail())?;
+    let mut names: Vec<String> = c.node_ports().await?.into_iter().map(|p| p.name).collect();
+    names.sort();
+    let mut want = vec![
+        vk_zun::pod_port::name(&c.node, &a2.uid().unwrap()),
+        vk_zun::pod_port::name(&c.node, &b.uid().unwrap()),
+    ];
+    want.sort();
+    assert_eq!(names, want);
     // SIGTERM: the node goes NotReady and the pods keep running.
     let status = vk.terminate().await?;
     assert!(status.success(), "{status:?}\n{}", vk.log_tail());

@@ -6,6 +6,7 @@
 //!   object-safe async traits, bundled in [`Cloud`].
 //! - [`container::Container`]: the Zun port (containers, capsules, quota),
 //!   outside [`Cloud`] because only the virtual kubelet uses it.
+//! - [`port::Ports`]: the Neutron ports of the virtual kubelet (its pods' ports).
 //! - [`fake::FakeCloud`]: an in-memory implementation for unit tests.
 //! - [`adapter`]: the real implementation on `openstack_sdk`, with the shared
 //!   client core (auth, rate limiting, retries, timeouts, metrics).
@@ -15,6 +16,7 @@ pub mod container;
 pub mod error;
 pub mod fake;
 pub mod model;
+pub mod port;
 mod traits;
 
 pub use error::{Error, OptionalExt, Result};

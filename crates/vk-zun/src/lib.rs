@@ -6,12 +6,16 @@
 //! - [`provider`]: the [`vk_runtime::provider::Provider`] on the Zun port:
 //!   one list per pass, the actions, the node's capacity from the quota.
 //! - [`kubelet`]: the kubelet API's backend (logs, exec, attach, stats).
+//! - [`downward`]: env `fieldRef`/`resourceFieldRef` as the kubelet resolves them (pure).
 //! - [`network`]: the pod's Neutron network (annotation, `OpenstackProject`, flag).
+//! - [`pod_port`]: the pod's own Neutron port (name, find-before-create, sweep).
 //! - [`labels`], [`quantity`]: ownership labels and resource quantities.
 
+pub mod downward;
 pub mod kubelet;
 pub mod labels;
 pub mod network;
+pub mod pod_port;
 pub mod provider;
 pub mod quantity;
 pub mod status;

@@ -10,16 +10,20 @@ use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::api::ApiResource;
+use openstack::Network;
 use openstack::container::{Container, ZunContainer, status as zs};
+use openstack::model::SecurityGroupFilter;
+use openstack::port::{PortCreate, PortFilter, Ports};
 use tracing::{Instrument as _, debug, info, warn};
 use vk_runtime::provider::{
     Condition, EventType, NodeState, Objects, PodEvent, PodUpdate, Provider, ProviderError,
 };
 
 use crate::labels;
+use crate::pod_port;
 use crate::quantity;
 use crate::status::{self, Action, Key, PROVIDER_FAILED, Pass};
-use crate::translate::{self, Config, Reference, Referenced, Role, TranslateError};
+use crate::translate::{self, Config, PodPort, Reference, Referenced, Role, TranslateError};
 
 /// Node capacity used when the project's quota is unlimited (-1).
 #[derive(Clone, Debug, PartialEq)]
@@ -56,7 +60,19 @@ struct Memory {
     /// whose periodic state sync sets `Stopped` but leaves the detail at e.g. `Created`; a GET
     /// asks Docker and fills in `Exited(N)`. One GET per such transition, not per pass.
     refreshed: HashMap<(String, String), ZunContainer>,
+    /// The pods' own Neutron ports by pod uid, as created or found (cleared when a create
+    /// with it fails, so the next try looks again).
+    pod_ports: HashMap<String, PodPort>,
+    /// Neutron network ids by the name or id the pods give.
+    network_ids: HashMap<String, String>,
+    /// The node's CPU capacity as last computed (`resourceFieldRef: limits.cpu` without a limit).
+    node_cpu: Option<f64>,
+    /// When the node last looked for ports of pods that no longer exist.
+    last_port_sweep: Option<std::time::Instant>,
 }
+
+/// How often the node lists its project's ports to delete those of pods that are gone.
+const PORT_SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Per pod container: (reason, message) of a failed create.
 type CreateErrors = BTreeMap<Key, (String, String)>;
@@ -64,6 +80,8 @@ type CreateErrors = BTreeMap<Key, (String, String)>;
 /// The Zun provider of one node (one tenant project).
 pub struct ZunProvider {
     zun: Arc<dyn Container>,
+    ports: Option<Arc<dyn Ports>>,
+    neutron: Option<Arc<dyn Network>>,
     cfg: Config,
     project_id: Option<String>,
     unlimited: UnlimitedCapacity,
@@ -84,11 +102,203 @@ impl ZunProvider {
     ) -> Self {
         Self {
             zun,
+            ports: None,
+            neutron: None,
             cfg,
             project_id,
             unlimited,
             pod_concurrency: DEFAULT_POD_CONCURRENCY,
             memory: Mutex::new(Memory::default()),
+        }
+    }
+
+    /// Create each pod's Neutron port before its containers (when the pod's network is
+    /// known), so the pod IP is in the containers' env; the node deletes the port with the pod
+    /// and sweeps ports of pods that are gone. A pod whose first container declares ports gets
+    /// its own security group on its port (through `neutron`), letting those ports in.
+    pub fn with_ports(mut self, ports: Arc<dyn Ports>, neutron: Arc<dyn Network>) -> Self {
+        self.ports = Some(ports);
+        self.neutron = Some(neutron);
+        self
+    }
+
+    /// The pod's port (found or created), or `None` when the node creates no ports or the
+    /// pod's network is not known (Zun then picks one and makes the port). A network that
+    /// cannot be resolved here is left to the translation to report.
+    async fn pod_port(
+        &self,
+        ports: &dyn Ports,
+        pod: &Pod,
+        uid: &str,
+        refs: &Referenced,
+    ) -> Result<Option<PodPort>, String> {
+        if let Some(p) = self.mem().pod_ports.get(uid) {
+            return Ok(Some(p.clone()));
+        }
+        let Ok(Some(net)) = translate::pod_network(pod, refs, &self.cfg) else {
+            return Ok(None);
+        };
+        let cached = self.mem().network_ids.get(&net).cloned();
+        let network_id = match cached {
+            Some(id) => id,
+            None => {
+                let id = ports
+                    .network_id(&net)
+                    .await
+                    .map_err(|e| format!("the pod's network {net:?}: {e}"))?;
+                self.mem().network_ids.insert(net.clone(), id.clone());
+                id
+            }
+        };
+        let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
+        let name = pod.metadata.name.as_deref().unwrap_or_default();
+        let port_name = pod_port::name(&self.cfg.node_name, uid);
+        let description = pod_port::description(&self.cfg.node_name, ns, name, uid);
+        let exposed = pod_port::exposed(pod);
+        let security_groups = match (&self.neutron, exposed.is_empty()) {
+            (Some(neutron), false) => Some(vec![
+                pod_port::ensure_group(
+                    neutron.as_ref(),
+                    self.project_id.as_deref(),
+                    &port_name,
+                    &description,
+                    &exposed,
+                )
+                .await
+                .map_err(|e| format!("creating the pod's security group {port_name:?}: {e}"))?,
+            ]),
+            _ => None,
+        };
+        let port = pod_port::ensure(
+            ports,
+            self.project_id.as_deref(),
+            PortCreate {
+                network_id,
+                name: port_name.clone(),
+                description,
+                security_groups,
+            },
+        )
+        .await
+        .map_err(|e| format!("creating the pod's Neutron port on network {net:?}: {e}"))?;
+        if port.fixed_ips.is_empty() {
+            return Err(format!(
+                "the pod's Neutron port {} on network {net:?} has no fixed IP (does the network have a subnet?)",
+                port.id
+            ));
+        }
+        let p = PodPort {
+            id: port.id,
+            ips: port.fixed_ips,
+        };
+        self.mem().pod_ports.insert(uid.to_string(), p.clone());
+        Ok(Some(p))
+    }
+
+    /// Deletes the pod's port (the containers are gone); `true` once no port of the pod is
+    /// left (and its security group, when it has one). Ports are found by name when this
+    /// process did not make them.
+    async fn delete_pod_port(&self, ports: &dyn Ports, pod: &Pod, uid: &str) -> bool {
+        let cached = self.mem().pod_ports.get(uid).map(|p| p.id.clone());
+        let ids = match cached {
+            Some(id) => vec![id],
+            None => match ports
+                .list_ports(&PortFilter {
+                    name: Some(pod_port::name(&self.cfg.node_name, uid)),
+                    project_id: self.project_id.clone(),
+                    network_id: None,
+                })
+                .await
+            {
+                Ok(found) => found.into_iter().map(|p| p.id).collect(),
+                Err(e) => {
+                    warn!(pod_uid = %uid, error = %e, "cannot look up the pod's port; retrying next pass");
+                    return false;
+                }
+            },
+        };
+        for id in ids {
+            match ports.delete_port(&id).await {
+                Ok(()) => info!(port = %id, pod_uid = %uid, "deleted the pod's Neutron port"),
+                Err(e) if e.is_not_found() => {}
+                Err(e) => {
+                    warn!(port = %id, error = %e, "deleting the pod's port failed; retrying next pass");
+                    return false;
+                }
+            }
+        }
+        if let Some(neutron) = &self.neutron
+            && !pod_port::exposed(pod).is_empty()
+            && let Err(e) = pod_port::delete_groups(
+                neutron.as_ref(),
+                self.project_id.as_deref(),
+                &pod_port::name(&self.cfg.node_name, uid),
+            )
+            .await
+        {
+            warn!(pod_uid = %uid, error = %e, "deleting the pod's security group failed; retrying next pass");
+            return false;
+        }
+        self.mem().pod_ports.remove(uid);
+        true
+    }
+
+    /// Deletes the ports named for this node whose pod is neither in `live` nor still has Zun
+    /// containers (`busy`): what a crash between a port's create and its pod's end left.
+    async fn sweep_ports(
+        &self,
+        ports: &dyn Ports,
+        live: &BTreeSet<String>,
+        busy: &BTreeSet<String>,
+    ) {
+        let all = match ports
+            .list_ports(&PortFilter {
+                project_id: self.project_id.clone(),
+                ..Default::default()
+            })
+            .await
+        {
+            Ok(all) => all,
+            Err(e) => {
+                warn!(error = %e, "cannot list ports to sweep; retrying later");
+                return;
+            }
+        };
+        for p in pod_port::leaked(&self.cfg.node_name, &all, live, busy) {
+            info!(port = %p.id, name = %p.name, "deleting a Neutron port whose pod is gone");
+            if let Err(e) = ports.delete_port(&p.id).await
+                && !e.is_not_found()
+            {
+                warn!(port = %p.id, error = %e, "leaked port delete failed; retrying next sweep");
+            }
+        }
+        let Some(neutron) = &self.neutron else {
+            return;
+        };
+        let groups = match neutron
+            .list_security_groups(&SecurityGroupFilter {
+                project_id: self.project_id.clone(),
+                ..Default::default()
+            })
+            .await
+        {
+            Ok(g) => g,
+            Err(e) => {
+                warn!(error = %e, "cannot list security groups to sweep; retrying later");
+                return;
+            }
+        };
+        for g in groups
+            .iter()
+            .filter(|g| pod_port::is_leaked(&self.cfg.node_name, &g.name, live, busy))
+        {
+            info!(group = %g.id, name = %g.name, "deleting a security group whose pod is gone");
+            // In use by a port deleted just now (or not yet): the next sweep retries.
+            if let Err(e) = neutron.delete_security_group(&g.id).await
+                && !e.is_not_found()
+            {
+                warn!(group = %g.id, error = %e, "leaked security group delete failed; retrying next sweep");
+            }
         }
     }
 
@@ -190,7 +400,7 @@ impl ZunProvider {
         pass: &mut Pass,
         events: &mut Vec<PodEvent>,
     ) {
-        let refs = match self.referenced(pod, objects).await {
+        let mut refs = match self.referenced(pod, objects).await {
             Ok(r) => r,
             Err(e) => {
                 for k in wanted {
@@ -200,6 +410,29 @@ impl ZunProvider {
                 return;
             }
         };
+        refs.node_cpu = self.mem().node_cpu;
+        if let Some(ports) = &self.ports {
+            match self.pod_port(ports.as_ref(), pod, uid, &refs).await {
+                Ok(p) => refs.port = p,
+                Err(m) => {
+                    warn!(error = %m, "the pod's port");
+                    for k in wanted {
+                        pass.create_errors
+                            .insert(k.clone(), ("CreateContainerError".into(), m.clone()));
+                    }
+                    self.once(
+                        uid,
+                        events,
+                        PodEvent {
+                            type_: EventType::Warning,
+                            reason: "Failed".into(),
+                            message: format!("Error: {m}"),
+                        },
+                    );
+                    return;
+                }
+            }
+        }
         let t = match translate::translate(pod, &refs, &self.cfg) {
             Ok(t) => t,
             Err(TranslateError::MissingReference(m)) => {
@@ -243,6 +476,11 @@ impl ZunProvider {
                 }
                 Err(e) => {
                     warn!(container = %p.container, error = %e, "Zun create failed");
+                    // The port may be what Zun refused (deleted behind our back): look again
+                    // next time.
+                    if p.create.nets.iter().any(|n| n.port.is_some()) {
+                        self.mem().pod_ports.remove(uid);
+                    }
                     let msg = e.message().to_string();
                     pass.create_errors
                         .insert(key.clone(), ("CreateContainerError".into(), msg.clone()));
@@ -442,7 +680,15 @@ impl ZunProvider {
         update.events = events;
         if deleting {
             update.deleted = observed.is_empty();
+            if update.deleted
+                && let Some(ports) = &self.ports
+            {
+                update.deleted = self.delete_pod_port(ports.as_ref(), pod, &uid).await;
+            }
         } else {
+            if let Some(p) = self.mem().pod_ports.get(&uid) {
+                pass.pod_ips = p.ips.clone();
+            }
             update.status = Some(status::render(
                 pod,
                 &observed,
@@ -590,6 +836,7 @@ impl Provider for ZunProvider {
             Err(openstack::Error::Forbidden { .. }) => {}
             Err(e) => debug!(error = %e, "cannot list Zun services"),
         }
+        self.mem().node_cpu = Some(cpu_cap);
         capacity.insert("cpu".into(), q(quantity::cpu_string(cpu_cap)));
         capacity.insert("memory".into(), q(quantity::mib_string(mem_cap)));
         capacity.insert("pods".into(), q(pods_cap.to_string()));
@@ -683,6 +930,7 @@ impl Provider for ZunProvider {
             .collect()
             .await;
         if complete {
+            let busy: BTreeSet<String> = by_uid.keys().cloned().collect();
             for (uid, list) in by_uid {
                 // Zun deletes asynchronously: one delete per orphan, not one per pass.
                 for c in list.into_iter().filter(|c| c.status != zs::DELETING) {
@@ -694,9 +942,20 @@ impl Provider for ZunProvider {
                     }
                 }
             }
+            if let Some(ports) = &self.ports {
+                let due = self
+                    .mem()
+                    .last_port_sweep
+                    .is_none_or(|t| t.elapsed() >= PORT_SWEEP_EVERY);
+                if due {
+                    self.sweep_ports(ports.as_ref(), &live, &busy).await;
+                    self.mem().last_port_sweep = Some(std::time::Instant::now());
+                }
+            }
             let mut m = self.mem();
             m.events.retain(|(uid, _, _)| live.contains(uid));
             m.create_failures.retain(|uid, _| live.contains(uid));
+            m.pod_ports.retain(|uid, _| live.contains(uid));
         }
         Ok(out)
     }

@@ -295,6 +295,9 @@ pub struct Pass {
     pub create_errors: BTreeMap<Key, (String, String)>,
     /// The pod failed: `(reason, message)`.
     pub failure: Option<(String, String)>,
+    /// The pod's IPs when the node knows them before Zun shows them (the fixed IPs of the
+    /// pod's own Neutron port).
+    pub pod_ips: Vec<String>,
 }
 
 fn time(t: jiff::Timestamp) -> Time {
@@ -617,14 +620,22 @@ pub fn render(
         .flat_map(|z| z.ips())
         .take(1)
         .collect();
-    let pod_ip = ips.first().cloned().or(prev.pod_ip.clone());
+    let pod_ips: Vec<String> = if !pass.pod_ips.is_empty() {
+        pass.pod_ips.clone()
+    } else if !ips.is_empty() {
+        ips
+    } else {
+        prev.pod_ip.clone().into_iter().collect()
+    };
+    let pod_ip = pod_ips.first().cloned();
     PodStatus {
         phase: Some(phase.into()),
         conditions: Some(conditions),
         host_ip: Some(host_ip.into()),
         host_ips: Some(vec![HostIP { ip: host_ip.into() }]),
         pod_ip: pod_ip.clone(),
-        pod_ips: pod_ip.map(|ip| vec![PodIP { ip }]),
+        pod_ips: (!pod_ips.is_empty())
+            .then(|| pod_ips.into_iter().map(|ip| PodIP { ip }).collect()),
         start_time: prev.start_time.clone().or_else(|| Some(time(now))),
         init_container_statuses: (!init_statuses.is_empty()).then_some(init_statuses),
         container_statuses: Some(statuses),

@@ -12,6 +12,7 @@ use k8s_openapi::api::core::v1::{
 };
 use openstack::container::{ZunContainerCreate, ZunNet, ZunRestartPolicy};
 
+use crate::downward;
 use crate::labels;
 use crate::network::{self, Choice};
 use crate::quantity;
@@ -92,6 +93,21 @@ pub struct Referenced {
     pub secrets: BTreeMap<String, Secret>,
     /// By name.
     pub projects: BTreeMap<String, api::OpenstackProject>,
+    /// The pod's Neutron port, created before its containers: the first regular container
+    /// is given it, and its fixed IPs are the pod's IPs (`fieldRef: status.podIP(s)`).
+    pub port: Option<PodPort>,
+    /// The node's CPU capacity (`resourceFieldRef: limits.cpu` without a CPU limit); `None`:
+    /// [`Config::default_cpu`].
+    pub node_cpu: Option<f64>,
+}
+
+/// The pod's own Neutron port.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PodPort {
+    /// Neutron's id.
+    pub id: String,
+    /// Its fixed IPs (the pod's IPs).
+    pub ips: Vec<String>,
 }
 
 /// An object (in the pod's namespace) the pod refers to.
@@ -282,6 +298,12 @@ pub fn validate(pod: &Pod) -> Result<(), TranslateError> {
             "not implemented by this node",
         ));
     }
+    if spec.resources.is_some() {
+        return Err(unsupported(
+            "spec.resources",
+            "pod-level resources: Zun sizes each container on its own; set container resources",
+        ));
+    }
     if spec.resource_claims.as_ref().is_some_and(|a| !a.is_empty()) {
         return Err(unsupported(
             "spec.resourceClaims",
@@ -371,6 +393,12 @@ fn validate_container(path: &str, c: &Container) -> Result<(), TranslateError> {
             "resizePolicy",
             c.resize_policy.as_ref().is_some_and(|v| !v.is_empty()),
         ),
+        (
+            "restartPolicyRules",
+            c.restart_policy_rules
+                .as_ref()
+                .is_some_and(|v| !v.is_empty()),
+        ),
     ] {
         if set {
             return Err(unsupported(
@@ -441,14 +469,11 @@ fn validate_container(path: &str, c: &Container) -> Result<(), TranslateError> {
                 ));
             }
             if let Some(f) = &vf.field_ref
-                && !field_ref_supported(&f.field_path)
+                && !downward::field_path_supported(&f.field_path)
             {
                 return Err(unsupported(
                     format!("{path}.env[{i}].valueFrom.fieldRef.fieldPath"),
-                    format!(
-                        "{:?} is not known when the container is created on this node",
-                        f.field_path
-                    ),
+                    format!("{:?} is not supported in env", f.field_path),
                 ));
             }
         }
@@ -495,18 +520,23 @@ fn security_context(path: &str, sc: &SecurityContext) -> Result<(), TranslateErr
     Ok(())
 }
 
-fn field_ref_supported(p: &str) -> bool {
-    matches!(
-        p,
-        "metadata.name"
-            | "metadata.namespace"
-            | "metadata.uid"
-            | "spec.nodeName"
-            | "spec.serviceAccountName"
-            | "status.hostIP"
-            | "status.hostIPs"
-    ) || p.starts_with("metadata.labels['")
-        || p.starts_with("metadata.annotations['")
+/// The pod's Neutron network (id or name) as the pod, its `OpenstackProject` (in `refs`) or
+/// the node's `--network` names it; `None`: Zun picks one.
+pub fn pod_network(
+    pod: &Pod,
+    refs: &Referenced,
+    cfg: &Config,
+) -> Result<Option<String>, TranslateError> {
+    let ns = pod
+        .metadata
+        .namespace
+        .clone()
+        .unwrap_or_else(|| "default".into());
+    Ok(match network::choice(pod, cfg.network.as_deref())? {
+        Choice::Neutron(n) => Some(n),
+        Choice::Project(r) => Some(network::resolve(&r, &ns, refs.projects.get(&r.project))?),
+        Choice::Default => None,
+    })
 }
 
 /// Translate a validated pod. `refs` holds what [`references`] named.
@@ -524,19 +554,23 @@ pub fn translate(
     let ns = meta.namespace.clone().unwrap_or_else(|| "default".into());
     let name = meta.name.clone().unwrap_or_default();
     let uid = meta.uid.clone().unwrap_or_default();
-    let network = match network::choice(pod, cfg.network.as_deref())? {
-        Choice::Neutron(n) => Some(n),
-        Choice::Project(r) => Some(network::resolve(&r, &ns, refs.projects.get(&r.project))?),
-        Choice::Default => None,
-    };
-    let hostname = hostname(spec.hostname.as_deref().unwrap_or(&name));
+    let network = pod_network(pod, refs, cfg)?;
+    // `hostnameOverride` takes precedence over `hostname` (and `subdomain`, which only makes
+    // the FQDN, and there is no cluster DNS domain here).
+    let hostname = hostname(
+        spec.hostname_override
+            .as_deref()
+            .or(spec.hostname.as_deref())
+            .filter(|h| !h.is_empty())
+            .unwrap_or(&name),
+    );
     let one = |c: &Container, role: Role, idx: usize| -> Result<Planned, TranslateError> {
         let path = match role {
             Role::Init => format!("spec.initContainers[{idx}]"),
             Role::Main => format!("spec.containers[{idx}]"),
         };
         let (cpu, mem_mib) = effective_resources(c.resources.as_ref(), cfg);
-        let env = environment(&path, pod, c, refs, cfg, cpu, mem_mib)?;
+        let env = environment(&path, pod, c, refs, cfg)?;
         let (entrypoint, command) = command_and_args(c, &env);
         let mut lbl = labels::for_container(&cfg.node_name, &ns, &name, &uid, &c.name, role);
         lbl.retain(|_, v| !v.is_empty());
@@ -545,6 +579,13 @@ pub fn translate(
             .clone()
             .filter(|i| !i.is_empty())
             .ok_or_else(|| unsupported(format!("{path}.image"), "an image is required"))?;
+        // The container given the pod's port: Zun would make a security group for exposed
+        // ports that it applies only to ports it creates; the node puts the pod's own group on
+        // the port instead (`pod_port`).
+        let given_port = refs
+            .port
+            .as_ref()
+            .filter(|_| role == Role::Main && idx == 0);
         let exposed_ports = c
             .ports
             .iter()
@@ -559,6 +600,7 @@ pub fn translate(
                     serde_json::json!({}),
                 )
             })
+            .filter(|_| given_port.is_none())
             .collect();
         Ok(Planned {
             container: c.name.clone(),
@@ -587,13 +629,21 @@ pub fn translate(
                     name: "no".into(),
                     max_retry: None,
                 }),
-                nets: network
-                    .iter()
-                    .map(|n| ZunNet {
-                        network: Some(n.clone()),
+                nets: match given_port {
+                    // Zun binds the given port and, since it did not create it, leaves it
+                    // behind on delete (`preserve_on_delete`): the node deletes it.
+                    Some(port) => vec![ZunNet {
+                        port: Some(port.id.clone()),
                         ..Default::default()
-                    })
-                    .collect(),
+                    }],
+                    None => network
+                        .iter()
+                        .map(|n| ZunNet {
+                            network: Some(n.clone()),
+                            ..Default::default()
+                        })
+                        .collect(),
+                },
                 exposed_ports,
                 hostname: Some(hostname.clone()),
                 availability_zone: cfg.availability_zone.clone(),
@@ -729,8 +779,6 @@ fn environment(
     c: &Container,
     refs: &Referenced,
     cfg: &Config,
-    cpu: f64,
-    mem_mib: u64,
 ) -> Result<BTreeMap<String, String>, TranslateError> {
     let mut env = BTreeMap::new();
     for (i, f) in c.env_from.iter().flatten().enumerate() {
@@ -772,16 +820,7 @@ fn environment(
         }
     }
     for (i, e) in c.env.iter().flatten().enumerate() {
-        if let Some(v) = env_value(
-            &format!("{path}.env[{i}]"),
-            pod,
-            e,
-            refs,
-            cfg,
-            cpu,
-            mem_mib,
-            &env,
-        )? {
+        if let Some(v) = env_value(&format!("{path}.env[{i}]"), pod, c, e, refs, cfg, &env)? {
             env.insert(e.name.clone(), v);
         }
     }
@@ -792,11 +831,10 @@ fn environment(
 fn env_value(
     path: &str,
     pod: &Pod,
+    c: &Container,
     e: &EnvVar,
     refs: &Referenced,
     cfg: &Config,
-    cpu: f64,
-    mem_mib: u64,
     so_far: &BTreeMap<String, String>,
 ) -> Result<Option<String>, TranslateError> {
     let Some(vf) = &e.value_from else {
@@ -834,68 +872,29 @@ fn env_value(
             ))),
         };
     }
+    let ctx = downward::Context {
+        cfg,
+        pod_ips: refs.port.as_ref().map_or(&[][..], |p| p.ips.as_slice()),
+        node_cpu: refs.node_cpu.unwrap_or(cfg.default_cpu),
+    };
     if let Some(f) = &vf.field_ref {
-        let m = &pod.metadata;
-        let spec = pod.spec.as_ref();
-        let p = f.field_path.as_str();
-        let quoted = |prefix: &str| -> Option<String> {
-            p.strip_prefix(prefix)?
-                .strip_suffix("']")
-                .map(str::to_string)
-        };
-        let v = match p {
-            "metadata.name" => m.name.clone().unwrap_or_default(),
-            "metadata.namespace" => m.namespace.clone().unwrap_or_default(),
-            "metadata.uid" => m.uid.clone().unwrap_or_default(),
-            "spec.nodeName" => spec.and_then(|s| s.node_name.clone()).unwrap_or_default(),
-            "spec.serviceAccountName" => spec
-                .and_then(|s| s.service_account_name.clone())
-                .unwrap_or_default(),
-            "status.hostIP" | "status.hostIPs" => cfg.host_ip.clone(),
-            _ => {
-                if let Some(k) = quoted("metadata.labels['") {
-                    m.labels
-                        .as_ref()
-                        .and_then(|l| l.get(&k))
-                        .cloned()
-                        .unwrap_or_default()
-                } else if let Some(k) = quoted("metadata.annotations['") {
-                    m.annotations
-                        .as_ref()
-                        .and_then(|l| l.get(&k))
-                        .cloned()
-                        .unwrap_or_default()
-                } else {
-                    return Err(unsupported(
-                        format!("{path}.valueFrom.fieldRef.fieldPath"),
-                        format!("{p:?} is not known when the container is created on this node"),
-                    ));
-                }
-            }
-        };
-        return Ok(Some(v));
+        return downward::field_ref(
+            &format!("{path}.valueFrom.fieldRef.fieldPath"),
+            pod,
+            &f.field_path,
+            &ctx,
+        )
+        .map(Some);
     }
     if let Some(r) = &vf.resource_field_ref {
-        let divisor = r
-            .divisor
-            .as_ref()
-            .and_then(|d| quantity::parse(&d.0))
-            .filter(|d| *d > 0.0)
-            .unwrap_or(1.0);
-        // Limits and requests both resolve to what the container gets: Zun
-        // has one value for each (limits win, then requests, then defaults).
-        let base = match r.resource.as_str() {
-            "limits.cpu" | "requests.cpu" => cpu,
-            "limits.memory" | "requests.memory" => mem_mib as f64 * 1024.0 * 1024.0,
-            other => {
-                return Err(unsupported(
-                    format!("{path}.valueFrom.resourceFieldRef.resource"),
-                    format!("{other:?} is not offered by Zun"),
-                ));
-            }
-        };
-        // The kubelet rounds up (`ExtractContainerResourceValue`).
-        return Ok(Some(((base / divisor).ceil() as i64).to_string()));
+        return downward::resource_field_ref(
+            &format!("{path}.valueFrom.resourceFieldRef"),
+            pod,
+            c,
+            r,
+            &ctx,
+        )
+        .map(Some);
     }
     Ok(Some(String::new()))
 }

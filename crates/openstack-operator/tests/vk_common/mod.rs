@@ -14,8 +14,9 @@ use futures::FutureExt;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, PodStatus};
 use kube::api::{Api, DeleteParams, PostParams};
 use kube::{Client, ResourceExt};
-use openstack::adapter::ContainerAdapter;
+use openstack::adapter::{ClientOptions, CloudSelector, ContainerAdapter, Core};
 use openstack::container::{Container, ZunContainer};
+use openstack::port::{PortAdapter, PortFilter, Ports};
 use serde_json::json;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_openstack-operator");
@@ -41,6 +42,28 @@ pub fn zun_env() -> Option<Zun> {
 /// Zun as the tenant.
 pub async fn zun_client(z: &Zun) -> anyhow::Result<ContainerAdapter> {
     z.client().await
+}
+
+/// Neutron as the tenant: the pods' ports and their security groups, which the node makes.
+pub async fn neutron_clients(
+    z: &Zun,
+) -> anyhow::Result<(PortAdapter, std::sync::Arc<dyn openstack::Network>)> {
+    let core = Core::connect(
+        &CloudSelector::File {
+            path: z.file.clone().into(),
+            cloud: z.cloud.clone(),
+        },
+        ClientOptions {
+            requests_per_second: 0,
+            ..ClientOptions::default()
+        },
+    )
+    .await
+    .context("connecting to Neutron as the Zun tenant")?;
+    Ok((
+        PortAdapter::new(core.clone()),
+        openstack::Cloud::from_core(core).network,
+    ))
 }
 
 /// A running `openstack-operator virtual-kubelet` ([`e2e::VirtualKubelet`]) with the suites'
@@ -107,6 +130,11 @@ impl Vk {
     pub fn log_tail(&self) -> String {
         self.inner.log_tail(40)
     }
+
+    /// The last `n` lines of its log.
+    pub fn log_lines(&self, n: usize) -> String {
+        self.inner.log_tail(n)
+    }
 }
 
 /// One test's world: its Kubernetes API, Zun tenant, node name and namespace.
@@ -117,6 +145,10 @@ pub struct Case {
     pub client: Client,
     /// Zun as the tenant.
     pub zun: ContainerAdapter,
+    /// Neutron ports as the tenant.
+    pub ports: PortAdapter,
+    /// Neutron (security groups) as the tenant.
+    pub neutron: std::sync::Arc<dyn openstack::Network>,
     /// The tenant.
     pub z: Zun,
     /// This test's node name.
@@ -131,6 +163,7 @@ pub async fn case(prefix: &str) -> anyhow::Result<Option<Case>> {
     let target = Target::from_env().await?;
     let client = target.client().await?;
     let zun = zun_client(&z).await?;
+    let (ports, neutron) = neutron_clients(&z).await?;
     let ns = e2e::names::unique(prefix);
     let nsobj: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}}))?;
     Api::<Namespace>::all(client.clone())
@@ -140,6 +173,8 @@ pub async fn case(prefix: &str) -> anyhow::Result<Option<Case>> {
         target,
         client,
         zun,
+        ports,
+        neutron,
         z,
         node: e2e::names::unique("vk"),
         ns,
@@ -199,6 +234,27 @@ impl Case {
             (NODE.to_string(), self.node.clone()),
         ]);
         Ok(self.zun.list_containers(&want, None).await?)
+    }
+
+    /// The Neutron ports named for this test's node (the pods' ports).
+    pub async fn node_ports(&self) -> anyhow::Result<Vec<openstack::port::Port>> {
+        let all = self.ports.list_ports(&PortFilter::default()).await?;
+        Ok(all
+            .into_iter()
+            .filter(|p| vk_zun::pod_port::pod_uid(&self.node, &p.name).is_some())
+            .collect())
+    }
+
+    /// The security groups named for this test's node (the pods' groups).
+    pub async fn node_groups(&self) -> anyhow::Result<Vec<openstack::model::SecurityGroup>> {
+        let all = self
+            .neutron
+            .list_security_groups(&Default::default())
+            .await?;
+        Ok(all
+            .into_iter()
+            .filter(|g| vk_zun::pod_port::pod_uid(&self.node, &g.name).is_some())
+            .collect())
     }
 
     /// Runs a test's body, then [`Case::cleanup`], also when the body failed or panicked
@@ -268,6 +324,41 @@ impl Case {
                 }
             }
             tokio::time::sleep(Duration::from_secs(2)).await;
+        }
+        // The pods' ports: the node deletes them with their pods; what a failed test left
+        // is deleted here (after the containers, which Zun unbinds from them).
+        match self.node_ports().await {
+            Ok(left) => {
+                for p in left {
+                    if let Err(e) = self.ports.delete_port(&p.id).await
+                        && !e.is_not_found()
+                    {
+                        eprintln!("cleanup: deleting port {} ({}) failed: {e}", p.id, p.name);
+                    }
+                }
+            }
+            Err(e) => eprintln!(
+                "cleanup: listing the ports of node {} failed: {e}",
+                self.node
+            ),
+        }
+        match self.node_groups().await {
+            Ok(left) => {
+                for g in left {
+                    if let Err(e) = self.neutron.delete_security_group(&g.id).await
+                        && !e.is_not_found()
+                    {
+                        eprintln!(
+                            "cleanup: deleting security group {} ({}) failed: {e}",
+                            g.id, g.name
+                        );
+                    }
+                }
+            }
+            Err(e) => eprintln!(
+                "cleanup: listing the security groups of node {} failed: {e}",
+                self.node
+            ),
         }
         let _ = Api::<Node>::all(self.client.clone())
             .delete(&self.node, &DeleteParams::default())

@@ -456,3 +456,213 @@ async fn project_network_waits_for_the_project_then_uses_its_network_id() {
         made.addresses
     );
 }
+
+fn provider_with_ports(z: &FakeZun, ports: &openstack::port::FakePorts) -> ZunProvider {
+    provider_with_neutron(z, ports, &openstack::fake::FakeCloud::new())
+}
+
+fn provider_with_neutron(
+    z: &FakeZun,
+    ports: &openstack::port::FakePorts,
+    neutron: &openstack::fake::FakeCloud,
+) -> ZunProvider {
+    ports.add_network("pods-net", "net-id-1");
+    ZunProvider::new(
+        Arc::new(z.clone()),
+        Config {
+            node_name: "vk".into(),
+            network: Some("pods-net".into()),
+            ..Default::default()
+        },
+        Some("project".into()),
+        UnlimitedCapacity::default(),
+    )
+    .with_ports(Arc::new(ports.clone()), Arc::new(neutron.clone()))
+}
+
+fn ip_pod() -> Pod {
+    pod(
+        "ip-pod",
+        "uid-ip",
+        json!({"nodeName": "vk", "containers": [{"name": "c", "image": "busybox",
+            "resources": {"limits": {"memory": "64Mi"}},
+            "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+                    {"name": "MEM", "valueFrom": {"resourceFieldRef": {"resource": "limits.memory", "divisor": "1Mi"}}}]}]}),
+    )
+}
+
+#[tokio::test]
+async fn the_pods_port_is_made_first_used_for_its_ip_and_deleted_with_it() {
+    let z = FakeZun::new();
+    let ports = openstack::port::FakePorts::new();
+    let p = provider_with_ports(&z, &ports);
+    let mut pods = vec![ip_pod()];
+    let o = NoObjects::default();
+    let u = sync(&p, &mut pods, &o).await;
+    let made = ports.ports();
+    assert_eq!(made.len(), 1);
+    assert_eq!(made[0].name, "vk_vk_uid-ip");
+    assert_eq!(
+        made[0].network_id, "net-id-1",
+        "the network's name resolved"
+    );
+    let ip = made[0].fixed_ips[0].clone();
+    let c = &z.containers()[0];
+    assert_eq!(c.environment["POD_IP"], ip);
+    assert_eq!(c.environment["MEM"], "64");
+    assert_eq!(
+        u[0].status.as_ref().unwrap().pod_ip.as_deref(),
+        Some(ip.as_str())
+    );
+    for _ in 0..3 {
+        sync(&p, &mut pods, &o).await;
+    }
+    let creates = ports
+        .calls()
+        .iter()
+        .filter(|c| c.starts_with("create_port"))
+        .count();
+    assert_eq!(creates, 1, "one port per pod");
+
+    pods[0].metadata.deletion_timestamp = Some(Time(jiff::Timestamp::now()));
+    pods[0].metadata.deletion_grace_period_seconds = Some(0);
+    let mut released = false;
+    for _ in 0..5 {
+        let u = sync(&p, &mut pods, &o).await;
+        if u[0].deleted {
+            released = true;
+            break;
+        }
+        assert_eq!(ports.ports().len(), 1, "the port outlives the containers");
+    }
+    assert!(released);
+    assert!(ports.ports().is_empty(), "deleted with the pod");
+    let deletes = ports
+        .calls()
+        .iter()
+        .filter(|c| c.starts_with("delete_port"))
+        .count();
+    assert_eq!(deletes, 1, "deleted once");
+}
+
+#[tokio::test]
+async fn after_a_crash_the_port_is_found_not_made_again_and_leaks_are_swept() {
+    let z = FakeZun::new();
+    let ports = openstack::port::FakePorts::new();
+    // What a process that crashed after the port's create left: this pod's port, and the
+    // port of a pod that was deleted meanwhile, and somebody else's port.
+    ports.insert(openstack::port::Port {
+        id: "mine".into(),
+        name: pod_port::name("vk", "uid-ip"),
+        network_id: "net-id-1".into(),
+        project_id: "project".into(),
+        fixed_ips: vec!["10.9.9.9".into()],
+        ..Default::default()
+    });
+    ports.insert(openstack::port::Port {
+        id: "leaked".into(),
+        name: pod_port::name("vk", "uid-gone"),
+        project_id: "project".into(),
+        ..Default::default()
+    });
+    ports.insert(openstack::port::Port {
+        id: "other-node".into(),
+        name: pod_port::name("vk2", "uid-gone"),
+        project_id: "project".into(),
+        ..Default::default()
+    });
+    let p = provider_with_ports(&z, &ports);
+    let mut pods = vec![ip_pod()];
+    let o = NoObjects::default();
+    sync(&p, &mut pods, &o).await;
+    let left: Vec<String> = ports.ports().into_iter().map(|p| p.id).collect();
+    assert_eq!(left, vec!["mine".to_string(), "other-node".to_string()]);
+    assert_eq!(z.containers()[0].environment["POD_IP"], "10.9.9.9");
+    assert!(
+        !ports.calls().iter().any(|c| c.starts_with("create_port")),
+        "found by name"
+    );
+}
+
+#[tokio::test]
+async fn a_port_that_cannot_be_made_waits_with_the_reason() {
+    let z = FakeZun::new();
+    let ports = openstack::port::FakePorts::new();
+    ports.fail_next_creates(1);
+    let p = provider_with_ports(&z, &ports);
+    let mut pods = vec![ip_pod()];
+    let o = NoObjects::default();
+    let u = sync(&p, &mut pods, &o).await;
+    assert_eq!(
+        z.calls("create_container"),
+        0,
+        "no container without its port"
+    );
+    let st = u[0].status.as_ref().unwrap();
+    let w = st.container_statuses.as_ref().unwrap()[0]
+        .state
+        .as_ref()
+        .unwrap()
+        .waiting
+        .clone()
+        .unwrap();
+    assert_eq!(w.reason.as_deref(), Some("CreateContainerError"));
+    assert!(
+        w.message.as_deref().unwrap().contains("Neutron port"),
+        "{w:?}"
+    );
+    assert_eq!(u[0].events[0].reason, "Failed");
+}
+
+#[tokio::test]
+async fn declared_ports_get_the_pods_own_security_group_on_its_port() {
+    use openstack::Network as _;
+    let z = FakeZun::new();
+    let ports = openstack::port::FakePorts::new();
+    let neutron = openstack::fake::FakeCloud::new();
+    let p = provider_with_neutron(&z, &ports, &neutron);
+    let mut pods = vec![pod(
+        "web",
+        "uid-web",
+        json!({"nodeName": "vk", "containers": [{"name": "c", "image": "nginx",
+            "ports": [{"containerPort": 80}]}]}),
+    )];
+    let o = NoObjects::default();
+    sync(&p, &mut pods, &o).await;
+    let groups = |name: &str| {
+        let neutron = neutron.clone();
+        let name = name.to_string();
+        async move {
+            neutron
+                .list_security_groups(&openstack::model::SecurityGroupFilter {
+                    name: Some(name),
+                    ..Default::default()
+                })
+                .await
+                .unwrap()
+        }
+    };
+    let g = groups("vk_vk_uid-web").await;
+    assert_eq!(g.len(), 1);
+    let mut ingress: Vec<_> = g[0]
+        .rules
+        .iter()
+        .filter(|r| r.direction == "ingress")
+        .map(|r| (r.ethertype.as_str(), r.port_range_min))
+        .collect();
+    ingress.sort();
+    assert_eq!(ingress, vec![("IPv4", Some(80)), ("IPv6", Some(80))]);
+    assert_eq!(ports.ports()[0].security_groups, vec![g[0].id.clone()]);
+    pods[0].metadata.deletion_timestamp = Some(Time(jiff::Timestamp::now()));
+    pods[0].metadata.deletion_grace_period_seconds = Some(0);
+    for _ in 0..5 {
+        if sync(&p, &mut pods, &o).await[0].deleted {
+            break;
+        }
+    }
+    assert!(ports.ports().is_empty());
+    assert!(
+        groups("vk_vk_uid-web").await.is_empty(),
+        "deleted with the pod"
+    );
+}

@@ -280,7 +280,7 @@ fn unsupported_fields_are_named() {
     assert_eq!(
         refused(
             json!({"spec": {"containers": [{"name": "c", "image": "busybox",
-            "env": [{"name": "IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]}]}})
+            "env": [{"name": "P", "valueFrom": {"fieldRef": {"fieldPath": "status.phase"}}}]}]}})
         ),
         "spec.containers[0].env[0].valueFrom.fieldRef.fieldPath"
     );
@@ -302,6 +302,17 @@ fn unsupported_fields_are_named() {
             json!({"spec": {"initContainers": [{"name": "i", "image": "busybox", "restartPolicy": "Always"}], "containers": c}})
         ),
         "spec.initContainers[0].restartPolicy"
+    );
+    assert_eq!(
+        refused(json!({"spec": {"containers": c, "resources": {"limits": {"cpu": "1"}}}})),
+        "spec.resources"
+    );
+    assert_eq!(
+        refused(
+            json!({"spec": {"containers": [{"name": "c", "image": "busybox",
+            "restartPolicyRules": [{"action": "Restart", "exitCodes": {"operator": "In", "values": [42]}}]}]}})
+        ),
+        "spec.containers[0].restartPolicyRules"
     );
 }
 
@@ -354,4 +365,79 @@ fn project_network_annotation_is_a_reference_resolved_to_the_network_id() {
         validate(&bad),
         Err(TranslateError::Unsupported { .. })
     ));
+}
+
+#[test]
+fn the_pods_port_goes_to_the_first_regular_container_and_its_ip_to_env() {
+    let env = json!([
+        {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+        {"name": "POD_IPS", "valueFrom": {"fieldRef": {"fieldPath": "status.podIPs"}}},
+        {"name": "CPU_LIMIT", "valueFrom": {"resourceFieldRef": {"resource": "limits.cpu"}}}
+    ]);
+    let p = pod(json!({"spec": {
+        "initContainers": [{"name": "i", "image": "busybox", "env": env}],
+        "containers": [{"name": "a", "image": "busybox", "env": env, "ports": [{"containerPort": 80}]},
+                       {"name": "b", "image": "busybox", "ports": [{"containerPort": 81}]}]}}));
+    let refs = Referenced {
+        port: Some(PodPort {
+            id: "port-1".into(),
+            ips: vec!["10.1.2.3".into()],
+        }),
+        node_cpu: Some(8.0),
+        ..Default::default()
+    };
+    let t = translate(&p, &refs, &cfg()).unwrap();
+    let a = &t.main[0].create;
+    assert_eq!(a.nets.len(), 1);
+    assert_eq!(a.nets[0].port.as_deref(), Some("port-1"));
+    assert_eq!(a.nets[0].network, None);
+    assert_eq!(a.environment["POD_IP"], "10.1.2.3");
+    assert_eq!(a.environment["POD_IPS"], "10.1.2.3");
+    assert_eq!(
+        a.environment["CPU_LIMIT"], "8",
+        "no CPU limit: the node's CPUs"
+    );
+    // Every container of the pod sees the pod's IP, init containers included; only one
+    // container can hold the port.
+    let i = &t.init[0].create;
+    assert_eq!(i.environment["POD_IP"], "10.1.2.3");
+    assert_eq!(i.nets[0].network.as_deref(), Some("pods-net"));
+    assert_eq!(
+        t.main[1].create.nets[0].network.as_deref(),
+        Some("pods-net")
+    );
+    // Zun's exposed-ports group would not reach a port it did not make: the pod's own group
+    // does (pod_port); other containers keep Zun's.
+    assert!(a.exposed_ports.is_empty());
+    assert!(t.main[1].create.exposed_ports.contains_key("81/tcp"));
+}
+
+#[test]
+fn pod_ip_without_a_known_network_is_refused_at_create() {
+    let p = pod(
+        json!({"spec": {"containers": [{"name": "c", "image": "busybox",
+        "env": [{"name": "IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]}]}}),
+    );
+    assert!(validate(&p).is_ok());
+    match translate(&p, &Referenced::default(), &Config::default()) {
+        Err(TranslateError::Unsupported { field, .. }) => {
+            assert_eq!(
+                field,
+                "spec.containers[0].env[0].valueFrom.fieldRef.fieldPath"
+            )
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn hostname_override_wins_over_hostname() {
+    let p = pod(
+        json!({"spec": {"hostname": "h", "hostnameOverride": "override-name",
+        "containers": [{"name": "c", "image": "busybox"}]}}),
+    );
+    assert_eq!(
+        one(&p, &Referenced::default()).hostname.as_deref(),
+        Some("override-name")
+    );
 }
