@@ -12,5 +12,6 @@ pub mod cluster;
 pub mod external;
 pub mod keystone;
 pub mod runtime;
+pub mod service;
 
 pub use runtime::{Config, Ctx, Metrics};
