@@ -1183,10 +1183,11 @@ const CP: &str = "openstack-operator-control-plane";
 const VK: &str = "openstack-operator-virtual-kubelet";
 const VK_NODE: &str = "virtual-kubelet";
 
-const CP_CRDS: [&str; 3] = [
+const CP_CRDS: [&str; 4] = [
     "keystones.controlplane.sunet.se",
     "openstackclusters.controlplane.sunet.se",
     "openstackexternalservices.controlplane.sunet.se",
+    "placements.controlplane.sunet.se",
 ];
 
 /// Renders the example overlay plus the given bases (`deploy/kustomize/<base>`) in the
@@ -1359,13 +1360,15 @@ fn control_plane_calls() -> Vec<Call> {
         "openstackclusters",
         "keystones",
         "openstackexternalservices",
+        "placements",
     ] {
-        // Controller::new (cluster.rs, keystone.rs, external.rs `run`), keystone.rs .watches
-        // of the external services and cluster.rs .owns of the Keystones: list + watch.
+        // Controller::new (cluster.rs, external.rs, service.rs `run`), service.rs .watches of
+        // the external services and Keystones, cluster.rs .owns of the Keystones: list + watch.
         out.push(c(g, kind, "list"));
         out.push(c(g, kind, "watch"));
-        // keystone.rs `reconcile` reads the Keystone fresh and `external` reads the external
-        // services (get_opt); granted on clusters too: get reveals nothing list does not.
+        // service.rs `reconcile` reads the service CR fresh, `external` the external services
+        // and `keystone` the Keystone (get_opt); granted on clusters too: get reveals nothing
+        // list does not.
         out.push(c(g, kind, "get"));
         // runtime.rs `write_status`: patch_status with a server-side apply patch.
         out.push(c(g, leak(format!("{kind}/status")), "patch"));
@@ -1563,7 +1566,8 @@ fn call_lists_cover_the_apis_the_parts_use() {
     let want: BTreeSet<String> = [
         "K",                        // control_plane.rs `api`, runtime.rs apply/write_status
         "OpenStackCluster",         // cluster.rs
-        "Keystone",                 // cluster.rs, keystone.rs
+        "Keystone",                 // cluster.rs, keystone.rs, service.rs
+        "Placement",                // placement.rs
         "OpenStackExternalService", // external.rs, keystone.rs
         "Secret",                   // external.rs, keystone.rs
         "Job",                      // keystone.rs

@@ -10,6 +10,7 @@ use crate::cluster::{OpenStackClusterSpec, ServiceName};
 use crate::common::ServiceTemplate;
 use crate::external::{OpenStackExternalServiceSpec, ServiceKind};
 use crate::keystone::KeystoneSpec;
+use crate::placement::PlacementSpec;
 
 /// Options the operator renders itself; an override of one would break what it manages.
 pub const KEYSTONE_OWNED_OPTIONS: &[(&str, &str)] = &[
@@ -319,6 +320,50 @@ impl Validate for KeystoneSpec {
                 "must be an absolute http:// or https:// URL",
             );
         }
+        e.0
+    }
+}
+
+/// What every service on the shared pipeline but Keystone is checked for: a database
+/// service, a Keystone and an absolute public endpoint.
+fn service_refs(
+    e: &mut Errors,
+    database: Option<&crate::common::DatabaseRef>,
+    keystone: &crate::common::KeystoneRef,
+    public_endpoint: Option<&str>,
+) {
+    if let Some(db) = database
+        && db.service.name.is_empty()
+    {
+        e.add(
+            "spec.database.service.name",
+            "must name a database external service",
+        );
+    }
+    if keystone.name.is_empty() {
+        e.add("spec.keystone.name", "must name a Keystone");
+    }
+    if let Some(url) = public_endpoint
+        && !(url.starts_with("http://") || url.starts_with("https://"))
+    {
+        e.add(
+            "spec.publicEndpoint",
+            "must be an absolute http:// or https:// URL",
+        );
+    }
+}
+
+impl Validate for PlacementSpec {
+    fn validate(&self) -> Vec<FieldError> {
+        let mut e = Errors::default();
+        release(&mut e, "spec.release", &self.release);
+        template(&mut e, "spec", &self.template, PLACEMENT_OWNED_OPTIONS);
+        service_refs(
+            &mut e,
+            Some(&self.database),
+            &self.keystone,
+            self.public_endpoint.as_deref(),
+        );
         e.0
     }
 }

@@ -35,6 +35,8 @@ pub enum CpKind {
     ExternalService,
     /// Keystone.
     Keystone,
+    /// Placement.
+    Placement,
     /// OpenStackCluster.
     Cluster,
 }
@@ -63,7 +65,7 @@ pub struct ControlPlaneArgs {
         env = "CONTROLLERS",
         value_enum,
         value_delimiter = ',',
-        default_value = "external-service,keystone,cluster"
+        default_value = "external-service,keystone,placement,cluster"
     )]
     controllers: Vec<CpKind>,
     /// Seconds between checks of an unchanged external service.
@@ -210,6 +212,7 @@ pub async fn run(args: ControlPlaneArgs) -> anyhow::Result<()> {
         let crd = match kind {
             CpKind::ExternalService => controlplane_api::OpenStackExternalService::crd(),
             CpKind::Keystone => controlplane_api::Keystone::crd(),
+            CpKind::Placement => controlplane_api::Placement::crd(),
             CpKind::Cluster => controlplane_api::OpenStackCluster::crd(),
         };
         wait_for_crd(&client, &crd, &token).await?;
@@ -230,6 +233,20 @@ pub async fn run(args: ControlPlaneArgs) -> anyhow::Result<()> {
                 )
                 .await?;
                 tasks.spawn(controlplane_controllers::keystone::run(
+                    ctx,
+                    api(&client, &ns),
+                    watched(&client, &ns),
+                    shutdown,
+                ))
+            }
+            CpKind::Placement => {
+                for crd in [
+                    controlplane_api::OpenStackExternalService::crd(),
+                    controlplane_api::Keystone::crd(),
+                ] {
+                    wait_for_crd(&client, &crd, &token).await?;
+                }
+                tasks.spawn(controlplane_controllers::placement::run(
                     ctx,
                     api(&client, &ns),
                     watched(&client, &ns),
