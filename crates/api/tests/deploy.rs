@@ -1373,9 +1373,11 @@ fn control_plane_calls() -> Vec<Call> {
         // runtime.rs `write_status`: patch_status with a server-side apply patch.
         out.push(c(g, leak(format!("{kind}/status")), "patch"));
     }
-    // cluster.rs `reconcile`: runtime::apply of the Keystone (server-side apply creates it).
-    out.push(c(g, "keystones", "patch"));
-    out.push(c(g, "keystones", "create"));
+    // cluster.rs `reconcile`: runtime::apply of each service CR (server-side apply creates it).
+    for kind in ["keystones", "placements"] {
+        out.push(c(g, kind, "patch"));
+        out.push(c(g, kind, "create"));
+    }
     // Not granted: the owner references (kube's controller_owner_ref) have no
     // blockOwnerDeletion, so no update of the owners' finalizers; where the
     // OwnerReferencesPermissionEnforcement admission plugin is on (OpenShift), setting an owner

@@ -60,7 +60,7 @@ impl ServiceName {
 
     /// Whether this operator version deploys the service (the others are designed: issue 19).
     pub fn implemented(self) -> bool {
-        matches!(self, ServiceName::Keystone)
+        matches!(self, ServiceName::Keystone | ServiceName::Placement)
     }
 }
 

@@ -380,6 +380,17 @@ impl Validate for OpenStackClusterSpec {
                 );
             }
         }
+        if !self.services.contains(&ServiceName::Keystone)
+            && let Some(s) = self.services.iter().find(|s| s.implemented())
+        {
+            e.add(
+                "spec.services",
+                format!(
+                    "{} registers in the cluster's Keystone: list keystone too",
+                    s.as_str()
+                ),
+            );
+        }
         for (name, t) in &self.templates {
             let path = format!("spec.templates.{name}");
             match self.services.iter().find(|s| s.as_str() == name) {

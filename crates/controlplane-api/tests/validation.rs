@@ -240,3 +240,23 @@ fn placement_rules() {
         ]
     );
 }
+
+#[test]
+fn a_cluster_service_needs_the_cluster_keystone() {
+    let spec: controlplane_api::OpenStackClusterSpec = serde_json::from_value(
+        json!({"services": ["placement"], "externalServices": {"database": {"name": "db"}}}),
+    )
+    .expect("spec");
+    let errs = spec.validate();
+    assert_eq!(paths(&spec), ["spec.services"], "{errs:?}");
+    assert!(
+        errs[0]
+            .message
+            .contains("placement registers in the cluster's Keystone")
+    );
+    let ok: controlplane_api::OpenStackClusterSpec = serde_json::from_value(
+        json!({"services": ["keystone", "placement"], "externalServices": {"database": {"name": "db"}}}),
+    )
+    .expect("spec");
+    assert!(paths(&ok).is_empty());
+}

@@ -254,9 +254,15 @@ pub async fn run(args: ControlPlaneArgs) -> anyhow::Result<()> {
                 ))
             }
             CpKind::Cluster => {
-                wait_for_crd(&client, &controlplane_api::Keystone::crd(), &token).await?;
+                for crd in [
+                    controlplane_api::Keystone::crd(),
+                    controlplane_api::Placement::crd(),
+                ] {
+                    wait_for_crd(&client, &crd, &token).await?;
+                }
                 tasks.spawn(controlplane_controllers::cluster::run(
                     ctx,
+                    api(&client, &ns),
                     api(&client, &ns),
                     api(&client, &ns),
                     shutdown,

@@ -432,7 +432,7 @@ async fn control_plane_keystone_end_to_end() -> anyhow::Result<()> {
         "spec": {"type": "cache", "endpoints": [format!("127.0.0.1:{mc_port}")]}})).await?;
     let clusters = dyn_api(&client, &ns, "OpenStackCluster", "openstackclusters");
     let cluster = json!({"apiVersion": "controlplane.sunet.se/v1alpha1", "kind": "OpenStackCluster", "metadata": {"name": cluster_name},
-        "spec": {"services": ["keystone"], "externalServices": {"database": {"name": "db"}, "cache": {"name": "cache"}},
+        "spec": {"services": ["keystone", "placement"], "externalServices": {"database": {"name": "db"}, "cache": {"name": "cache"}},
                  "templates": {"keystone": {"replicas": 2}}}});
     apply(&clusters, cluster.clone()).await?;
 
@@ -445,6 +445,9 @@ async fn control_plane_keystone_end_to_end() -> anyhow::Result<()> {
             PROPAGATION_SECONDS.to_string(),
             "--keystone-url".into(),
             format!("{ns}/{ks_name}={}", test_cloud_keystone()?.1),
+            // The Placement the cluster creates answers through the test cloud's real one.
+            "--api-url".into(),
+            format!("placement/{ns}/{cluster_name}-placement=http://127.0.0.1:8778"),
         ],
     )?;
     eprintln!("operator log: {}", log_path.display());
@@ -528,6 +531,47 @@ async fn control_plane_keystone_end_to_end() -> anyhow::Result<()> {
     let ks = get(&ks_api, &ks_name).await?;
     let (_, _, ready_msg) = cond(&ks, ct::READY).unwrap_or_default();
     assert!(ready_msg.contains("issued a token"), "{ready_msg}");
+    // The cluster created and owns a Placement registered in its Keystone, Ready only once
+    // the API answered an authenticated request.
+    let pl = get(
+        &dyn_api(&client, &ns, "Placement", "placements"),
+        &format!("{cluster_name}-placement"),
+    )
+    .await?;
+    assert_eq!(
+        pl["spec"]["keystone"]["name"].as_str(),
+        Some(ks_name.as_str())
+    );
+    assert_eq!(
+        pl["metadata"]["ownerReferences"][0]["kind"],
+        "OpenStackCluster"
+    );
+    let (_, _, pl_msg) = cond(&pl, ct::READY).unwrap_or_default();
+    assert!(
+        pl_msg.contains("answered an authenticated request"),
+        "{pl_msg}"
+    );
+    let c = get(&clusters, cluster_name).await?;
+    let rolled: Vec<(String, bool)> = c["status"]["services"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|s| {
+                    (
+                        s["name"].as_str().unwrap_or("").to_string(),
+                        s["ready"] == true,
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    assert_eq!(
+        rolled,
+        [
+            ("keystone".to_string(), true),
+            ("placement".to_string(), true)
+        ]
+    );
     let steps: BTreeSet<&str> = ks["status"]["jobs"]
         .as_array()
         .map(|j| j.iter().filter_map(|r| r["step"].as_str()).collect())
@@ -689,7 +733,10 @@ async fn control_plane_keystone_end_to_end() -> anyhow::Result<()> {
         .map(|k| k.completed.clone())
         .unwrap_or_default();
     assert_eq!(
-        completed.iter().filter(|j| j.contains("-db-init-")).count(),
+        completed
+            .iter()
+            .filter(|j| j.starts_with(&format!("{ks_name}-db-init-")))
+            .count(),
         1,
         "the database Job ran once: its inputs did not change ({completed:?})"
     );
