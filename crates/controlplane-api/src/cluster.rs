@@ -152,7 +152,7 @@ pub struct OpenStackClusterStatus {
 pub struct ServiceSummary {
     /// Service name.
     pub name: String,
-    /// The service CR (`Keystone/keystone`).
+    /// The service CR (`Keystone/cloud-keystone`).
     pub object: String,
     /// Whether the service is Ready.
     pub ready: bool,

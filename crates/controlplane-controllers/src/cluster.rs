@@ -80,6 +80,7 @@ pub fn keystone_spec(c: &OpenStackCluster) -> KeystoneSpec {
 /// The roll-up of the children's states (pure): the first child not Ready names the cluster's
 /// state, e.g. `Keystone blocked: external service db (database) not Authenticated: ...`.
 pub fn roll_up(
+    cluster: &str,
     children: &[(
         ServiceName,
         Option<&controlplane_api::ServiceStatus>,
@@ -160,7 +161,7 @@ pub fn roll_up(
         };
         summaries.push(ServiceSummary {
             name: svc.as_str().into(),
-            object: format!("{kind}/{}", svc.as_str()),
+            object: format!("{kind}/{}", child_name(cluster, *svc)),
             ready,
             message: Some(state.summary().1.to_string()),
         });
@@ -222,7 +223,7 @@ async fn reconcile(obj: Arc<OpenStackCluster>, ctx: Arc<Ctx>) -> Result<Action, 
             .map(|(s, st, g)| (*s, st.as_ref(), *g))
             .collect();
         all.sort_by_key(|(s, _, _)| *s);
-        let (summaries, state) = roll_up(&all);
+        let (summaries, state) = roll_up(&obj.name_any(), &all);
         status.services = summaries;
         state
     };
@@ -263,24 +264,27 @@ mod tests {
     fn roll_up_names_the_failing_child_and_why() {
         let mut ks = controlplane_api::ServiceStatus::default();
         set_state(&mut ks, &State::Blocked { reason: "ExternalServiceNotReady".into(), message: "external service db (database) not Authenticated: access denied for user keystone".into() }, Some(1));
-        let (sums, state) = roll_up(&[(ServiceName::Keystone, Some(&ks), Some(1))]);
+        let (sums, state) = roll_up("cloud", &[(ServiceName::Keystone, Some(&ks), Some(1))]);
         assert_eq!(
             state.summary().1,
             "Keystone blocked: external service db (database) not Authenticated: access denied for user keystone"
         );
         assert!(!sums[0].ready);
         set_state(&mut ks, &State::Ready("ok".into()), Some(1));
-        let (_, state) = roll_up(&[(ServiceName::Keystone, Some(&ks), Some(1))]);
+        let (_, state) = roll_up("cloud", &[(ServiceName::Keystone, Some(&ks), Some(1))]);
         assert!(matches!(state, State::Ready(_)));
-        let (_, state) = roll_up(&[(ServiceName::Keystone, Some(&ks), Some(2))]);
+        let (_, state) = roll_up("cloud", &[(ServiceName::Keystone, Some(&ks), Some(2))]);
         assert!(
             matches!(state, State::Reconciling { .. }),
             "a stale generation is not Ready"
         );
-        let (_, state) = roll_up(&[
-            (ServiceName::Keystone, Some(&ks), Some(1)),
-            (ServiceName::Glance, None, None),
-        ]);
+        let (_, state) = roll_up(
+            "cloud",
+            &[
+                (ServiceName::Keystone, Some(&ks), Some(1)),
+                (ServiceName::Glance, None, None),
+            ],
+        );
         assert_eq!(
             state.summary().1,
             "Glance is not deployed by this operator version yet"
@@ -300,10 +304,13 @@ mod tests {
             },
             Some(4),
         );
-        let (sums, state) = roll_up(&[
-            (ServiceName::Keystone, Some(&ks), Some(1)),
-            (ServiceName::Placement, Some(&pl), Some(4)),
-        ]);
+        let (sums, state) = roll_up(
+            "cloud",
+            &[
+                (ServiceName::Keystone, Some(&ks), Some(1)),
+                (ServiceName::Placement, Some(&pl), Some(4)),
+            ],
+        );
         assert_eq!(
             state.summary().1,
             "Placement degraded: db-sync attempt 2 failed"
@@ -312,7 +319,10 @@ mod tests {
             sums.iter()
                 .map(|s| (s.object.as_str(), s.ready))
                 .collect::<Vec<_>>(),
-            [("Keystone/keystone", true), ("Placement/placement", false)]
+            [
+                ("Keystone/cloud-keystone", true),
+                ("Placement/cloud-placement", false)
+            ]
         );
     }
 
