@@ -1183,10 +1183,11 @@ const CP: &str = "openstack-operator-control-plane";
 const VK: &str = "openstack-operator-virtual-kubelet";
 const VK_NODE: &str = "virtual-kubelet";
 
-const CP_CRDS: [&str; 3] = [
+const CP_CRDS: [&str; 4] = [
     "keystones.controlplane.sunet.se",
     "openstackclusters.controlplane.sunet.se",
     "openstackexternalservices.controlplane.sunet.se",
+    "placements.controlplane.sunet.se",
 ];
 
 /// Renders the example overlay plus the given bases (`deploy/kustomize/<base>`) in the
@@ -1359,20 +1360,24 @@ fn control_plane_calls() -> Vec<Call> {
         "openstackclusters",
         "keystones",
         "openstackexternalservices",
+        "placements",
     ] {
-        // Controller::new (cluster.rs, keystone.rs, external.rs `run`), keystone.rs .watches
-        // of the external services and cluster.rs .owns of the Keystones: list + watch.
+        // Controller::new (cluster.rs, external.rs, service.rs `run`), service.rs .watches of
+        // the external services and Keystones, cluster.rs .owns of the Keystones: list + watch.
         out.push(c(g, kind, "list"));
         out.push(c(g, kind, "watch"));
-        // keystone.rs `reconcile` reads the Keystone fresh and `external` reads the external
-        // services (get_opt); granted on clusters too: get reveals nothing list does not.
+        // service.rs `reconcile` reads the service CR fresh, `external` the external services
+        // and `keystone` the Keystone (get_opt); granted on clusters too: get reveals nothing
+        // list does not.
         out.push(c(g, kind, "get"));
         // runtime.rs `write_status`: patch_status with a server-side apply patch.
         out.push(c(g, leak(format!("{kind}/status")), "patch"));
     }
-    // cluster.rs `reconcile`: runtime::apply of the Keystone (server-side apply creates it).
-    out.push(c(g, "keystones", "patch"));
-    out.push(c(g, "keystones", "create"));
+    // cluster.rs `reconcile`: runtime::apply of each service CR (server-side apply creates it).
+    for kind in ["keystones", "placements"] {
+        out.push(c(g, kind, "patch"));
+        out.push(c(g, kind, "create"));
+    }
     // Not granted: the owner references (kube's controller_owner_ref) have no
     // blockOwnerDeletion, so no update of the owners' finalizers; where the
     // OwnerReferencesPermissionEnforcement admission plugin is on (OpenShift), setting an owner
@@ -1563,7 +1568,8 @@ fn call_lists_cover_the_apis_the_parts_use() {
     let want: BTreeSet<String> = [
         "K",                        // control_plane.rs `api`, runtime.rs apply/write_status
         "OpenStackCluster",         // cluster.rs
-        "Keystone",                 // cluster.rs, keystone.rs
+        "Keystone",                 // cluster.rs, keystone.rs, service.rs
+        "Placement",                // placement.rs
         "OpenStackExternalService", // external.rs, keystone.rs
         "Secret",                   // external.rs, keystone.rs
         "Job",                      // keystone.rs

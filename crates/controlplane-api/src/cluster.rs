@@ -66,7 +66,7 @@ impl ServiceName {
 
     /// Whether this operator version deploys the service (the others are designed: issue 19).
     pub fn implemented(self) -> bool {
-        matches!(self, ServiceName::Keystone)
+        matches!(self, ServiceName::Keystone | ServiceName::Placement)
     }
 }
 
@@ -158,7 +158,7 @@ pub struct OpenStackClusterStatus {
 pub struct ServiceSummary {
     /// Service name.
     pub name: String,
-    /// The service CR (`Keystone/keystone`).
+    /// The service CR (`Keystone/cloud-keystone`).
     pub object: String,
     /// Whether the service is Ready.
     pub ready: bool,

@@ -119,3 +119,42 @@ pub struct SecretKeyRef {
     #[schemars(length(min = 1, max = 253))]
     pub key: String,
 }
+
+/// Where a service (other than Keystone) keeps its data: a database on a `database` external
+/// service. The database and user names default to the service's name.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DatabaseRef {
+    /// The `database` external service.
+    pub service: ExternalServiceRef,
+    /// Database (schema) name. Default: the service's name (`placement`, `glance`, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 64), regex(pattern = r"^[A-Za-z0-9_]+$"))]
+    pub database_name: Option<String>,
+    /// Database user the service connects as (created by the operator). Default: the
+    /// service's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 32), regex(pattern = r"^[A-Za-z0-9_]+$"))]
+    pub username: Option<String>,
+}
+
+impl DatabaseRef {
+    /// The database name, `default` when the spec names none.
+    pub fn database_name_or(&self, default: &str) -> String {
+        self.database_name.clone().unwrap_or_else(|| default.into())
+    }
+    /// The user name, `default` when the spec names none.
+    pub fn username_or(&self, default: &str) -> String {
+        self.username.clone().unwrap_or_else(|| default.into())
+    }
+}
+
+/// A reference to the `Keystone` (same namespace) a service registers in and validates tokens
+/// with; the service waits until it is Ready.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KeystoneRef {
+    /// Name of the `Keystone`.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+}

@@ -9,6 +9,7 @@ pub mod common;
 pub mod external;
 pub mod keystone;
 pub mod options;
+pub mod placement;
 pub mod status;
 pub mod validation;
 
@@ -16,6 +17,7 @@ pub use cluster::{OpenStackCluster, OpenStackClusterSpec, ServiceName};
 pub use common::{ControlPlaneStatus, ServiceTemplate, condition_types};
 pub use external::{OpenStackExternalService, OpenStackExternalServiceSpec, ServiceKind};
 pub use keystone::{Keystone, KeystoneSpec};
+pub use placement::{Placement, PlacementSpec};
 pub use status::{Conditioned, JobRecord, ServiceStatus};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -35,6 +37,7 @@ pub fn all_crds() -> Vec<CustomResourceDefinition> {
     vec![
         OpenStackCluster::crd(),
         Keystone::crd(),
+        Placement::crd(),
         OpenStackExternalService::crd(),
     ]
 }

@@ -11,6 +11,7 @@ use crate::common::ServiceTemplate;
 use crate::external::{OpenStackExternalServiceSpec, ServiceKind};
 use crate::keystone::KeystoneSpec;
 use crate::options;
+use crate::placement::PlacementSpec;
 
 /// Options the operator renders itself; an override of one would break what it manages.
 pub const KEYSTONE_OWNED_OPTIONS: &[(&str, &str)] = &[
@@ -395,6 +396,50 @@ impl Validate for KeystoneSpec {
     }
 }
 
+/// What every service on the shared pipeline but Keystone is checked for: a database
+/// service, a Keystone and an absolute public endpoint.
+fn service_refs(
+    e: &mut Errors,
+    database: Option<&crate::common::DatabaseRef>,
+    keystone: &crate::common::KeystoneRef,
+    public_endpoint: Option<&str>,
+) {
+    if let Some(db) = database
+        && db.service.name.is_empty()
+    {
+        e.add(
+            "spec.database.service.name",
+            "must name a database external service",
+        );
+    }
+    if keystone.name.is_empty() {
+        e.add("spec.keystone.name", "must name a Keystone");
+    }
+    if let Some(url) = public_endpoint
+        && !(url.starts_with("http://") || url.starts_with("https://"))
+    {
+        e.add(
+            "spec.publicEndpoint",
+            "must be an absolute http:// or https:// URL",
+        );
+    }
+}
+
+impl Validate for PlacementSpec {
+    fn validate(&self) -> Vec<FieldError> {
+        let mut e = Errors::default();
+        release(&mut e, "spec.release", &self.release);
+        service_template(&mut e, "spec", &self.template, ServiceName::Placement, &[]);
+        service_refs(
+            &mut e,
+            Some(&self.database),
+            &self.keystone,
+            self.public_endpoint.as_deref(),
+        );
+        e.0
+    }
+}
+
 impl Validate for OpenStackClusterSpec {
     fn validate(&self) -> Vec<FieldError> {
         let mut e = Errors::default();
@@ -406,6 +451,17 @@ impl Validate for OpenStackClusterSpec {
                     format!("{} is listed twice", s.as_str()),
                 );
             }
+        }
+        if !self.services.contains(&ServiceName::Keystone)
+            && let Some(s) = self.services.iter().find(|s| s.implemented())
+        {
+            e.add(
+                "spec.services",
+                format!(
+                    "{} registers in the cluster's Keystone: list keystone too",
+                    s.as_str()
+                ),
+            );
         }
         for (name, t) in &self.templates {
             let path = format!("spec.templates.{name}");

@@ -3,7 +3,7 @@
 
 use api::validation::cel_errors_value;
 use controlplane_api::validation::Validate;
-use controlplane_api::{Keystone, OpenStackCluster, OpenStackExternalService};
+use controlplane_api::{Keystone, OpenStackCluster, OpenStackExternalService, Placement};
 use kube::CustomResourceExt;
 use serde_json::{Value, json};
 
@@ -237,4 +237,71 @@ fn external_service_rules() {
         crd.contains(r#""required":["caSecret"]"#),
         "caSecret is required in the schema"
     );
+}
+
+#[test]
+fn placement_rules() {
+    let obj = |spec: Value| {
+        json!({"apiVersion": "controlplane.sunet.se/v1alpha1", "kind": "Placement",
+               "metadata": {"name": "p", "namespace": "n"}, "spec": spec})
+    };
+    let ok = json!({"database": {"service": {"name": "db"}}, "keystone": {"name": "ks"},
+                    "publicEndpoint": "https://placement.cloud.example.org"});
+    cel_accepts::<Placement>(obj(ok.clone()));
+    let mut bad = ok.clone();
+    bad["publicEndpoint"] = json!("placement.cloud.example.org");
+    cel_rejects::<Placement>(obj(bad.clone()), "publicEndpoint must be an absolute");
+
+    let spec =
+        |v: Value| -> controlplane_api::PlacementSpec { serde_json::from_value(v).expect("spec") };
+    let good = spec(ok.clone());
+    assert!(paths(&good).is_empty(), "{:?}", good.validate());
+    assert_eq!(good.database.database_name_or("placement"), "placement");
+    assert_eq!(paths(&spec(bad)), ["spec.publicEndpoint"]);
+    let mut owned = ok.clone();
+    owned["configOverrides"] = json!({"placement_database": {"connection": "sqlite://"},
+                                      "keystone_authtoken": {"password": "x"},
+                                      "placement": {"max_allocation_candidates": "100"}});
+    let errs = spec(owned).validate();
+    assert_eq!(
+        errs.iter().map(|e| e.path.as_str()).collect::<Vec<_>>(),
+        [
+            "spec.configOverrides.keystone_authtoken.password",
+            "spec.configOverrides.placement_database.connection"
+        ],
+        "{errs:?}"
+    );
+    assert!(errs[0].message.contains("set by the operator"), "{errs:?}");
+    let mut refs = ok.clone();
+    refs["keystone"]["name"] = json!("");
+    refs["database"]["service"]["name"] = json!("");
+    refs["release"] = json!("1999.1");
+    assert_eq!(
+        paths(&spec(refs)),
+        [
+            "spec.release",
+            "spec.database.service.name",
+            "spec.keystone.name"
+        ]
+    );
+}
+
+#[test]
+fn a_cluster_service_needs_the_cluster_keystone() {
+    let spec: controlplane_api::OpenStackClusterSpec = serde_json::from_value(
+        json!({"services": ["placement"], "externalServices": {"database": {"name": "db"}}}),
+    )
+    .expect("spec");
+    let errs = spec.validate();
+    assert_eq!(paths(&spec), ["spec.services"], "{errs:?}");
+    assert!(
+        errs[0]
+            .message
+            .contains("placement registers in the cluster's Keystone")
+    );
+    let ok: controlplane_api::OpenStackClusterSpec = serde_json::from_value(
+        json!({"services": ["keystone", "placement"], "externalServices": {"database": {"name": "db"}}}),
+    )
+    .expect("spec");
+    assert!(paths(&ok).is_empty());
 }

@@ -5,11 +5,14 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use controlplane_api::cluster::{OpenStackClusterStatus, ServiceSummary};
+use controlplane_api::common::{DatabaseRef, KeystoneRef};
 use controlplane_api::condition_types as ct;
 use controlplane_api::keystone::{DatabaseSpec, TokenSettings};
 use controlplane_api::status::Conditioned;
 use controlplane_api::validation::Validate;
-use controlplane_api::{Keystone, KeystoneSpec, OpenStackCluster, ServiceName};
+use controlplane_api::{
+    Keystone, KeystoneSpec, OpenStackCluster, Placement, PlacementSpec, ServiceName, ServiceStatus,
+};
 use futures::StreamExt;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::watcher;
@@ -19,7 +22,39 @@ use crate::runtime::{self, Ctx, Error, State};
 
 /// Name of the Keystone CR of a cluster.
 pub fn keystone_name(cluster: &str) -> String {
-    format!("{cluster}-keystone")
+    child_name(cluster, ServiceName::Keystone)
+}
+
+/// Name of the CR of service `svc` of a cluster.
+pub fn child_name(cluster: &str, svc: ServiceName) -> String {
+    format!("{cluster}-{}", svc.as_str())
+}
+
+/// The public URL of service `svc` from the cluster's host-name pattern, if it has one.
+fn public_url(c: &OpenStackCluster, svc: ServiceName) -> Option<String> {
+    c.spec
+        .public_hostname_pattern
+        .as_ref()
+        .map(|p| format!("https://{}", p.replace("{service}", svc.as_str())))
+}
+
+/// The Placement spec a cluster asks for (pure).
+pub fn placement_spec(c: &OpenStackCluster) -> PlacementSpec {
+    let s = &c.spec;
+    PlacementSpec {
+        release: s.release.clone(),
+        template: s.templates.get("placement").cloned().unwrap_or_default(),
+        database: DatabaseRef {
+            service: s.external_services.database.clone(),
+            database_name: None,
+            username: None,
+        },
+        keystone: KeystoneRef {
+            name: keystone_name(&c.name_any()),
+        },
+        cache: s.external_services.cache.clone(),
+        public_endpoint: public_url(c, ServiceName::Placement),
+    }
 }
 
 /// The Keystone spec a cluster asks for (pure).
@@ -35,10 +70,7 @@ pub fn keystone_spec(c: &OpenStackCluster) -> KeystoneSpec {
         },
         cache: s.external_services.cache.clone(),
         region: "RegionOne".into(),
-        public_endpoint: s
-            .public_hostname_pattern
-            .as_ref()
-            .map(|p| format!("https://{}", p.replace("{service}", "keystone"))),
+        public_endpoint: public_url(c, ServiceName::Keystone),
         admin_password_secret: None,
         tokens: TokenSettings::default(),
         credential_keys: Default::default(),
@@ -48,6 +80,7 @@ pub fn keystone_spec(c: &OpenStackCluster) -> KeystoneSpec {
 /// The roll-up of the children's states (pure): the first child not Ready names the cluster's
 /// state, e.g. `Keystone blocked: external service db (database) not Authenticated: ...`.
 pub fn roll_up(
+    cluster: &str,
     children: &[(
         ServiceName,
         Option<&controlplane_api::ServiceStatus>,
@@ -128,7 +161,7 @@ pub fn roll_up(
         };
         summaries.push(ServiceSummary {
             name: svc.as_str().into(),
-            object: format!("{kind}/{}", svc.as_str()),
+            object: format!("{kind}/{}", child_name(cluster, *svc)),
             ready,
             message: Some(state.summary().1.to_string()),
         });
@@ -145,7 +178,6 @@ async fn reconcile(obj: Arc<OpenStackCluster>, ctx: Arc<Ctx>) -> Result<Action, 
     let started = Instant::now();
     let ns = obj.namespace().ok_or(Error::Incomplete("namespace"))?;
     let api: Api<OpenStackCluster> = Api::namespaced(ctx.client.clone(), &ns);
-    let keystones: Api<Keystone> = Api::namespaced(ctx.client.clone(), &ns);
     let before: OpenStackClusterStatus = obj.status.clone().unwrap_or_default();
     let mut status = before.clone();
     let mut errors = api::validation::cel_errors(&*obj);
@@ -160,31 +192,38 @@ async fn reconcile(obj: Arc<OpenStackCluster>, ctx: Arc<Ctx>) -> Result<Action, 
         let owner = obj
             .controller_owner_ref(&())
             .ok_or(Error::Incomplete("uid"))?;
-        let mut children = Vec::new();
-        let mut held = Vec::new();
+        let mut held: Vec<(ServiceName, Option<ServiceStatus>, Option<i64>)> = Vec::new();
         for svc in &obj.spec.services {
-            if *svc == ServiceName::Keystone {
-                let name = keystone_name(&obj.name_any());
-                let mut ks = Keystone::new(&name, keystone_spec(&obj));
-                ks.metadata.namespace = Some(ns.clone());
-                ks.metadata.owner_references = Some(vec![owner.clone()]);
-                let applied = runtime::apply(&keystones, &ks).await?;
-                held.push((*svc, applied));
-            } else {
-                children.push((*svc, None, None));
-            }
+            let name = child_name(&obj.name_any(), *svc);
+            let meta = |m: &mut kube::api::ObjectMeta| {
+                m.namespace = Some(ns.clone());
+                m.owner_references = Some(vec![owner.clone()]);
+            };
+            let child = match svc {
+                ServiceName::Keystone => {
+                    let mut ks = Keystone::new(&name, keystone_spec(&obj));
+                    meta(&mut ks.metadata);
+                    let api: Api<Keystone> = Api::namespaced(ctx.client.clone(), &ns);
+                    let k = runtime::apply(&api, &ks).await?;
+                    (k.status, k.metadata.generation)
+                }
+                ServiceName::Placement => {
+                    let mut pl = Placement::new(&name, placement_spec(&obj));
+                    meta(&mut pl.metadata);
+                    let api: Api<Placement> = Api::namespaced(ctx.client.clone(), &ns);
+                    let p = runtime::apply(&api, &pl).await?;
+                    (p.status, p.metadata.generation)
+                }
+                _ => (None, None),
+            };
+            held.push((*svc, child.0, child.1));
         }
-        let mut all: Vec<(
-            ServiceName,
-            Option<&controlplane_api::ServiceStatus>,
-            Option<i64>,
-        )> = held
+        let mut all: Vec<(ServiceName, Option<&ServiceStatus>, Option<i64>)> = held
             .iter()
-            .map(|(s, k)| (*s, k.status.as_ref(), k.metadata.generation))
+            .map(|(s, st, g)| (*s, st.as_ref(), *g))
             .collect();
-        all.extend(children);
         all.sort_by_key(|(s, _, _)| *s);
-        let (summaries, state) = roll_up(&all);
+        let (summaries, state) = roll_up(&obj.name_any(), &all);
         status.services = summaries;
         state
     };
@@ -198,16 +237,18 @@ async fn reconcile(obj: Arc<OpenStackCluster>, ctx: Arc<Ctx>) -> Result<Action, 
     })
 }
 
-/// Runs the controller until `shutdown` resolves; a change of an owned Keystone (its status
+/// Runs the controller until `shutdown` resolves; a change of an owned service CR (its status
 /// included) reconciles its cluster.
 pub async fn run(
     ctx: Arc<Ctx>,
     api: Api<OpenStackCluster>,
     keystones: Api<Keystone>,
+    placements: Api<Placement>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     Controller::new(api, watcher::Config::default())
         .owns(keystones, watcher::Config::default())
+        .owns(placements, watcher::Config::default())
         .graceful_shutdown_on(shutdown)
         .run(reconcile, runtime::error_policy, ctx)
         .for_each(|_| futures::future::ready(()))
@@ -223,27 +264,90 @@ mod tests {
     fn roll_up_names_the_failing_child_and_why() {
         let mut ks = controlplane_api::ServiceStatus::default();
         set_state(&mut ks, &State::Blocked { reason: "ExternalServiceNotReady".into(), message: "external service db (database) not Authenticated: access denied for user keystone".into() }, Some(1));
-        let (sums, state) = roll_up(&[(ServiceName::Keystone, Some(&ks), Some(1))]);
+        let (sums, state) = roll_up("cloud", &[(ServiceName::Keystone, Some(&ks), Some(1))]);
         assert_eq!(
             state.summary().1,
             "Keystone blocked: external service db (database) not Authenticated: access denied for user keystone"
         );
         assert!(!sums[0].ready);
         set_state(&mut ks, &State::Ready("ok".into()), Some(1));
-        let (_, state) = roll_up(&[(ServiceName::Keystone, Some(&ks), Some(1))]);
+        let (_, state) = roll_up("cloud", &[(ServiceName::Keystone, Some(&ks), Some(1))]);
         assert!(matches!(state, State::Ready(_)));
-        let (_, state) = roll_up(&[(ServiceName::Keystone, Some(&ks), Some(2))]);
+        let (_, state) = roll_up("cloud", &[(ServiceName::Keystone, Some(&ks), Some(2))]);
         assert!(
             matches!(state, State::Reconciling { .. }),
             "a stale generation is not Ready"
         );
-        let (_, state) = roll_up(&[
-            (ServiceName::Keystone, Some(&ks), Some(1)),
-            (ServiceName::Glance, None, None),
-        ]);
+        let (_, state) = roll_up(
+            "cloud",
+            &[
+                (ServiceName::Keystone, Some(&ks), Some(1)),
+                (ServiceName::Glance, None, None),
+            ],
+        );
         assert_eq!(
             state.summary().1,
             "Glance is not deployed by this operator version yet"
+        );
+    }
+
+    #[test]
+    fn a_failing_placement_is_named_after_a_ready_keystone() {
+        let mut ks = controlplane_api::ServiceStatus::default();
+        set_state(&mut ks, &State::Ready("ok".into()), Some(1));
+        let mut pl = controlplane_api::ServiceStatus::default();
+        set_state(
+            &mut pl,
+            &State::Degraded {
+                reason: "JobFailed".into(),
+                message: "db-sync attempt 2 failed".into(),
+            },
+            Some(4),
+        );
+        let (sums, state) = roll_up(
+            "cloud",
+            &[
+                (ServiceName::Keystone, Some(&ks), Some(1)),
+                (ServiceName::Placement, Some(&pl), Some(4)),
+            ],
+        );
+        assert_eq!(
+            state.summary().1,
+            "Placement degraded: db-sync attempt 2 failed"
+        );
+        assert_eq!(
+            sums.iter()
+                .map(|s| (s.object.as_str(), s.ready))
+                .collect::<Vec<_>>(),
+            [
+                ("Keystone/cloud-keystone", true),
+                ("Placement/cloud-placement", false)
+            ]
+        );
+    }
+
+    #[test]
+    fn the_placement_of_a_cluster_uses_its_keystone_and_external_services() {
+        let c: OpenStackCluster = serde_json::from_value(serde_json::json!({
+            "apiVersion": "controlplane.sunet.se/v1alpha1", "kind": "OpenStackCluster",
+            "metadata": {"name": "cloud", "namespace": "os"},
+            "spec": {"services": ["keystone", "placement"],
+                     "externalServices": {"database": {"name": "db"}, "cache": {"name": "mc"}},
+                     "publicHostnamePattern": "{service}.example.org",
+                     "templates": {"placement": {"replicas": 3}}}}))
+        .expect("cluster");
+        let p = placement_spec(&c);
+        assert_eq!(p.keystone.name, "cloud-keystone");
+        assert_eq!(p.database.service.name, "db");
+        assert_eq!(p.cache.map(|c| c.name).as_deref(), Some("mc"));
+        assert_eq!(
+            p.public_endpoint.as_deref(),
+            Some("https://placement.example.org")
+        );
+        assert_eq!(p.template.replicas, Some(3));
+        assert_eq!(
+            child_name("cloud", ServiceName::Placement),
+            "cloud-placement"
         );
     }
 }

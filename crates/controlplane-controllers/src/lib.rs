@@ -11,6 +11,8 @@
 pub mod cluster;
 pub mod external;
 pub mod keystone;
+pub mod placement;
 pub mod runtime;
+pub mod service;
 
 pub use runtime::{Config, Ctx, Metrics};

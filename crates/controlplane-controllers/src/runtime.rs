@@ -45,6 +45,9 @@ pub struct Config {
     /// Identity API URL per Keystone (`namespace/name` → `http://host:port/v3`), for an
     /// operator that cannot resolve in-cluster Service names (tests, out-of-cluster runs).
     pub keystone_url_overrides: BTreeMap<String, String>,
+    /// API URL per service CR (`service/namespace/name` → `http://host:port`, e.g.
+    /// `placement/os/cloud-placement`), for the same reason.
+    pub api_url_overrides: BTreeMap<String, String>,
 }
 
 impl Default for Config {
@@ -57,6 +60,7 @@ impl Default for Config {
             resync: Duration::from_secs(300),
             secret_propagation: Duration::from_secs(180),
             keystone_url_overrides: BTreeMap::new(),
+            api_url_overrides: BTreeMap::new(),
         }
     }
 }

@@ -35,6 +35,8 @@ pub enum CpKind {
     ExternalService,
     /// Keystone.
     Keystone,
+    /// Placement.
+    Placement,
     /// OpenStackCluster.
     Cluster,
 }
@@ -63,7 +65,7 @@ pub struct ControlPlaneArgs {
         env = "CONTROLLERS",
         value_enum,
         value_delimiter = ',',
-        default_value = "external-service,keystone,cluster"
+        default_value = "external-service,keystone,placement,cluster"
     )]
     controllers: Vec<CpKind>,
     /// Seconds between checks of an unchanged external service.
@@ -93,6 +95,11 @@ pub struct ControlPlaneArgs {
         value_delimiter = ','
     )]
     keystone_urls: Vec<String>,
+    /// API URL of a service CR for an operator outside the cluster network:
+    /// `SERVICE/NAMESPACE/NAME=http://host:port`, e.g. `placement/os/cloud-placement=...`
+    /// (repeatable).
+    #[arg(long = "api-url", env = "API_URL_OVERRIDES", value_delimiter = ',')]
+    api_urls: Vec<String>,
 }
 
 struct Health {
@@ -120,6 +127,16 @@ where
     }
 }
 
+/// What a service controller watches besides its own kind.
+fn watched(client: &Client, ns: &str) -> controlplane_controllers::service::Watched {
+    controlplane_controllers::service::Watched {
+        externals: api(client, ns),
+        keystones: api(client, ns),
+        jobs: api::<Job>(client, ns),
+        deployments: api::<Deployment>(client, ns),
+    }
+}
+
 /// Runs the control-plane controllers until SIGTERM.
 pub async fn run(args: ControlPlaneArgs) -> anyhow::Result<()> {
     init_logging_with(args.log_format, &args.log_level)?;
@@ -132,6 +149,16 @@ pub async fn run(args: ControlPlaneArgs) -> anyhow::Result<()> {
             anyhow::bail!("--keystone-url {o:?}: expected NAMESPACE/NAME=http(s)://host:port/v3");
         }
         overrides.insert(k.to_string(), v.to_string());
+    }
+    let mut api_overrides = BTreeMap::new();
+    for o in &args.api_urls {
+        let (k, v) = o
+            .split_once('=')
+            .with_context(|| format!("--api-url {o:?}: expected SERVICE/NAMESPACE/NAME=URL"))?;
+        if k.split('/').count() != 3 || !(v.starts_with("http://") || v.starts_with("https://")) {
+            anyhow::bail!("--api-url {o:?}: expected SERVICE/NAMESPACE/NAME=http(s)://host:port");
+        }
+        api_overrides.insert(k.to_string(), v.to_string());
     }
     let mut kinds = args.controllers.clone();
     kinds.sort();
@@ -176,6 +203,7 @@ pub async fn run(args: ControlPlaneArgs) -> anyhow::Result<()> {
         resync: Duration::from_secs(args.resync_seconds.max(5)),
         secret_propagation: Duration::from_secs(args.secret_propagation_seconds),
         keystone_url_overrides: overrides,
+        api_url_overrides: api_overrides,
     };
     let ctx = Ctx::new(client.clone(), config, m, Some(instance_name()));
     let ns = args.watch_namespace.clone();
@@ -184,6 +212,7 @@ pub async fn run(args: ControlPlaneArgs) -> anyhow::Result<()> {
         let crd = match kind {
             CpKind::ExternalService => controlplane_api::OpenStackExternalService::crd(),
             CpKind::Keystone => controlplane_api::Keystone::crd(),
+            CpKind::Placement => controlplane_api::Placement::crd(),
             CpKind::Cluster => controlplane_api::OpenStackCluster::crd(),
         };
         wait_for_crd(&client, &crd, &token).await?;
@@ -206,16 +235,34 @@ pub async fn run(args: ControlPlaneArgs) -> anyhow::Result<()> {
                 tasks.spawn(controlplane_controllers::keystone::run(
                     ctx,
                     api(&client, &ns),
+                    watched(&client, &ns),
+                    shutdown,
+                ))
+            }
+            CpKind::Placement => {
+                for crd in [
+                    controlplane_api::OpenStackExternalService::crd(),
+                    controlplane_api::Keystone::crd(),
+                ] {
+                    wait_for_crd(&client, &crd, &token).await?;
+                }
+                tasks.spawn(controlplane_controllers::placement::run(
+                    ctx,
                     api(&client, &ns),
-                    api::<Job>(&client, &ns),
-                    api::<Deployment>(&client, &ns),
+                    watched(&client, &ns),
                     shutdown,
                 ))
             }
             CpKind::Cluster => {
-                wait_for_crd(&client, &controlplane_api::Keystone::crd(), &token).await?;
+                for crd in [
+                    controlplane_api::Keystone::crd(),
+                    controlplane_api::Placement::crd(),
+                ] {
+                    wait_for_crd(&client, &crd, &token).await?;
+                }
                 tasks.spawn(controlplane_controllers::cluster::run(
                     ctx,
+                    api(&client, &ns),
                     api(&client, &ns),
                     api(&client, &ns),
                     shutdown,

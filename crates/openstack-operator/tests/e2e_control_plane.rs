@@ -293,11 +293,7 @@ fn dyn_api(client: &Client, ns: &str, kind: &str, plural: &str) -> Api<kube::api
     Api::namespaced_with(client.clone(), ns, &ar)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn control_plane_keystone_end_to_end() -> anyhow::Result<()> {
-    let target = Target::from_env().await?;
-    let client = target.client().await?;
-    install_crds(&client).await?;
+async fn create_namespace(client: &Client) -> anyhow::Result<String> {
     let ns = format!("cp-e2e-{}", e2e::names::random_suffix());
     let nss: Api<Namespace> = Api::all(client.clone());
     nss.create(
@@ -311,13 +307,66 @@ async fn control_plane_keystone_end_to_end() -> anyhow::Result<()> {
         },
     )
     .await?;
+    Ok(ns)
+}
 
-    // A database admin account of our own, and a memcached.
+/// A database admin account of the test's own on the test cloud's MariaDB: (user, password).
+fn db_admin_user() -> anyhow::Result<(String, String)> {
     let admin_user = format!("cpe2e_{}", e2e::names::random_suffix().replace('-', "_"));
     let admin_pw = controlplane_render::secrets::password(24);
     mariadb(&format!(
         "CREATE USER '{admin_user}'@'127.0.0.1' IDENTIFIED BY '{admin_pw}'; GRANT ALL ON *.* TO '{admin_user}'@'127.0.0.1' WITH GRANT OPTION"
     ))?;
+    Ok((admin_user, admin_pw))
+}
+
+/// Starts `openstack-operator control-plane` on namespace `ns` with short intervals and
+/// `extra` flags: (process, log file, metrics port).
+fn start_operator(
+    target: &Target,
+    ns: &str,
+    extra: &[String],
+) -> anyhow::Result<(Proc, std::path::PathBuf, u16)> {
+    let log_path = std::env::temp_dir().join(format!("e2e_control_plane-{ns}.log"));
+    let log = std::fs::File::create(&log_path)?;
+    let metrics_port = free_port();
+    let op = Proc(
+        Command::new(BIN)
+            .args([
+                "control-plane",
+                "--health-addr",
+                &format!("127.0.0.1:{}", free_port()),
+                "--metrics-addr",
+                &format!("127.0.0.1:{metrics_port}"),
+                "--watch-namespace",
+                ns,
+                "--check-interval-seconds",
+                "5",
+                "--job-retry-base-seconds",
+                "2",
+                "--job-retry-max-seconds",
+                "4",
+                "--resync-seconds",
+                "5",
+            ])
+            .args(extra)
+            .env("KUBECONFIG", target.kubeconfig())
+            .stdout(Stdio::from(log.try_clone()?))
+            .stderr(Stdio::from(log))
+            .spawn()?,
+    );
+    Ok((op, log_path, metrics_port))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn control_plane_keystone_end_to_end() -> anyhow::Result<()> {
+    let target = Target::from_env().await?;
+    let client = target.client().await?;
+    install_crds(&client).await?;
+    let ns = create_namespace(&client).await?;
+
+    // A database admin account of our own, and a memcached.
+    let (admin_user, admin_pw) = db_admin_user()?;
     let mc_port = free_port();
     let _memcached = Proc(
         Command::new("memcached")
@@ -383,42 +432,24 @@ async fn control_plane_keystone_end_to_end() -> anyhow::Result<()> {
         "spec": {"type": "cache", "endpoints": [format!("127.0.0.1:{mc_port}")]}})).await?;
     let clusters = dyn_api(&client, &ns, "OpenStackCluster", "openstackclusters");
     let cluster = json!({"apiVersion": "controlplane.sunet.se/v1alpha1", "kind": "OpenStackCluster", "metadata": {"name": cluster_name},
-        "spec": {"services": ["keystone"], "externalServices": {"database": {"name": "db"}, "cache": {"name": "cache"}},
+        "spec": {"services": ["keystone", "placement"], "externalServices": {"database": {"name": "db"}, "cache": {"name": "cache"}},
                  "templates": {"keystone": {"replicas": 2}}}});
     apply(&clusters, cluster.clone()).await?;
 
     // The operator.
-    let log_path = std::env::temp_dir().join(format!("e2e_control_plane-{ns}.log"));
-    let log = std::fs::File::create(&log_path)?;
-    let metrics_port = free_port();
-    let _op = Proc(
-        Command::new(BIN)
-            .args([
-                "control-plane",
-                "--health-addr",
-                &format!("127.0.0.1:{}", free_port()),
-                "--metrics-addr",
-                &format!("127.0.0.1:{metrics_port}"),
-                "--watch-namespace",
-                &ns,
-                "--check-interval-seconds",
-                "5",
-                "--job-retry-base-seconds",
-                "2",
-                "--job-retry-max-seconds",
-                "4",
-                "--resync-seconds",
-                "5",
-                "--secret-propagation-seconds",
-                &PROPAGATION_SECONDS.to_string(),
-                "--keystone-url",
-                &format!("{ns}/{ks_name}={}", test_cloud_keystone()?.1),
-            ])
-            .env("KUBECONFIG", target.kubeconfig())
-            .stdout(Stdio::from(log.try_clone()?))
-            .stderr(Stdio::from(log))
-            .spawn()?,
-    );
+    let (_op, log_path, metrics_port) = start_operator(
+        &target,
+        &ns,
+        &[
+            "--secret-propagation-seconds".into(),
+            PROPAGATION_SECONDS.to_string(),
+            "--keystone-url".into(),
+            format!("{ns}/{ks_name}={}", test_cloud_keystone()?.1),
+            // The Placement the cluster creates answers through the test cloud's real one.
+            "--api-url".into(),
+            format!("placement/{ns}/{cluster_name}-placement=http://127.0.0.1:8778"),
+        ],
+    )?;
     eprintln!("operator log: {}", log_path.display());
     let kubelet = Arc::new(Mutex::new(Kubelet::default()));
     let cm = tokio::spawn(play_controller_manager(
@@ -500,6 +531,47 @@ async fn control_plane_keystone_end_to_end() -> anyhow::Result<()> {
     let ks = get(&ks_api, &ks_name).await?;
     let (_, _, ready_msg) = cond(&ks, ct::READY).unwrap_or_default();
     assert!(ready_msg.contains("issued a token"), "{ready_msg}");
+    // The cluster created and owns a Placement registered in its Keystone, Ready only once
+    // the API answered an authenticated request.
+    let pl = get(
+        &dyn_api(&client, &ns, "Placement", "placements"),
+        &format!("{cluster_name}-placement"),
+    )
+    .await?;
+    assert_eq!(
+        pl["spec"]["keystone"]["name"].as_str(),
+        Some(ks_name.as_str())
+    );
+    assert_eq!(
+        pl["metadata"]["ownerReferences"][0]["kind"],
+        "OpenStackCluster"
+    );
+    let (_, _, pl_msg) = cond(&pl, ct::READY).unwrap_or_default();
+    assert!(
+        pl_msg.contains("answered an authenticated request"),
+        "{pl_msg}"
+    );
+    let c = get(&clusters, cluster_name).await?;
+    let rolled: Vec<(String, bool)> = c["status"]["services"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|s| {
+                    (
+                        s["name"].as_str().unwrap_or("").to_string(),
+                        s["ready"] == true,
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    assert_eq!(
+        rolled,
+        [
+            ("keystone".to_string(), true),
+            ("placement".to_string(), true)
+        ]
+    );
     let steps: BTreeSet<&str> = ks["status"]["jobs"]
         .as_array()
         .map(|j| j.iter().filter_map(|r| r["step"].as_str()).collect())
@@ -661,7 +733,10 @@ async fn control_plane_keystone_end_to_end() -> anyhow::Result<()> {
         .map(|k| k.completed.clone())
         .unwrap_or_default();
     assert_eq!(
-        completed.iter().filter(|j| j.contains("-db-init-")).count(),
+        completed
+            .iter()
+            .filter(|j| j.starts_with(&format!("{ks_name}-db-init-")))
+            .count(),
         1,
         "the database Job ran once: its inputs did not change ({completed:?})"
     );
@@ -1041,6 +1116,315 @@ async fn control_plane_keystone_end_to_end() -> anyhow::Result<()> {
     assert!(text.contains(&format!("controlplane_condition{{kind=\"Keystone\",namespace=\"{ns}\",name=\"{ks_name}\",condition=\"Ready\"}} 1")), "{text}");
 
     cm.abort();
+    let nss: Api<Namespace> = Api::all(client.clone());
+    let _ = nss.delete(&ns, &Default::default()).await;
+    mariadb(&format!("DROP USER IF EXISTS '{admin_user}'@'127.0.0.1'"))?;
+    Ok(())
+}
+
+/// The config-hash annotation of a Deployment's pod template.
+fn config_hash(d: &Deployment) -> String {
+    d.spec
+        .template
+        .metadata
+        .as_ref()
+        .and_then(|m| m.annotations.as_ref())
+        .and_then(|a| a.get("controlplane.sunet.se/config-hash"))
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// Names of the Jobs of service `service` (the `app.kubernetes.io/name` label).
+async fn service_jobs(jobs: &Api<Job>, service: &str) -> anyhow::Result<BTreeSet<String>> {
+    Ok(jobs
+        .list(&ListParams::default().labels(&format!("app.kubernetes.io/name={service}")))
+        .await?
+        .items
+        .iter()
+        .map(|j| j.name_any())
+        .collect())
+}
+
+fn secret_text(s: &Secret, key: &str) -> String {
+    s.data
+        .as_ref()
+        .and_then(|d| d.get(key))
+        .map(|b| String::from_utf8_lossy(&b.0).into_owned())
+        .unwrap_or_default()
+}
+
+/// Placement on the shared pipeline: it waits for its Keystone, runs db-init, db-sync and
+/// service-user, rolls its API, and is Ready only once the API (the test cloud's real
+/// Placement, through `--api-url`) answers a request authenticated with a token the real
+/// Keystone issued. An override re-runs exactly db-sync and rolls the Deployment; a db-sync
+/// failing twice is retried under new names with the reason in status, then recovers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn control_plane_placement_end_to_end() -> anyhow::Result<()> {
+    let target = Target::from_env().await?;
+    let client = target.client().await?;
+    install_crds(&client).await?;
+    let ns = create_namespace(&client).await?;
+    let (admin_user, admin_pw) = db_admin_user()?;
+    let (ks_admin_pw, ks_url) = test_cloud_keystone()?;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    secrets
+        .create(
+            &PostParams::default(),
+            &secret(
+                "db-admin",
+                &[("username", &admin_user), ("password", &admin_pw)],
+            ),
+        )
+        .await?;
+    let pp = PatchParams::apply("e2e").force();
+    let apply = async |api: &Api<kube::api::DynamicObject>, v: Value| -> anyhow::Result<()> {
+        let name = v["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        api.patch(&name, &pp, &Patch::Apply(&v)).await?;
+        Ok(())
+    };
+    let ext = dyn_api(
+        &client,
+        &ns,
+        "OpenStackExternalService",
+        "openstackexternalservices",
+    );
+    apply(&ext, json!({"apiVersion": "controlplane.sunet.se/v1alpha1", "kind": "OpenStackExternalService", "metadata": {"name": "db"},
+        "spec": {"type": "database", "endpoints": ["127.0.0.1:13306"], "credentials": {"secretName": "db-admin"}}})).await?;
+    let ks_api = dyn_api(&client, &ns, "Keystone", "keystones");
+    apply(&ks_api, json!({"apiVersion": "controlplane.sunet.se/v1alpha1", "kind": "Keystone", "metadata": {"name": "ks"},
+        "spec": {"database": {"service": {"name": "db"}}}})).await?;
+    let pl_api = dyn_api(&client, &ns, "Placement", "placements");
+    let placement = json!({"apiVersion": "controlplane.sunet.se/v1alpha1", "kind": "Placement", "metadata": {"name": "pl"},
+        "spec": {"database": {"service": {"name": "db"}}, "keystone": {"name": "ks"}, "replicas": 2}});
+    apply(&pl_api, placement.clone()).await?;
+
+    let (_op, log_path, _) = start_operator(
+        &target,
+        &ns,
+        &[
+            "--controllers".into(),
+            "external-service,keystone,placement".into(),
+            "--keystone-url".into(),
+            format!("{ns}/ks={ks_url}"),
+            "--api-url".into(),
+            format!("placement/{ns}/pl=http://127.0.0.1:8778"),
+        ],
+    )?;
+    eprintln!("operator log: {}", log_path.display());
+    let kubelet = Arc::new(Mutex::new(Kubelet::default()));
+    let cm = tokio::spawn(play_controller_manager(
+        client.clone(),
+        ns.clone(),
+        kubelet.clone(),
+    ));
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
+    let deps: Api<Deployment> = Api::namespaced(client.clone(), &ns);
+
+    // 1. The Keystone generated an admin password the real Keystone does not know, so its
+    //    token probe fails: Placement waits for it and creates nothing.
+    let blocked = wait_for(WAIT, POLL, "Placement to wait for Keystone", async || {
+        let ks = get(&ks_api, "ks").await?;
+        let pl = get(&pl_api, "pl").await?;
+        Ok(match (cond(&ks, ct::DEGRADED), cond(&pl, ct::BLOCKED)) {
+            // Placement is reconciled again on each change of its Keystone: it converges on
+            // naming the Keystone's current reason.
+            (Some((true, r, _)), Some((true, _, m)))
+                if r == "TokenProbeFailed"
+                    && m.starts_with("Keystone ks is not Ready: token request to") =>
+            {
+                Check::Done(m)
+            }
+            other => Check::Pending(format!("{other:?}")),
+        })
+    })
+    .await?;
+    assert!(blocked.contains("answered 401"), "{blocked}");
+    assert!(
+        service_jobs(&jobs, "placement").await?.is_empty(),
+        "no Placement Job before Keystone is Ready"
+    );
+    assert!(
+        secrets.get_opt("pl-placement-db").await?.is_none(),
+        "no generated Placement Secret before Keystone is Ready"
+    );
+
+    // 2. The real admin password: Keystone Ready, then Placement through its three Jobs to an
+    //    authenticated answer of the API.
+    secrets
+        .replace("ks-keystone-admin", &PostParams::default(), &{
+            let mut s = secrets.get("ks-keystone-admin").await?;
+            s.data = secret("x", &[("password", &ks_admin_pw)]).data;
+            s
+        })
+        .await?;
+    let ready = wait_for(WAIT, POLL, "Placement to be Ready", async || {
+        let pl = get(&pl_api, "pl").await?;
+        Ok(match cond(&pl, ct::READY) {
+            Some((true, _, m)) => Check::Done(m),
+            other => Check::Pending(format!("{other:?}")),
+        })
+    })
+    .await?;
+    assert!(
+        ready
+            .contains("http://127.0.0.1:8778/resource_providers answered an authenticated request"),
+        "{ready}"
+    );
+    let pl = get(&pl_api, "pl").await?;
+    let steps: Vec<&str> = pl["status"]["jobs"]
+        .as_array()
+        .map(|j| j.iter().filter_map(|r| r["step"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(steps, ["db-init", "db-sync", "service-user"]);
+    assert_eq!(
+        pl["status"]["endpoint"].as_str(),
+        Some(format!("http://pl-api.{ns}.svc:8778").as_str())
+    );
+    let dep = deps.get("pl-api").await?;
+    assert_eq!(dep.spec.replicas, Some(2));
+    let hash1 = config_hash(&dep);
+    assert!(!hash1.is_empty());
+    let conf = secret_text(&secrets.get("pl-placement-config").await?, "placement.conf");
+    let db_pw = secret_text(&secrets.get("pl-placement-db").await?, "password");
+    let user_pw = secret_text(&secrets.get("pl-placement-service-user").await?, "password");
+    assert!(db_pw.len() >= 32 && user_pw.len() >= 32);
+    assert!(
+        conf.contains(&format!(
+            "connection = mysql+pymysql://placement:{db_pw}@127.0.0.1:13306/placement"
+        )),
+        "{conf}"
+    );
+    assert!(conf.contains(&format!("auth_url = http://ks-api.{ns}.svc:5000/v3")));
+    assert!(conf.contains(&format!("password = {user_pw}")));
+    let su = jobs
+        .list(
+            &ListParams::default()
+                .labels("app.kubernetes.io/name=placement,controlplane.sunet.se/step=service-user"),
+        )
+        .await?
+        .items;
+    assert_eq!(su.len(), 1);
+    assert_eq!(
+        job_env(&su[0], "SERVICE_TYPE").as_deref(),
+        Some("placement")
+    );
+    assert_eq!(
+        job_env(&su[0], "ENDPOINT_INTERNAL").as_deref(),
+        Some(format!("http://pl-api.{ns}.svc:8778").as_str())
+    );
+    assert_eq!(
+        job_env(&su[0], "OS_AUTH_URL").as_deref(),
+        Some(format!("http://ks-api.{ns}.svc:5000/v3").as_str())
+    );
+    let log_text = std::fs::read_to_string(&log_path)?;
+    assert!(
+        !log_text.contains(&db_pw) && !log_text.contains(&user_pw),
+        "secrets never in the log"
+    );
+
+    // 3. An override: exactly one new Job, a db-sync; the Deployment rolls.
+    let before = service_jobs(&jobs, "placement").await?;
+    let mut p2 = placement.clone();
+    p2["spec"]["configOverrides"] = json!({"DEFAULT": {"debug": "true"}});
+    apply(&pl_api, p2).await?;
+    let hash2 = wait_for(WAIT, POLL, "the Deployment to roll", async || {
+        let h = config_hash(&deps.get("pl-api").await?);
+        let pl = get(&pl_api, "pl").await?;
+        let ready = cond(&pl, ct::READY).is_some_and(|c| c.0)
+            && pl["status"]["observedGeneration"] == pl["metadata"]["generation"];
+        Ok(if h != hash1 && ready {
+            Check::Done(h)
+        } else {
+            Check::Pending(format!("hash {h}, {:?}", cond(&pl, ct::READY)))
+        })
+    })
+    .await?;
+    assert_ne!(hash1, hash2);
+    let after = service_jobs(&jobs, "placement").await?;
+    let new: Vec<&String> = after.difference(&before).collect();
+    assert_eq!(new.len(), 1, "exactly one new Job: {before:?} → {after:?}");
+    assert!(new[0].starts_with("pl-db-sync-"), "{new:?}");
+    let conf = secret_text(&secrets.get("pl-placement-config").await?, "placement.conf");
+    assert!(conf.contains("debug = true"), "{conf}");
+
+    // 4. db-sync fails twice: retried under new names, Degraded with the Job's reason and the
+    //    failure recorded in status; then it succeeds and Placement recovers.
+    if let Ok(mut k) = kubelet.lock() {
+        k.fail_steps.insert("db-sync".into());
+    }
+    let mut p3 = placement.clone();
+    p3["spec"]["configOverrides"] = json!({"DEFAULT": {"debug": "false"}});
+    apply(&pl_api, p3).await?;
+    let degraded = wait_for(WAIT, POLL, "the failed db-sync in status", async || {
+        let pl = get(&pl_api, "pl").await?;
+        let failed = kubelet
+            .lock()
+            .map(|k| k.failed.iter().filter(|j| j.starts_with("pl-")).count())
+            .unwrap_or(0);
+        Ok(match cond(&pl, ct::DEGRADED) {
+            Some((true, _, m)) if failed >= 2 && m.contains("BackoffLimitExceeded") => {
+                Check::Done((m, pl))
+            }
+            other => Check::Pending(format!("{other:?}, failed Jobs {failed}")),
+        })
+    })
+    .await?;
+    assert!(degraded.0.starts_with("db-sync attempt"), "{}", degraded.0);
+    let rec = degraded.1["status"]["jobs"]
+        .as_array()
+        .and_then(|j| j.iter().find(|r| r["step"] == "db-sync"))
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        rec["lastFailure"]
+            .as_str()
+            .unwrap_or("")
+            .contains("Job has reached the specified backoff limit"),
+        "{rec}"
+    );
+    assert!(rec["attempts"].as_u64().unwrap_or(0) >= 2, "{rec}");
+    let failed: Vec<String> = kubelet.lock().map(|k| k.failed.clone()).unwrap_or_default();
+    assert!(
+        failed[0].ends_with("-1") && failed[1].ends_with("-2") && failed[0] != failed[1],
+        "retried under a new name: {failed:?}"
+    );
+    if let Ok(mut k) = kubelet.lock() {
+        k.fail_steps.clear();
+    }
+    wait_for(WAIT, POLL, "Placement to recover", async || {
+        let pl = get(&pl_api, "pl").await?;
+        Ok(if cond(&pl, ct::READY).is_some_and(|c| c.0) {
+            Check::Done(())
+        } else {
+            Check::Pending(format!("{:?}", cond(&pl, ct::READY)))
+        })
+    })
+    .await?;
+    let pl = get(&pl_api, "pl").await?;
+    let rec = pl["status"]["jobs"]
+        .as_array()
+        .and_then(|j| j.iter().find(|r| r["step"] == "db-sync"))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(rec["succeeded"], true, "{rec}");
+    assert!(rec["lastFailure"].is_null(), "{rec}");
+    let completed = kubelet
+        .lock()
+        .map(|k| k.completed.clone())
+        .unwrap_or_default();
+    assert_eq!(
+        completed
+            .iter()
+            .filter(|j| j.starts_with("pl-db-init-"))
+            .count(),
+        1,
+        "db-init ran once: its inputs never changed ({completed:?})"
+    );
+    cm.abort();
+    let nss: Api<Namespace> = Api::all(client.clone());
     let _ = nss.delete(&ns, &Default::default()).await;
     mariadb(&format!("DROP USER IF EXISTS '{admin_user}'@'127.0.0.1'"))?;
     Ok(())

@@ -157,6 +157,7 @@ async fn bad_control_plane_specs_are_refused_and_touch_nothing() -> anyhow::Resu
         "openstackexternalservices",
     );
     let keystones = api(&client, &ns, "Keystone", "keystones");
+    let placements = api(&client, &ns, "Placement", "placements");
     let good_ext = json!({"database": {"name": "db"}});
 
     // Refused at admission, naming the field.
@@ -190,6 +191,28 @@ async fn bad_control_plane_specs_are_refused_and_touch_nothing() -> anyhow::Resu
             json!({"database": {"service": {"name": "db"}}, "replicas": -3}),
         ),
         "replicas",
+    )
+    .await;
+
+    refused(
+        &placements,
+        obj(
+            "Placement",
+            "relative-endpoint",
+            json!({"database": {"service": {"name": "db"}}, "keystone": {"name": "ks"},
+                   "publicEndpoint": "placement.example.org"}),
+        ),
+        "publicEndpoint must be an absolute",
+    )
+    .await;
+    refused(
+        &placements,
+        obj(
+            "Placement",
+            "no-keystone",
+            json!({"database": {"service": {"name": "db"}}}),
+        ),
+        "keystone",
     )
     .await;
 
@@ -261,6 +284,26 @@ async fn bad_control_plane_specs_are_refused_and_touch_nothing() -> anyhow::Resu
         "spec.configOverrides.token.expiraton: expiraton is not an option of [token] in keystone",
     )
     .await?;
+    placements.patch("owned-option", &pp, &Patch::Apply(obj("Placement", "owned-option", json!({"database": {"service": {"name": "db"}}, "keystone": {"name": "gated"}, "configOverrides": {"keystone_authtoken": {"password": "mine"}}})))).await?;
+    wait_cond(
+        &placements,
+        "owned-option",
+        ct::INVALID_SPEC,
+        "spec.configOverrides.keystone_authtoken.password",
+    )
+    .await?;
+    clusters
+        .patch(
+            "no-keystone",
+            &pp,
+            &Patch::Apply(obj(
+                "OpenStackCluster",
+                "no-keystone",
+                json!({"services": ["placement"], "externalServices": good_ext}),
+            )),
+        )
+        .await?;
+    wait_cond(&clusters, "no-keystone", ct::INVALID_SPEC, "spec.services").await?;
     // A valid Keystone whose database is not Ready is Blocked and names why.
     keystones
         .patch(
@@ -281,6 +324,25 @@ async fn bad_control_plane_specs_are_refused_and_touch_nothing() -> anyhow::Resu
     )
     .await?;
 
+    // A valid Placement whose Keystone is not Ready is Blocked and names it.
+    placements
+        .patch(
+            "waits",
+            &pp,
+            &Patch::Apply(obj(
+                "Placement",
+                "waits",
+                json!({"database": {"service": {"name": "db"}}, "keystone": {"name": "gated"}}),
+            )),
+        )
+        .await?;
+    wait_cond(
+        &placements,
+        "waits",
+        ct::BLOCKED,
+        "Keystone gated is not Ready",
+    )
+    .await?;
     // Nothing was created for any of them.
     assert!(
         keystones
@@ -290,6 +352,15 @@ async fn bad_control_plane_specs_are_refused_and_touch_nothing() -> anyhow::Resu
             .iter()
             .all(|k| k.name_any() != "stray-template-keystone"),
         "no Keystone for an invalid cluster"
+    );
+    assert!(
+        placements
+            .list(&ListParams::default())
+            .await?
+            .items
+            .iter()
+            .all(|p| p.name_any() != "no-keystone-placement"),
+        "no Placement for an invalid cluster"
     );
     assert!(
         Api::<Job>::namespaced(client.clone(), &ns)

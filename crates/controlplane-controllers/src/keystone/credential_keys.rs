@@ -17,8 +17,9 @@ use kube::api::PostParams;
 use kube::runtime::events::EventType;
 use tracing::info;
 
-use super::{LAST_ROTATION_ANNOTATION, Pass, ROTATED_FOR_ANNOTATION, StepState};
+use super::{LAST_ROTATION_ANNOTATION, Pass, ROTATED_FOR_ANNOTATION, StepState, credential_name};
 use crate::runtime::{Error, State};
+use controlplane_api::Keystone;
 
 /// Annotation on a Keystone: set it to a new value to rotate the credential keys (after the
 /// current keys are migrated).
@@ -49,14 +50,14 @@ pub(super) struct MigrateJob<'a> {
     pub key_dir: &'a str,
 }
 
-impl Pass<'_> {
+impl Pass<'_, Keystone> {
     /// Reads the credential key Secret, creating it (staged + primary) the first time. The
     /// keys are never regenerated: losing them makes every stored credential unreadable.
     pub(super) async fn credential_secret(
         &mut self,
     ) -> Result<Result<CredentialKeys, State>, Error> {
         let api = self.secrets();
-        let name = self.names.credential();
+        let name = credential_name(&self.names.base);
         let now = jiff::Timestamp::now();
         let secret = match api.get_opt(&name).await? {
             Some(s) => s,
@@ -214,7 +215,11 @@ impl Pass<'_> {
                 // A replace carrying the resourceVersion read: key material is never
                 // overwritten from a stale read (a conflict fails the pass, which retries).
                 self.secrets()
-                    .replace(&self.names.credential(), &PostParams::default(), &secret)
+                    .replace(
+                        &credential_name(&self.names.base),
+                        &PostParams::default(),
+                        &secret,
+                    )
                     .await?;
                 info!(
                     primary = rotated.primary_index(),

@@ -1,0 +1,980 @@
+//! The pipeline every OpenStack service kind runs on: dependencies (external services, the
+//! Keystone a service registers in) → validate → render → Secrets (generated passwords kept
+//! across passes) → Jobs keyed by the hash of their inputs, retried with bounded backoff and
+//! the reason in status → Deployment and Service rolled on config change → an authenticated
+//! probe of the deployed API → status, Events, metrics. A kind implements [`ServiceKind`]: its
+//! pass strings these steps together; [`run`] drives it.
+
+use std::collections::BTreeMap;
+use std::fmt::Debug;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use controlplane_api::common::SecretKeyRef;
+use controlplane_api::condition_types as ct;
+use controlplane_api::external::{CredentialsRef, ServiceKind as ExternalKind};
+use controlplane_api::status::Conditioned;
+use controlplane_api::validation::parse_endpoint;
+use controlplane_api::{JobRecord, Keystone, OpenStackExternalService, ServiceStatus};
+use controlplane_render::database::{self, DB_INIT_SCRIPT, Database};
+use controlplane_render::objects::{self, JobParams, Owner};
+use controlplane_render::secrets;
+use controlplane_render::service_user::{self, ServiceEntry};
+use futures::StreamExt;
+use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Secret, Service, Volume, VolumeMount};
+use kube::api::{DeleteParams, ListParams, PostParams, PropagationPolicy};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::EventType;
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Api, Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tracing::info;
+
+use crate::runtime::{self, Ctx, Error, State};
+
+/// Where a database's CA bundle is mounted in Jobs and pods.
+pub const DB_CA_DIR: &str = "/etc/ssl/db-ca";
+
+/// Unwraps a `Result<T, State>` in a pass: the state ends the pass.
+macro_rules! or_state {
+    ($e:expr) => {
+        match $e {
+            Ok(v) => v,
+            Err(state) => return Ok(state),
+        }
+    };
+}
+pub(crate) use or_state;
+
+/// A service kind on the pipeline.
+pub trait ServiceKind:
+    Resource<DynamicType = (), Scope = NamespaceResourceScope>
+    + kube::CustomResourceExt
+    + Clone
+    + DeserializeOwned
+    + Serialize
+    + Debug
+    + Send
+    + Sync
+    + 'static
+{
+    /// Service name: the `app.kubernetes.io/name` label and the infix of generated names.
+    const SERVICE: &'static str;
+    /// The spec, validated before anything else.
+    fn spec_validate(&self) -> Vec<api::FieldError>;
+    /// `status`.
+    fn service_status(&self) -> Option<&ServiceStatus>;
+    /// The external services the spec names (a change of one reconciles this object).
+    fn external_services(&self) -> Vec<&str>;
+    /// The Keystone the service registers in (a change of it reconciles this object).
+    fn keystone_name(&self) -> Option<&str> {
+        None
+    }
+    /// An Event (reason, note) worth publishing when `step` succeeds with Job `job`.
+    fn step_event(_step: &str, _job: &str) -> Option<(&'static str, String)> {
+        None
+    }
+    /// One pass of the pipeline for this kind.
+    fn pass(p: &mut Pass<'_, Self>) -> impl Future<Output = Result<State, Error>> + Send;
+}
+
+/// Names of the objects of one service CR.
+pub struct Names {
+    /// CR name.
+    pub base: String,
+    /// Service name (`keystone`, `placement`).
+    pub service: &'static str,
+}
+
+impl Names {
+    /// `<base>-<suffix>`.
+    pub fn n(&self, suffix: &str) -> String {
+        format!("{}-{suffix}", self.base)
+    }
+    /// Generated admin password Secret (Keystone).
+    pub fn admin(&self) -> String {
+        self.n(&format!("{}-admin", self.service))
+    }
+    /// Generated database password Secret.
+    pub fn db(&self) -> String {
+        self.n(&format!("{}-db", self.service))
+    }
+    /// Generated service-user password Secret.
+    pub fn service_user(&self) -> String {
+        self.n(&format!("{}-service-user", self.service))
+    }
+    /// Rendered configuration Secret.
+    pub fn config(&self) -> String {
+        self.n(&format!("{}-config", self.service))
+    }
+    /// Deployment and Service of the API.
+    pub fn api(&self) -> String {
+        self.n("api")
+    }
+    /// A Job of one step, hash and attempt (at most 63 characters).
+    pub fn job(&self, step: &str, hash: &str, attempt: u32) -> String {
+        let base: String = self.base.chars().take(30).collect();
+        format!("{base}-{step}-{hash}-{attempt}")
+    }
+}
+
+/// When the next attempt of a step that failed `attempts` times may start (pure).
+pub fn retry_delay(base: Duration, max: Duration, attempts: u32) -> Duration {
+    base.saturating_mul(2u32.saturating_pow(attempts.saturating_sub(1).min(16)))
+        .min(max)
+}
+
+/// What a Job step looks like now.
+#[derive(Debug, PartialEq, Eq)]
+pub enum StepState {
+    /// Succeeded for the current inputs.
+    Done,
+    /// A Job is running.
+    Running(String),
+    /// The last attempt failed; the next one starts after the backoff.
+    Failed(String),
+}
+
+impl StepState {
+    /// The pass's state while the step is not done; `None` once it is.
+    pub fn blocking(self) -> Option<State> {
+        match self {
+            StepState::Done => None,
+            StepState::Running(m) => Some(State::Reconciling {
+                reason: "JobRunning".into(),
+                message: m,
+            }),
+            StepState::Failed(m) => Some(State::Degraded {
+                reason: "JobFailed".into(),
+                message: m,
+            }),
+        }
+    }
+}
+
+/// The Job's outcome from its conditions: Some(Ok) complete, Some(Err(reason)) failed.
+pub fn job_outcome(job: &Job) -> Option<Result<(), String>> {
+    let conds = job.status.as_ref()?.conditions.as_ref()?;
+    if conds
+        .iter()
+        .any(|c| c.type_ == "Complete" && c.status == "True")
+    {
+        return Some(Ok(()));
+    }
+    conds
+        .iter()
+        .find(|c| c.type_ == "Failed" && c.status == "True")
+        .map(|c| {
+            Err(format!(
+                "{}: {}",
+                c.reason.clone().unwrap_or_else(|| "Failed".into()),
+                c.message.clone().unwrap_or_default()
+            ))
+        })
+}
+
+/// A key of a Secret's data as text.
+pub fn secret_str(s: &Secret, key: &str) -> Option<String> {
+    s.data
+        .as_ref()
+        .and_then(|d| d.get(key))
+        .map(|b| String::from_utf8_lossy(&b.0).into_owned())
+}
+
+fn db_target(svc: &OpenStackExternalService) -> Result<(String, u16), String> {
+    let ep = svc.spec.endpoints.first().ok_or("has no endpoints")?;
+    let (host, port) = parse_endpoint(ep)?;
+    Ok((host, port.unwrap_or(3306)))
+}
+
+/// A service's database resolved from its external service and the generated password.
+#[derive(Clone, Debug)]
+pub struct ResolvedDatabase {
+    /// Connection settings as the pods see them.
+    pub database: Database,
+    /// The external service's admin credentials (the database Job creates the database).
+    pub admin: CredentialsRef,
+    /// The CA bundle's volume and mount when the database is reached over TLS.
+    pub ca_volume: Option<(Volume, VolumeMount)>,
+}
+
+/// A Ready Keystone as a dependent service uses it.
+#[derive(Clone, Debug)]
+pub struct KeystoneAccess {
+    /// In-cluster identity URL (`.../v3`): what pods use.
+    pub internal_url: String,
+    /// Public identity URL (`.../v3`): what clients are sent to.
+    pub public_url: String,
+    /// Identity URL the operator itself reaches (the in-cluster one unless overridden).
+    pub operator_url: String,
+    /// Region of the identity endpoints (services register theirs there).
+    pub region: String,
+    /// The admin password's Secret key.
+    pub admin_secret: SecretKeyRef,
+    /// The admin password (for the probe; Jobs read it from the Secret).
+    pub admin_password: String,
+}
+
+/// The state of one pass over one service CR.
+pub struct Pass<'a, K: ServiceKind> {
+    /// Shared controller state.
+    pub ctx: &'a Ctx,
+    /// The CR, read fresh at the start of the pass.
+    pub obj: &'a K,
+    /// Its namespace.
+    pub ns: String,
+    /// Owner reference and labels of what it creates.
+    pub owner: Owner,
+    /// Names of what it creates.
+    pub names: Names,
+    /// The status being built.
+    pub status: ServiceStatus,
+    /// When to look again at the latest.
+    pub requeue: Duration,
+}
+
+impl<K: ServiceKind> Pass<'_, K> {
+    /// Secrets of the namespace.
+    pub fn secrets(&self) -> Api<Secret> {
+        Api::namespaced(self.ctx.client.clone(), &self.ns)
+    }
+
+    /// Jobs of the namespace.
+    pub fn jobs(&self) -> Api<Job> {
+        Api::namespaced(self.ctx.client.clone(), &self.ns)
+    }
+
+    /// Looks again within `d` at the latest.
+    pub fn soon(&mut self, d: Duration) {
+        self.requeue = self.requeue.min(d);
+    }
+
+    /// The InvalidSpec state when the spec fails the schema's CEL rules or validation.
+    pub fn invalid_spec(&self) -> Option<State> {
+        let mut errors = api::validation::cel_errors(self.obj);
+        for e in self.obj.spec_validate() {
+            if !errors.iter().any(|x| x.path == e.path) {
+                errors.push(e);
+            }
+        }
+        (!errors.is_empty()).then(|| State::InvalidSpec(api::validation::summarize(&errors)))
+    }
+
+    /// A Secret we generate once and never overwrite (passwords, keys).
+    pub async fn ensure_generated(
+        &self,
+        name: &str,
+        component: &str,
+        make: impl FnOnce() -> BTreeMap<String, String>,
+    ) -> Result<Secret, Error> {
+        let api = self.secrets();
+        if let Some(s) = api.get_opt(name).await? {
+            return Ok(s);
+        }
+        let s = objects::secret(&self.owner, name, component, make());
+        match api.create(&PostParams::default(), &s).await {
+            Ok(s) => Ok(s),
+            // Created by a concurrent pass: use that one.
+            Err(kube::Error::Api(e)) if e.code == 409 => Ok(api.get(name).await?),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// A generated password in Secret `name` (key `password`), created the first time and kept
+    /// across passes.
+    pub async fn generated_password(&self, name: &str) -> Result<Result<String, State>, Error> {
+        let s = self
+            .ensure_generated(name, "credentials", || {
+                BTreeMap::from([("password".to_string(), secrets::password(32))])
+            })
+            .await?;
+        Ok(secret_str(&s, "password").ok_or_else(|| State::Degraded {
+            reason: "SecretInvalid".into(),
+            message: format!("Secret {name} has no key password; delete it to generate one"),
+        }))
+    }
+
+    /// An external service of type `want` that is Ready, or the Blocked state naming it.
+    pub async fn external(
+        &self,
+        name: &str,
+        want: ExternalKind,
+    ) -> Result<Result<OpenStackExternalService, State>, Error> {
+        let api: Api<OpenStackExternalService> = Api::namespaced(self.ctx.client.clone(), &self.ns);
+        let Some(svc) = api.get_opt(name).await? else {
+            return Ok(Err(State::Blocked {
+                reason: "ExternalServiceMissing".into(),
+                message: format!("external service {name} ({want}) not found"),
+            }));
+        };
+        if svc.spec.type_ != want {
+            return Ok(Err(State::Blocked {
+                reason: "ExternalServiceWrongType".into(),
+                message: format!(
+                    "external service {name} is of type {}, not {want}",
+                    svc.spec.type_
+                ),
+            }));
+        }
+        if let Some(why) = crate::external::not_ready_reason(&svc) {
+            return Ok(Err(State::Blocked {
+                reason: "ExternalServiceNotReady".into(),
+                message: format!("external service {name} ({want}) {why}"),
+            }));
+        }
+        Ok(Ok(svc))
+    }
+
+    /// The memcached endpoints of an optional `cache` external service (empty without one).
+    pub async fn cache(&self, name: Option<&str>) -> Result<Result<Vec<String>, State>, Error> {
+        let Some(name) = name else {
+            return Ok(Ok(Vec::new()));
+        };
+        Ok(self
+            .external(name, ExternalKind::Cache)
+            .await?
+            .map(|c| c.spec.endpoints))
+    }
+
+    /// The `database` external service `service` (Ready, with admin credentials and a valid
+    /// endpoint) and the service's database on it; the user's password is generated into
+    /// Secret `password_secret` once the service is Ready.
+    pub async fn database(
+        &self,
+        service: &str,
+        name: String,
+        user: String,
+        password_secret: &str,
+    ) -> Result<Result<ResolvedDatabase, State>, Error> {
+        let svc = match self.external(service, ExternalKind::Database).await? {
+            Ok(s) => s,
+            Err(state) => return Ok(Err(state)),
+        };
+        let Some(admin) = svc.spec.credentials.clone() else {
+            return Ok(Err(State::Blocked {
+                reason: "ExternalServiceIncomplete".into(),
+                message: format!(
+                    "external service {service} (database) has no credentials to create the database with"
+                ),
+            }));
+        };
+        let (host, port) = match db_target(&svc) {
+            Ok(t) => t,
+            Err(e) => {
+                return Ok(Err(State::Blocked {
+                    reason: "ExternalServiceIncomplete".into(),
+                    message: format!("external service {service} (database) endpoint {e}"),
+                }));
+            }
+        };
+        let password = match self.generated_password(password_secret).await? {
+            Ok(p) => p,
+            Err(state) => return Ok(Err(state)),
+        };
+        let ca = svc.spec.tls.as_ref().map(|t| t.ca_secret.clone());
+        Ok(Ok(ResolvedDatabase {
+            database: Database {
+                host,
+                port,
+                name,
+                user,
+                password,
+                ca_file: ca.as_ref().map(|c| format!("{DB_CA_DIR}/{}", c.key)),
+            },
+            admin,
+            ca_volume: ca.map(|c| objects::secret_volume("db-ca", &c.name, DB_CA_DIR)),
+        }))
+    }
+
+    /// A Keystone that is Ready at its current generation, and how to reach it.
+    pub async fn keystone(&self, name: &str) -> Result<Result<KeystoneAccess, State>, Error> {
+        let api: Api<Keystone> = Api::namespaced(self.ctx.client.clone(), &self.ns);
+        let Some(ks) = api.get_opt(name).await? else {
+            return Ok(Err(State::Blocked {
+                reason: "KeystoneMissing".into(),
+                message: format!("Keystone {name} not found"),
+            }));
+        };
+        let st = ks.status.clone().unwrap_or_default();
+        let ready = st.observed_generation == ks.metadata.generation
+            && st.condition(ct::READY).is_some_and(|c| c.is_true());
+        if !ready {
+            let why = st
+                .condition(ct::READY)
+                .and_then(|c| c.message.clone())
+                .unwrap_or_else(|| "no status yet".into());
+            return Ok(Err(State::Blocked {
+                reason: "KeystoneNotReady".into(),
+                message: format!("Keystone {name} is not Ready: {why}"),
+            }));
+        }
+        let internal = st
+            .endpoint
+            .clone()
+            .unwrap_or_else(|| controlplane_render::keystone::internal_url(name, &self.ns));
+        let admin_secret = crate::keystone::admin_secret(&ks);
+        let Some(admin_password) = self
+            .secrets()
+            .get_opt(&admin_secret.name)
+            .await?
+            .and_then(|s| secret_str(&s, &admin_secret.key))
+        else {
+            return Ok(Err(State::Blocked {
+                reason: "SecretMissing".into(),
+                message: format!(
+                    "Keystone {name}: Secret {} has no key {}",
+                    admin_secret.name, admin_secret.key
+                ),
+            }));
+        };
+        Ok(Ok(KeystoneAccess {
+            public_url: crate::keystone::public_url(&ks.spec, &internal),
+            operator_url: crate::keystone::operator_url(self.ctx, &self.ns, name, &internal),
+            internal_url: internal,
+            region: ks.spec.region.clone(),
+            admin_secret,
+            admin_password,
+        }))
+    }
+
+    /// Drives one Job step for `hash`; retries failed Jobs under a new name after a backoff.
+    pub async fn step(
+        &mut self,
+        step: &str,
+        hash: &str,
+        make: impl Fn(String) -> Job,
+    ) -> Result<StepState, Error> {
+        let idx = match self.status.jobs.iter().position(|r| r.step == step) {
+            Some(i) => i,
+            None => {
+                self.status.jobs.push(JobRecord {
+                    step: step.into(),
+                    ..JobRecord::default()
+                });
+                self.status.jobs.len() - 1
+            }
+        };
+        if self.status.jobs[idx].hash != hash {
+            self.status.jobs[idx] = JobRecord {
+                step: step.into(),
+                hash: hash.into(),
+                ..JobRecord::default()
+            };
+        }
+        if self.status.jobs[idx].succeeded {
+            return Ok(StepState::Done);
+        }
+        let jobs = self.jobs();
+        let rec = self.status.jobs[idx].clone();
+        let now = jiff::Timestamp::now();
+        if let Some(name) = &rec.job_name
+            && let Some(job) = jobs.get_opt(name).await?
+        {
+            match job_outcome(&job) {
+                Some(Ok(())) => {
+                    let r = &mut self.status.jobs[idx];
+                    r.succeeded = true;
+                    r.last_failure = None;
+                    r.next_attempt_after = None;
+                    self.cleanup_jobs(step, name).await?;
+                    if let Some((reason, note)) = K::step_event(step, name) {
+                        self.ctx
+                            .event(self.obj, EventType::Normal, reason, note)
+                            .await;
+                    }
+                    return Ok(StepState::Done);
+                }
+                Some(Err(why)) => {
+                    let r = &mut self.status.jobs[idx];
+                    if r.next_attempt_after.is_none() {
+                        let delay = retry_delay(
+                            self.ctx.config.job_retry_base,
+                            self.ctx.config.job_retry_max,
+                            r.attempts,
+                        );
+                        r.next_attempt_after = Some(
+                            now.checked_add(
+                                jiff::SignedDuration::try_from(delay).unwrap_or_default(),
+                            )
+                            .unwrap_or(now)
+                            .to_string(),
+                        );
+                        r.last_failure = Some(format!("Job {name} failed: {why}"));
+                    }
+                    let after = r
+                        .next_attempt_after
+                        .as_deref()
+                        .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+                        .unwrap_or(now);
+                    let wait = after.duration_since(now);
+                    let msg = format!(
+                        "{step} attempt {} failed (Job {name}): {why}; retrying in {}s",
+                        r.attempts,
+                        wait.as_secs().max(0)
+                    );
+                    if wait.as_secs() > 0 || wait.subsec_nanos() > 0 {
+                        self.soon(Duration::from_secs(
+                            u64::try_from(wait.as_secs()).unwrap_or(0) + 1,
+                        ));
+                        return Ok(StepState::Failed(msg));
+                    }
+                    // Backoff over: fall through to a new attempt.
+                }
+                None => {
+                    self.soon(Duration::from_secs(5));
+                    return Ok(StepState::Running(format!(
+                        "waiting for Job {name} ({step})"
+                    )));
+                }
+            }
+        }
+        let r = &mut self.status.jobs[idx];
+        r.attempts += 1;
+        r.next_attempt_after = None;
+        let name = self.names.job(step, hash, r.attempts);
+        r.job_name = Some(name.clone());
+        let job = make(name.clone());
+        match jobs.create(&PostParams::default(), &job).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => return Err(e.into()),
+        }
+        info!(job = %name, step, "started Job");
+        self.soon(Duration::from_secs(5));
+        Ok(StepState::Running(format!(
+            "waiting for Job {name} ({step})"
+        )))
+    }
+
+    /// Runs one Job of `image` with `command`: a step of the pipeline, keyed by `hash`.
+    pub async fn job_step(
+        &mut self,
+        step: &str,
+        hash: &str,
+        image: &str,
+        command: Vec<String>,
+        env: Vec<k8s_openapi::api::core::v1::EnvVar>,
+        volumes: Vec<(Volume, VolumeMount)>,
+    ) -> Result<Option<State>, Error> {
+        let owner = self.owner.clone();
+        let state = self
+            .step(step, hash, |name| {
+                objects::job(
+                    &owner,
+                    JobParams {
+                        name,
+                        step: step.into(),
+                        hash: hash.into(),
+                        image: image.into(),
+                        command: command.clone(),
+                        env: env.clone(),
+                        volumes: volumes.clone(),
+                    },
+                )
+            })
+            .await?;
+        Ok(state.blocking())
+    }
+
+    /// The `db-init` step: creates the database and the service's user (password from Secret
+    /// `password_secret`, key `password`) with the external service's admin credentials.
+    pub async fn db_init(
+        &mut self,
+        image: &str,
+        db: &ResolvedDatabase,
+        password_secret: &str,
+    ) -> Result<Option<State>, Error> {
+        let hash = database::db_init_hash(&db.database, &db.admin.secret_name);
+        let mut env: Vec<_> = database::db_init_env(&db.database)
+            .into_iter()
+            .map(|(k, v)| objects::env(&k, v))
+            .collect();
+        env.push(objects::env_from_secret(
+            "DB_ADMIN_USER",
+            &db.admin.secret_name,
+            &db.admin.username_key,
+        ));
+        env.push(objects::env_from_secret(
+            "DB_ADMIN_PASSWORD",
+            &db.admin.secret_name,
+            &db.admin.password_key,
+        ));
+        env.push(objects::env_from_secret(
+            "DB_PASSWORD",
+            password_secret,
+            "password",
+        ));
+        self.job_step(
+            "db-init",
+            &hash,
+            image,
+            vec!["python3".into(), "-c".into(), DB_INIT_SCRIPT.into()],
+            env,
+            db.ca_volume.iter().cloned().collect(),
+        )
+        .await
+    }
+
+    /// The `service-user` step: the service's user (password from Secret `password_secret`),
+    /// its catalog service and endpoints, registered with Keystone's admin credentials.
+    pub async fn service_user(
+        &mut self,
+        image: &str,
+        entry: &ServiceEntry,
+        ks: &KeystoneAccess,
+        password_secret: &str,
+        service_password: &str,
+    ) -> Result<Option<State>, Error> {
+        let hash = service_user::hash(
+            image,
+            entry,
+            &ks.internal_url,
+            &ks.admin_password,
+            service_password,
+        );
+        let mut env: Vec<_> = service_user::env(entry, &ks.internal_url)
+            .into_iter()
+            .map(|(k, v)| objects::env(&k, v))
+            .collect();
+        env.push(objects::env_from_secret(
+            "OS_PASSWORD",
+            &ks.admin_secret.name,
+            &ks.admin_secret.key,
+        ));
+        env.push(objects::env_from_secret(
+            "SERVICE_PASSWORD",
+            password_secret,
+            "password",
+        ));
+        self.job_step(
+            "service-user",
+            &hash,
+            image,
+            vec!["python3".into(), "-c".into(), service_user::SCRIPT.into()],
+            env,
+            vec![],
+        )
+        .await
+    }
+
+    /// Applies the API Service and Deployment; returns the Deployment as applied.
+    pub async fn apply_api(&self, dep: &Deployment, port: u16) -> Result<Deployment, Error> {
+        let services: Api<Service> = Api::namespaced(self.ctx.client.clone(), &self.ns);
+        runtime::apply(
+            &services,
+            &objects::api_service(&self.owner, &self.names.api(), port),
+        )
+        .await?;
+        let deployments: Api<Deployment> = Api::namespaced(self.ctx.client.clone(), &self.ns);
+        Ok(runtime::apply(&deployments, dep).await?)
+    }
+
+    /// Whether the applied Deployment runs the current pod template on `want` available pods:
+    /// Ok(available) when it does, else the state to report (Ready when scaled to 0).
+    pub fn rollout(&mut self, applied: &Deployment, want: i32) -> Result<i32, State> {
+        let st = applied.status.clone().unwrap_or_default();
+        let available = st.available_replicas.unwrap_or(0);
+        self.status.available_replicas = Some(available);
+        let rolled = st.observed_generation >= applied.metadata.generation
+            && st.updated_replicas.unwrap_or(0) >= want;
+        if want == 0 {
+            return Err(State::Ready(
+                "scaled to 0 replicas; database and Secrets kept".into(),
+            ));
+        }
+        if !rolled || available < want {
+            self.soon(Duration::from_secs(5));
+            return Err(State::Reconciling {
+                reason: "RollingOut".into(),
+                message: format!(
+                    "Deployment {}: {available}/{want} pods available with the current configuration",
+                    self.names.api()
+                ),
+            });
+        }
+        Ok(available)
+    }
+
+    /// The URL the operator reaches this service's API at: the in-cluster one unless
+    /// `--api-url <service>/<namespace>/<name>=URL` overrides it.
+    pub fn operator_url(&self, internal: &str) -> String {
+        let key = format!("{}/{}/{}", K::SERVICE, self.ns, self.obj.name_any());
+        self.ctx
+            .config
+            .api_url_overrides
+            .get(&key)
+            .cloned()
+            .unwrap_or_else(|| internal.to_string())
+    }
+
+    /// The authenticated probe: a token from Keystone (as its admin), then GET `path` on the
+    /// deployed API with it; Ready only on a 2xx answer.
+    pub async fn authenticated_probe(
+        &mut self,
+        ks: &KeystoneAccess,
+        url: &str,
+        path: &str,
+        available: i32,
+    ) -> State {
+        let timeout = self.ctx.config.check_timeout;
+        match authenticated_get(ks, url, path, timeout).await {
+            Ok(()) => State::Ready(format!(
+                "{available} pods; {url}{path} answered an authenticated request"
+            )),
+            Err(e) => {
+                self.soon(Duration::from_secs(15));
+                State::Degraded {
+                    reason: "ProbeFailed".into(),
+                    message: e,
+                }
+            }
+        }
+    }
+
+    /// Deletes the other Jobs of a step once it succeeded (their pods go with them).
+    async fn cleanup_jobs(&self, step: &str, keep: &str) -> Result<(), Error> {
+        let jobs = self.jobs();
+        let sel = format!(
+            "{}={},{}={step}",
+            objects::INSTANCE_LABEL,
+            self.names.base,
+            objects::STEP_LABEL
+        );
+        for j in jobs.list(&ListParams::default().labels(&sel)).await?.items {
+            let n = j.name_any();
+            let ours = j
+                .owner_references()
+                .iter()
+                .any(|o| Some(&o.uid) == self.obj.meta().uid.as_ref());
+            if n != keep && ours {
+                let dp = DeleteParams {
+                    propagation_policy: Some(PropagationPolicy::Background),
+                    ..DeleteParams::default()
+                };
+                match jobs.delete(&n, &dp).await {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(e)) if e.code == 404 => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Asks Keystone at `url` for a project-scoped token as `admin`; returns the token.
+pub async fn issue_token(url: &str, password: &str, timeout: Duration) -> Result<String, String> {
+    let body = serde_json::json!({"auth": {"identity": {"methods": ["password"], "password": {"user": {
+        "name": "admin", "domain": {"id": "default"}, "password": password}}},
+        "scope": {"project": {"name": "admin", "domain": {"id": "default"}}}}});
+    let client = reqwest::Client::builder()
+        .timeout(timeout)
+        .build()
+        .map_err(|e| e.to_string())?;
+    let resp = client
+        .post(format!("{}/auth/tokens", url.trim_end_matches('/')))
+        .json(&body)
+        .send()
+        .await
+        .map_err(|e| format!("token request to {url} failed: {e}"))?;
+    let token = resp
+        .headers()
+        .get("x-subject-token")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    match token {
+        Some(t) if resp.status().as_u16() == 201 => Ok(t),
+        _ => Err(format!("token request to {url} answered {}", resp.status())),
+    }
+}
+
+/// The token probe of Keystone itself: the deployed API issues a token to its admin.
+pub async fn token_probe(url: &str, password: &str, timeout: Duration) -> Result<(), String> {
+    issue_token(url, password, timeout).await.map(|_| ())
+}
+
+async fn authenticated_get(
+    ks: &KeystoneAccess,
+    url: &str,
+    path: &str,
+    timeout: Duration,
+) -> Result<(), String> {
+    let token = issue_token(&ks.operator_url, &ks.admin_password, timeout).await?;
+    let client = reqwest::Client::builder()
+        .timeout(timeout)
+        .build()
+        .map_err(|e| e.to_string())?;
+    let target = format!("{}{path}", url.trim_end_matches('/'));
+    let resp = client
+        .get(&target)
+        .header("X-Auth-Token", token)
+        .send()
+        .await
+        .map_err(|e| format!("GET {target} failed: {e}"))?;
+    if resp.status().is_success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "GET {target} with a token from Keystone answered {}",
+            resp.status()
+        ))
+    }
+}
+
+/// One reconcile of a service CR: read it fresh, run its pass, write conditions, Events,
+/// metrics and status.
+pub async fn reconcile<K: ServiceKind>(cached: Arc<K>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    let started = Instant::now();
+    let kind = K::kind(&()).to_string();
+    let ns = cached.namespace().ok_or(Error::Incomplete("namespace"))?;
+    let api: Api<K> = Api::namespaced(ctx.client.clone(), &ns);
+    // The Job records in status drive what is created next; the watch cache can lag behind
+    // our own last status write, so read the object fresh (one GET per pass).
+    let Some(obj) = api.get_opt(&cached.name_any()).await? else {
+        return Ok(Action::await_change());
+    };
+    let reference = obj
+        .controller_owner_ref(&())
+        .ok_or(Error::Incomplete("uid"))?;
+    let before = obj.service_status().cloned().unwrap_or_default();
+    let mut p = Pass {
+        ctx: &ctx,
+        obj: &obj,
+        ns: ns.clone(),
+        owner: Owner {
+            reference,
+            namespace: ns.clone(),
+            instance: obj.name_any(),
+            service: K::SERVICE.into(),
+        },
+        names: Names {
+            base: obj.name_any(),
+            service: K::SERVICE,
+        },
+        status: before.clone(),
+        requeue: ctx.config.resync,
+    };
+    let state = match K::pass(&mut p).await {
+        Ok(s) => s,
+        Err(e) => {
+            runtime::observe(&ctx, &kind, false, started);
+            return Err(e);
+        }
+    };
+    let (mut status, requeue) = (p.status, p.requeue);
+    runtime::set_state(&mut status, &state, obj.meta().generation);
+    runtime::after_pass(&ctx, &obj, &before, &status).await;
+    runtime::write_status(&api, &obj, &before, &status).await?;
+    runtime::observe(&ctx, &kind, true, started);
+    info!(kind = %kind, name = %obj.name_any(), namespace = %ns, state = ?state.summary(), "service reconciled");
+    Ok(match state {
+        State::InvalidSpec(_) => Action::await_change(),
+        State::Blocked { .. } => Action::requeue(ctx.config.check_interval.min(requeue)),
+        _ => Action::requeue(requeue),
+    })
+}
+
+/// The APIs a service controller watches besides its own kind.
+pub struct Watched {
+    /// External services (a change reconciles the CRs naming them).
+    pub externals: Api<OpenStackExternalService>,
+    /// Keystones (a change reconciles the CRs depending on them).
+    pub keystones: Api<Keystone>,
+    /// Jobs (owned).
+    pub jobs: Api<Job>,
+    /// Deployments (owned).
+    pub deployments: Api<Deployment>,
+}
+
+/// Runs the controller of kind `K` until `shutdown` resolves: the CRs, the Jobs and
+/// Deployments they own, the external services and Keystones they name.
+pub async fn run<K: ServiceKind>(
+    ctx: Arc<Ctx>,
+    api: Api<K>,
+    watched: Watched,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) {
+    let controller = Controller::new(api, watcher::Config::default());
+    let store = controller.store();
+    let ks_store = store.clone();
+    controller
+        .owns(watched.jobs, watcher::Config::default())
+        .owns(watched.deployments, watcher::Config::default())
+        .watches(
+            watched.externals,
+            watcher::Config::default(),
+            move |svc: OpenStackExternalService| {
+                let ns = svc.namespace();
+                let name = svc.name_any();
+                store
+                    .state()
+                    .into_iter()
+                    .filter(|k| {
+                        k.namespace() == ns && k.external_services().contains(&name.as_str())
+                    })
+                    .map(|k| ObjectRef::from_obj(&*k))
+                    .collect::<Vec<_>>()
+            },
+        )
+        .watches(
+            watched.keystones,
+            watcher::Config::default(),
+            move |ks: Keystone| {
+                let ns = ks.namespace();
+                let name = ks.name_any();
+                ks_store
+                    .state()
+                    .into_iter()
+                    .filter(|k| k.namespace() == ns && k.keystone_name() == Some(name.as_str()))
+                    .map(|k| ObjectRef::from_obj(&*k))
+                    .collect::<Vec<_>>()
+            },
+        )
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile::<K>, runtime::error_policy, ctx)
+        .for_each(|_| futures::future::ready(()))
+        .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_and_is_capped() {
+        let (b, m) = (Duration::from_secs(30), Duration::from_secs(600));
+        assert_eq!(retry_delay(b, m, 1), Duration::from_secs(30));
+        assert_eq!(retry_delay(b, m, 2), Duration::from_secs(60));
+        assert_eq!(retry_delay(b, m, 3), Duration::from_secs(120));
+        assert_eq!(retry_delay(b, m, 10), m);
+        assert_eq!(retry_delay(b, m, u32::MAX), m);
+    }
+
+    #[test]
+    fn job_names_fit_and_carry_hash_and_attempt() {
+        let n = Names {
+            base: "a-very-long-keystone-name-that-goes-on-and-on".into(),
+            service: "keystone",
+        };
+        let j = n.job("bootstrap", "0123456789", 12);
+        assert!(j.len() <= 63, "{j}");
+        assert!(j.ends_with("-bootstrap-0123456789-12"));
+    }
+
+    #[test]
+    fn names_carry_the_service() {
+        let n = Names {
+            base: "cloud-placement".into(),
+            service: "placement",
+        };
+        assert_eq!(n.db(), "cloud-placement-placement-db");
+        assert_eq!(n.config(), "cloud-placement-placement-config");
+        assert_eq!(n.api(), "cloud-placement-api");
+    }
+}
