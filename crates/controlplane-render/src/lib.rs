@@ -14,6 +14,7 @@ pub mod ini;
 pub mod keys;
 pub mod keystone;
 pub mod neutron;
+pub mod nova;
 pub mod objects;
 pub mod placement;
 pub mod secrets;
