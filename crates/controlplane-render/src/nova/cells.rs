@@ -40,7 +40,6 @@ else
   m cell_v2 update_cell --cell_uuid "$uuid" --database_connection "$CELL_DATABASE" \
     --transport-url "$CELL_TRANSPORT"
 fi
-m cell_v2 list_cells
 "#;
 
 /// What cannot be set up as cells.

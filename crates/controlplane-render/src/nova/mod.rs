@@ -51,6 +51,9 @@ pub const NOVA_CONF: &str = "nova.conf";
 pub const API_UWSGI: &str = "api-uwsgi.ini";
 /// uwsgi configuration of the metadata API.
 pub const METADATA_UWSGI: &str = "metadata-uwsgi.ini";
+/// Seconds a stopping conductor, scheduler or compute waits for in-flight work: below the
+/// pods' `terminationGracePeriodSeconds` (30 by default).
+pub const GRACEFUL_SHUTDOWN_SECONDS: u32 = 15;
 /// The compute node's file (no database, no token validation).
 pub const COMPUTE_CONF: &str = "nova-compute.conf";
 
@@ -224,6 +227,14 @@ fn common(i: &NovaInputs<'_>, host: &str) -> Result<Ini, NovaError> {
         .set("DEFAULT", "use_stderr", "true")
         .set("DEFAULT", "host", host)
         .set("DEFAULT", "state_path", i.paths.state_path.clone())
+        // oslo.service waits this long for in-flight RPC handlers on SIGTERM (default 60 s:
+        // the boot proof saw conductor, scheduler and compute hang that long, past a pod's
+        // default 30 s grace period); shorter than the grace period, so they exit themselves.
+        .set(
+            "DEFAULT",
+            "graceful_shutdown_timeout",
+            GRACEFUL_SHUTDOWN_SECONDS.to_string(),
+        )
         .set(
             "oslo_concurrency",
             "lock_path",
