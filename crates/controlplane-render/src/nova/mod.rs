@@ -227,9 +227,9 @@ fn common(i: &NovaInputs<'_>, host: &str) -> Result<Ini, NovaError> {
         .set("DEFAULT", "use_stderr", "true")
         .set("DEFAULT", "host", host)
         .set("DEFAULT", "state_path", i.paths.state_path.clone())
-        // oslo.service waits this long for in-flight RPC handlers on SIGTERM (default 60 s:
-        // the boot proof saw conductor, scheduler and compute hang that long, past a pod's
-        // default 30 s grace period); shorter than the grace period, so they exit themselves.
+        // oslo.service waits up to this long for in-flight work on SIGTERM; its default 60 s
+        // is past a pod's 30 s grace period (the boot proof saw conductor, scheduler and
+        // compute still running 15 s after SIGTERM with it), so they would be killed instead.
         .set(
             "DEFAULT",
             "graceful_shutdown_timeout",
