@@ -106,6 +106,55 @@ impl Drop for DbCleanup {
     }
 }
 
+/// Removes what the proof's Nova declared on the shared vhost: its exchange and the queues
+/// named after its hosts (the topic queues `conductor`, `scheduler`, `compute` are Nova's
+/// generic names, shared by any Nova on the vhost, and lose their bindings with the exchange;
+/// fanout and reply queues delete themselves).
+struct MqCleanup {
+    url: String,
+    ca: String,
+    exchange: String,
+    queues: Vec<String>,
+}
+
+const MQ_CLEANUP: &str = r#"import os, ssl, sys, kombu
+c = kombu.Connection(os.environ["URL"], ssl={"ca_certs": os.environ["CA"], "cert_reqs": ssl.CERT_REQUIRED})
+c.connect()
+for kind, name in [("queue", q) for q in sys.argv[2:]] + [("exchange", sys.argv[1])]:
+    ch = c.channel()
+    try:
+        ch.queue_delete(name) if kind == "queue" else ch.exchange_delete(name)
+    except Exception as e:
+        print("%s %s: %s" % (kind, name, e), file=sys.stderr)
+    finally:
+        try:
+            ch.close()
+        except Exception:
+            pass
+c.release()
+"#;
+
+impl Drop for MqCleanup {
+    fn drop(&mut self) {
+        let out = Command::new(venv_bin("python3"))
+            .arg("-c")
+            .arg(MQ_CLEANUP)
+            .arg(&self.exchange)
+            .args(&self.queues)
+            .env("URL", &self.url)
+            .env("CA", &self.ca)
+            .output();
+        match out {
+            Ok(o) if o.status.success() && o.stderr.is_empty() => {}
+            Ok(o) => eprintln!(
+                "removing the proof's RabbitMQ exchange and queues: {}",
+                String::from_utf8_lossy(&o.stderr)
+            ),
+            Err(e) => eprintln!("removing the proof's RabbitMQ exchange and queues: {e}"),
+        }
+    }
+}
+
 /// One API call; returns the status and the JSON body (`null` when empty).
 async fn call(
     client: &reqwest::Client,
@@ -248,13 +297,17 @@ async fn rendered_nova_boots_a_server() {
     let placement_base = format!("http://127.0.0.1:{placement_port}");
     let mut template = ServiceTemplate::default();
     // User overrides as a cluster would set them: an exchange of the proof's own on the shared
-    // vhost (the harness user may not create vhosts), and debug logs for the failure output.
+    // vhost (the harness user may not create vhosts), and no random delay (up to 60 s, meant to
+    // stagger many nodes) before the scheduler's first periodic host discovery.
     template.config_overrides.insert(
         "DEFAULT".into(),
-        BTreeMap::from([(
-            "control_exchange".to_string(),
-            format!("nova_proof_{suffix}"),
-        )]),
+        BTreeMap::from([
+            (
+                "control_exchange".to_string(),
+                format!("nova_proof_{suffix}"),
+            ),
+            ("periodic_fuzzy_delay".to_string(), "0".to_string()),
+        ]),
     );
     let web = root.join("novnc");
     std::fs::create_dir_all(&web).expect("novnc dir");
@@ -299,6 +352,21 @@ async fn rendered_nova_boots_a_server() {
         workers: 1,
     };
     let compute_host = format!("nova-proof-compute-{suffix}");
+    let _mq_cleanup = MqCleanup {
+        // kombu names the scheme amqp.
+        url: inputs
+            .messaging
+            .transport_url()
+            .expect("transport url")
+            .replacen("rabbit://", "amqp://", 1),
+        ca: ca.clone(),
+        exchange: format!("nova_proof_{suffix}"),
+        queues: vec![
+            format!("compute.{compute_host}"),
+            format!("conductor.{}", inputs.host),
+            format!("scheduler.{}", inputs.host),
+        ],
+    };
     let node = ComputeNode {
         host: compute_host.clone(),
         compute_driver: "fake.SmallFakeDriver".into(),
@@ -597,6 +665,7 @@ async fn rendered_nova_boots_a_server() {
         (n.trim() == "1").then_some(())
     })
     .await;
+    let mapping_time = phase.elapsed();
     // The compute node is a resource provider in the rendered Placement.
     let rp = eventually("the compute node's resource provider", 120, || async {
         let (s, body) = call(
@@ -881,12 +950,13 @@ async fn rendered_nova_boots_a_server() {
 
     eprintln!(
         "nova proof phases: render {}, databases+keystone+validation {}, nova-manage steps (each \
-         twice) {}, processes up {}, host discovery + provider {}, server ACTIVE {}, clean-up {}; \
+         twice) {}, processes up {}, host mapped by the scheduler {} (provider in Placement {}), server ACTIVE {}, clean-up {}; \
          total {}",
         secs(render_time),
         secs(setup_time),
         secs(migrate_time),
         secs(processes_time),
+        secs(mapping_time),
         secs(discovery_time),
         secs(boot_time),
         secs(cleanup_time),
