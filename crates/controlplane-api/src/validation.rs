@@ -143,6 +143,49 @@ pub const CINDER_OWNED_OPTIONS: &[(&str, &str)] = &[
     ("nova", "project_name"),
 ];
 
+/// Nova's options the operator renders itself: the three databases' connections (the cell
+/// mappings' templates are resolved from `[database]`), the message queue and its TLS, token
+/// validation, the service user of every peer section, the metadata secret shared with
+/// Neutron, the cache and the noVNC proxy's listener (its Service targets it).
+pub const NOVA_OWNED_OPTIONS: &[(&str, &str)] = &[
+    ("api_database", "connection"),
+    ("database", "connection"),
+    ("DEFAULT", "transport_url"),
+    ("DEFAULT", "host"),
+    ("oslo_messaging_rabbit", "ssl"),
+    ("oslo_messaging_rabbit", "ssl_ca_file"),
+    ("keystone_authtoken", "auth_type"),
+    ("keystone_authtoken", "auth_url"),
+    ("keystone_authtoken", "www_authenticate_uri"),
+    ("keystone_authtoken", "region_name"),
+    ("keystone_authtoken", "username"),
+    ("keystone_authtoken", "password"),
+    ("keystone_authtoken", "project_name"),
+    ("keystone_authtoken", "user_domain_name"),
+    ("keystone_authtoken", "project_domain_name"),
+    ("keystone_authtoken", "memcached_servers"),
+    ("placement", "auth_type"),
+    ("placement", "auth_url"),
+    ("placement", "username"),
+    ("placement", "password"),
+    ("placement", "project_name"),
+    ("neutron", "auth_type"),
+    ("neutron", "auth_url"),
+    ("neutron", "username"),
+    ("neutron", "password"),
+    ("neutron", "project_name"),
+    ("neutron", "metadata_proxy_shared_secret"),
+    ("service_user", "auth_type"),
+    ("service_user", "auth_url"),
+    ("service_user", "username"),
+    ("service_user", "password"),
+    ("service_user", "project_name"),
+    ("service_user", "send_service_user_token"),
+    ("cache", "memcache_servers"),
+    ("vnc", "novncproxy_host"),
+    ("vnc", "novncproxy_port"),
+];
+
 #[derive(Default)]
 struct Errors(Vec<FieldError>);
 
@@ -182,7 +225,8 @@ pub fn owned_options(service: ServiceName) -> &'static [(&'static str, &'static 
         ServiceName::Glance => GLANCE_OWNED_OPTIONS,
         ServiceName::Neutron => NEUTRON_OWNED_OPTIONS,
         ServiceName::Cinder => CINDER_OWNED_OPTIONS,
-        ServiceName::Nova | ServiceName::Horizon => &[],
+        ServiceName::Nova => NOVA_OWNED_OPTIONS,
+        ServiceName::Horizon => &[],
     }
 }
 

@@ -13,15 +13,15 @@
 //! own bucket, and removes them again, so the test cloud's Glance and its catalog in
 //! `RegionOne` are untouched.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod support;
 use support::{
-    KEYSTONE, KeystoneCleanup, Proc, admin_password, free_port, init_database_twice, mariadb_admin,
-    register_service_twice, rss_kib, run, service_token, test_cloud_dir, venv_bin,
+    KEYSTONE, KeystoneCleanup, Proc, admin_password, external_services_env, free_port,
+    init_database_twice, mariadb_admin, register_service_twice, rss_kib, run, service_token,
+    test_cloud_dir, venv_bin,
 };
 
 use controlplane_api::common::ServiceTemplate;
@@ -33,19 +33,6 @@ use controlplane_render::secrets::password;
 const REGION: &str = "CpProofGlance";
 const USER: &str = "cpproof_glance";
 const DB: &str = "cpproof_glance";
-
-/// The external services' env file (endpoints, generated S3 keys, the harness CA).
-fn extsvc() -> HashMap<String, String> {
-    let path = std::env::var("EXTERNAL_SERVICES_ENV")
-        .unwrap_or_else(|_| "/var/cache/openstack-operator/external-services/env".to_string());
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
-        panic!("the external services are not up: cannot read {path} ({e}); run `scripts/external-services up`")
-    });
-    text.lines()
-        .filter_map(|l| l.split_once('='))
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
-}
 
 /// S3 calls with the venv's boto3 (the library glance_store uses), trusting the harness CA:
 /// reads what Glance stored and removes the proof's bucket.
@@ -365,7 +352,7 @@ async fn rendered_glance_stores_images_in_files_and_s3_and_imports_from_the_allo
         user: USER,
         database: DB,
     };
-    let ext = extsvc();
+    let ext = external_services_env();
     let var = |k: &str| {
         ext.get(k)
             .cloned()

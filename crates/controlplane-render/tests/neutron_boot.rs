@@ -14,7 +14,6 @@
 //! by their Neutron ids) and removes them, through Neutron and, should the test fail half-way,
 //! directly in the northbound database.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -22,8 +21,9 @@ use std::time::{Duration, Instant};
 
 mod support;
 use support::{
-    KEYSTONE, Proc, admin_password, free_port, init_database_twice, mariadb_admin, memcached_items,
-    register_service_twice, rss_kib, run, service_token, test_cloud_dir, venv_bin,
+    KEYSTONE, Proc, admin_password, external_services_env, free_port, init_database_twice,
+    mariadb_admin, memcached_items, register_service_twice, rss_kib, run, service_token,
+    test_cloud_dir, venv_bin,
 };
 
 use controlplane_api::common::ServiceTemplate;
@@ -36,19 +36,6 @@ use serde_json::{Value, json};
 const REGION: &str = "CpProofNeutron";
 const USER: &str = "cpproof_neutron";
 const DB: &str = "cpproof_neutron";
-
-/// The harness's external-services environment file (`KEY=VALUE` lines).
-fn external_services() -> BTreeMap<String, String> {
-    let path = std::env::var("EXTERNAL_SERVICES_ENV")
-        .unwrap_or_else(|_| "/var/cache/openstack-operator/external-services/env".into());
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
-        panic!("{path}: {e}: run scripts/external-services up (it starts OVN's NB and SB)")
-    });
-    text.lines()
-        .filter_map(|l| l.split_once('='))
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
-}
 
 /// `ovn-nbctl` against the harness's northbound database over ssl with its client certificate.
 #[derive(Clone)]
@@ -217,7 +204,7 @@ async fn rendered_neutron_boots_and_drives_real_ovn() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let root = tmp.path();
     let _ = ROOT.set(root.to_path_buf());
-    let env = external_services();
+    let env = external_services_env();
     let var = |k: &str| {
         env.get(k)
             .cloned()

@@ -3,6 +3,7 @@
 //! over it (RPC casts and calls between them).
 
 use crate::ini::Ini;
+use crate::messaging::percent_encode as encode;
 
 /// TLS towards RabbitMQ. oslo.messaging (through py-amqp) verifies the broker's chain against
 /// `ca_file` and never its host name, so the external service's `Full` and `CaOnly` modes
@@ -28,20 +29,6 @@ pub struct Messaging {
     pub vhost: String,
     /// TLS, when the endpoints speak AMQPS.
     pub tls: Option<MessagingTls>,
-}
-
-/// Percent-encodes everything but RFC 3986's unreserved characters: passwords are generated
-/// and may hold any character, and a `/` in a vhost must not end the path.
-fn encode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
 }
 
 impl Messaging {

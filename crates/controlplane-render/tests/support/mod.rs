@@ -360,3 +360,76 @@ pub fn rabbitmqctl(args: &[&str]) -> Result<String, String> {
         ))
     }
 }
+
+/// A MariaDB server reached as its admin over TLS (the external services' one): SQL for the
+/// proofs' set-up and clean-up, and the shared database script run against it.
+#[derive(Clone, Debug)]
+pub struct MariaDbAdmin {
+    /// Host.
+    pub host: String,
+    /// Port.
+    pub port: u16,
+    /// Admin user.
+    pub user: String,
+    /// Admin password.
+    pub password: String,
+    /// CA bundle of the server's certificate.
+    pub ca_file: String,
+}
+
+impl MariaDbAdmin {
+    /// The external services' MariaDB (`EXTSVC_DB`, its admin, the harness CA).
+    pub fn external() -> Self {
+        let env = external_services_env();
+        let var = |k: &str| {
+            env.get(k)
+                .cloned()
+                .unwrap_or_else(|| panic!("{k} missing from the external-services env file"))
+        };
+        let db = var("EXTSVC_DB");
+        let (host, port) = db.rsplit_once(':').expect("EXTSVC_DB is host:port");
+        MariaDbAdmin {
+            host: host.into(),
+            port: port.parse().expect("EXTSVC_DB port"),
+            user: var("EXTSVC_DB_ADMIN_USER"),
+            password: var("EXTSVC_DB_ADMIN_PASSWORD"),
+            ca_file: var("EXTSVC_CA"),
+        }
+    }
+
+    /// Runs SQL as the admin (over TLS) and returns the rows (tab-separated).
+    pub fn sql(&self, sql: &str) -> String {
+        run(
+            Command::new("mariadb")
+                .args([
+                    "-h",
+                    &self.host,
+                    "-P",
+                    &self.port.to_string(),
+                    "-u",
+                    &self.user,
+                ])
+                .arg(format!("--ssl-ca={}", self.ca_file))
+                .args(["-N", "-B", "-e", sql])
+                .env("MYSQL_PWD", &self.password),
+            "mariadb (external services admin)",
+        )
+    }
+
+    /// The operator's database Job script for `db` on this server, twice as a retried Job
+    /// would run it, on a fresh database.
+    pub fn init_database_twice(&self, db: &controlplane_render::database::Database) {
+        use controlplane_render::database;
+        self.sql(&format!("DROP DATABASE IF EXISTS {}", db.name));
+        let mut init = Command::new(venv_bin("python3"));
+        init.arg("-c").arg(database::DB_INIT_SCRIPT);
+        for (k, v) in database::db_init_env(db) {
+            init.env(k, v);
+        }
+        init.env("DB_ADMIN_USER", &self.user)
+            .env("DB_ADMIN_PASSWORD", &self.password)
+            .env("DB_PASSWORD", &db.password);
+        run(&mut init, "database script");
+        run(&mut init, "database script (again)");
+    }
+}
