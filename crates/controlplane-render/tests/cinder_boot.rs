@@ -20,22 +20,20 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 mod support;
 use support::{
-    KEYSTONE, KeystoneCleanup, Proc, admin_password, ceph, external_services_dir,
+    KeystoneCleanup, Proc, admin_password, api_call, ceph, external_services_dir,
     external_services_env, free_port, init_database_twice, mariadb_admin, memcached_items,
-    rabbitmqctl, register_service_twice, rss_kib, run, service_token, start_memcached,
-    test_cloud_dir, venv_bin,
+    proof_database, proof_keystone_auth, rabbitmqctl, register_service_twice, rss_kib, run,
+    service_token, start_memcached, test_cloud_dir, until, venv_bin,
 };
 
 use controlplane_api::common::ServiceTemplate;
-use controlplane_render::authtoken::KeystoneAuth;
 use controlplane_render::cinder::{
     self, Backend, BackendKind, CinderInputs, Messaging, MessagingTls, Nfs, Paths, Rbd,
 };
-use controlplane_render::database::Database;
 use controlplane_render::secrets::password;
 use serde_json::{Value, json};
 
@@ -124,7 +122,7 @@ fn logs() -> String {
     )
 }
 
-/// One Cinder API call; the status and the JSON body (`null` when empty).
+/// One Cinder API call at the microversion the proof speaks.
 async fn call(
     client: &reqwest::Client,
     method: reqwest::Method,
@@ -132,38 +130,11 @@ async fn call(
     token: Option<&str>,
     body: Option<Value>,
 ) -> (u16, Value) {
-    let mut r = client
-        .request(method.clone(), url)
-        .header("OpenStack-API-Version", "volume 3.70");
+    let mut headers = vec![("OpenStack-API-Version", "volume 3.70")];
     if let Some(t) = token {
-        r = r.header("X-Auth-Token", t);
+        headers.push(("X-Auth-Token", t));
     }
-    if let Some(b) = body {
-        r = r.json(&b);
-    }
-    let resp = match r.send().await {
-        Ok(r) => r,
-        Err(e) => panic!("{method} {url}: {e:?}; {}", logs()),
-    };
-    let status = resp.status().as_u16();
-    let text = resp.text().await.unwrap_or_default();
-    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
-}
-
-/// Polls `f` every 300 ms until it returns `Some`, at most `secs` seconds.
-async fn until<T, F, Fut>(what: &str, secs: u64, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "{what}; {}", logs());
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
+    api_call(client, method, url, &headers, body, logs).await
 }
 
 fn spawn(cmd: &[String], extra: &[&str], log: &Path, name: &'static str) -> Proc {
@@ -285,22 +256,8 @@ async fn rendered_cinder_creates_rbd_volumes_in_real_ceph() {
         BACKEND.into(),
         [("rbd_store_chunk_size".to_string(), "8".to_string())].into(),
     );
-    let db = Database {
-        host: "127.0.0.1".into(),
-        port: 13306,
-        name: DB.into(),
-        user: DB.into(),
-        password: password(32),
-        ca_file: None,
-    };
-    let keystone = KeystoneAuth {
-        auth_url: KEYSTONE.into(),
-        www_authenticate_uri: KEYSTONE.into(),
-        region: "RegionOne".into(),
-        username: USER.into(),
-        password: password(32),
-        project: "service".into(),
-    };
+    let db = proof_database(DB);
+    let keystone = proof_keystone_auth(USER);
     let inputs = CinderInputs {
         template: &template,
         database: db.clone(),
@@ -456,7 +413,7 @@ async fn rendered_cinder_creates_rbd_volumes_in_real_ceph() {
         "cinder-volume",
     );
     let client = reqwest::Client::new();
-    until("the API answers its version document", 120, || {
+    until("the API answers its version document", 120, logs, || {
         let client = client.clone();
         let base = base.clone();
         async move {
@@ -505,26 +462,31 @@ async fn rendered_cinder_creates_rbd_volumes_in_real_ceph() {
     // The scheduler and the volume service reported over RabbitMQ, and the backend's pool is
     // in the scheduler's stats.
     let pool_name = format!("{VOLUME_HOST}@{BACKEND}#{BACKEND}");
-    let pool = until("the backend's pool in the scheduler's stats", 120, || {
-        let (client, url) = (
-            client.clone(),
-            format!("{v3}/scheduler-stats/get_pools?detail=true"),
-        );
-        let token = token.clone();
-        let pool_name = pool_name.clone();
-        async move {
-            let (status, body) =
-                call(&client, reqwest::Method::GET, &url, Some(&token), None).await;
-            if status != 200 {
-                return None;
+    let pool = until(
+        "the backend's pool in the scheduler's stats",
+        120,
+        logs,
+        || {
+            let (client, url) = (
+                client.clone(),
+                format!("{v3}/scheduler-stats/get_pools?detail=true"),
+            );
+            let token = token.clone();
+            let pool_name = pool_name.clone();
+            async move {
+                let (status, body) =
+                    call(&client, reqwest::Method::GET, &url, Some(&token), None).await;
+                if status != 200 {
+                    return None;
+                }
+                body["pools"]
+                    .as_array()?
+                    .iter()
+                    .find(|p| p["name"] == pool_name.as_str())
+                    .cloned()
             }
-            body["pools"]
-                .as_array()?
-                .iter()
-                .find(|p| p["name"] == pool_name.as_str())
-                .cloned()
-        }
-    })
+        },
+    )
     .await;
     let services_time = started.elapsed();
     assert_eq!(
@@ -615,7 +577,7 @@ async fn rendered_cinder_creates_rbd_volumes_in_real_ceph() {
     assert_eq!(status, 202, "create volume: {vol}; {}", logs());
     let vol_id = vol["volume"]["id"].as_str().expect("volume id").to_string();
     let vol_url = format!("{v3}/volumes/{vol_id}");
-    let vol = until("the volume becomes available", 120, || {
+    let vol = until("the volume becomes available", 120, logs, || {
         let (client, url, token) = (client.clone(), vol_url.clone(), token.clone());
         async move {
             let (_, v) = call(&client, reqwest::Method::GET, &url, Some(&token), None).await;
@@ -692,7 +654,7 @@ async fn rendered_cinder_creates_rbd_volumes_in_real_ceph() {
         "{v3}/volumes/{}",
         stray["volume"]["id"].as_str().expect("volume id")
     );
-    let stray = until("the unplaceable volume goes to error", 60, || {
+    let stray = until("the unplaceable volume goes to error", 60, logs, || {
         let (client, url, token) = (client.clone(), stray_url.clone(), token.clone());
         async move {
             let (_, v) = call(&client, reqwest::Method::GET, &url, Some(&token), None).await;
@@ -724,7 +686,7 @@ async fn rendered_cinder_creates_rbd_volumes_in_real_ceph() {
     let started = Instant::now();
     let (status, _) = call(&client, reqwest::Method::DELETE, &vol_url, t, None).await;
     assert_eq!(status, 202, "delete volume; {}", logs());
-    until("the volume is gone", 120, || {
+    until("the volume is gone", 120, logs, || {
         let (client, url, token) = (client.clone(), vol_url.clone(), token.clone());
         async move {
             let (status, v) = call(&client, reqwest::Method::GET, &url, Some(&token), None).await;

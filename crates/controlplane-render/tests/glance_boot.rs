@@ -19,14 +19,12 @@ use std::time::{Duration, Instant};
 
 mod support;
 use support::{
-    KEYSTONE, KeystoneCleanup, Proc, admin_password, external_services_env, free_port,
-    init_database_twice, mariadb_admin, register_service_twice, rss_kib, run, service_token,
-    test_cloud_dir, venv_bin,
+    KeystoneCleanup, Proc, admin_password, external_services_env, free_port, init_database_twice,
+    mariadb_admin, proof_database, proof_keystone_auth, register_service_twice, rss_kib, run,
+    service_token, test_cloud_dir, venv_bin,
 };
 
 use controlplane_api::common::ServiceTemplate;
-use controlplane_render::authtoken::KeystoneAuth;
-use controlplane_render::database::Database;
 use controlplane_render::glance::{self, Backend, GlanceInputs, Paths, S3Store, WebDownload};
 use controlplane_render::secrets::password;
 
@@ -367,22 +365,8 @@ async fn rendered_glance_stores_images_in_files_and_s3_and_imports_from_the_allo
     };
 
     let template = ServiceTemplate::default();
-    let db = Database {
-        host: "127.0.0.1".into(),
-        port: 13306,
-        name: DB.into(),
-        user: DB.into(),
-        password: password(32),
-        ca_file: None,
-    };
-    let keystone = KeystoneAuth {
-        auth_url: KEYSTONE.into(),
-        www_authenticate_uri: KEYSTONE.into(),
-        region: "RegionOne".into(),
-        username: USER.into(),
-        password: password(32),
-        project: "service".into(),
-    };
+    let db = proof_database(DB);
+    let keystone = proof_keystone_auth(USER);
     let paths = Paths {
         config_dir: root.join("etc").display().to_string(),
         state_dir: root.join("state").display().to_string(),

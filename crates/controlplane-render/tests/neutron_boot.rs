@@ -21,15 +21,13 @@ use std::time::{Duration, Instant};
 
 mod support;
 use support::{
-    KEYSTONE, Proc, admin_password, external_services_env, free_port, init_database_twice,
-    mariadb_admin, memcached_items, register_service_twice, rss_kib, run, service_token,
-    test_cloud_dir, venv_bin,
+    Proc, admin_password, api_call, external_services_env, free_port, init_database_twice,
+    mariadb_admin, memcached_items, proof_database, proof_keystone_auth, register_service_twice,
+    rss_kib, run, service_token, test_cloud_dir, venv_bin,
 };
 
 use controlplane_api::common::ServiceTemplate;
-use controlplane_render::database::Database;
 use controlplane_render::neutron::{self, Metadata, Networks, NeutronInputs, Ovn, OvnTls, Paths};
-use controlplane_render::placement::KeystoneAuth;
 use controlplane_render::secrets::password;
 use serde_json::{Value, json};
 
@@ -165,7 +163,7 @@ fn logs() -> String {
     )
 }
 
-/// One Neutron API call; returns the status and the JSON body (`null` when empty).
+/// One Neutron API call, with a token when given.
 async fn call(
     client: &reqwest::Client,
     method: reqwest::Method,
@@ -173,20 +171,8 @@ async fn call(
     token: Option<&str>,
     body: Option<Value>,
 ) -> (u16, Value) {
-    let mut r = client.request(method.clone(), url);
-    if let Some(t) = token {
-        r = r.header("X-Auth-Token", t);
-    }
-    if let Some(b) = body {
-        r = r.json(&b);
-    }
-    let resp = match r.send().await {
-        Ok(r) => r,
-        Err(e) => panic!("{method} {url}: {e:?}; {}", logs()),
-    };
-    let status = resp.status().as_u16();
-    let text = resp.text().await.unwrap_or_default();
-    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+    let headers: Vec<(&str, &str)> = token.map(|t| ("X-Auth-Token", t)).into_iter().collect();
+    api_call(client, method, url, &headers, body, logs).await
 }
 
 /// Polls `f` until it holds (Neutron writes to OVN within the API request, but the proof does
@@ -258,22 +244,8 @@ async fn rendered_neutron_boots_and_drives_real_ovn() {
         "ml2_type_geneve".into(),
         [("vni_ranges".to_string(), "1000:2000".to_string())].into(),
     );
-    let db = Database {
-        host: "127.0.0.1".into(),
-        port: 13306,
-        name: DB.into(),
-        user: DB.into(),
-        password: password(32),
-        ca_file: None,
-    };
-    let keystone = KeystoneAuth {
-        auth_url: KEYSTONE.into(),
-        www_authenticate_uri: KEYSTONE.into(),
-        region: "RegionOne".into(),
-        username: USER.into(),
-        password: password(32),
-        project: "service".into(),
-    };
+    let db = proof_database(DB);
+    let keystone = proof_keystone_auth(USER);
     let venv = test_cloud_dir().join("venv");
     let paths = Paths {
         config_dir: root.join("etc").display().to_string(),

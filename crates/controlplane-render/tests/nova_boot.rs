@@ -20,9 +20,9 @@ use std::time::{Duration, Instant};
 
 mod support;
 use support::{
-    KEYSTONE, KeystoneCleanup, MariaDbAdmin, Proc, admin_password, external_services_env,
-    free_port, memcached_items, register_service_twice, rss_kib, run, service_token,
-    test_cloud_dir, venv_bin,
+    KeystoneCleanup, MariaDbAdmin, Proc, admin_password, api_call, external_services_env,
+    free_port, memcached_items, proof_keystone_auth, register_service_twice, rss_kib, run,
+    service_token, test_cloud_dir, until, venv_bin,
 };
 
 use controlplane_api::common::ServiceTemplate;
@@ -156,7 +156,7 @@ impl Drop for MqCleanup {
     }
 }
 
-/// One API call; returns the status and the JSON body (`null` when empty).
+/// One API call with a token and the given headers.
 async fn call(
     client: &reqwest::Client,
     method: reqwest::Method,
@@ -165,38 +165,9 @@ async fn call(
     headers: &[(&str, &str)],
     body: Option<Value>,
 ) -> (u16, Value) {
-    let mut r = client
-        .request(method.clone(), url)
-        .header("X-Auth-Token", token);
-    for (k, v) in headers {
-        r = r.header(*k, *v);
-    }
-    if let Some(b) = body {
-        r = r.json(&b);
-    }
-    let resp = match r.send().await {
-        Ok(r) => r,
-        Err(e) => panic!("{method} {url}: {e:?}; {}", logs()),
-    };
-    let status = resp.status().as_u16();
-    let text = resp.text().await.unwrap_or_default();
-    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
-}
-
-/// Polls `f` (async) until it returns `Some`, for at most `secs`.
-async fn eventually<T, F, Fut>(what: &str, secs: u64, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "{what}; {}", logs());
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    let mut all = vec![("X-Auth-Token", token)];
+    all.extend_from_slice(headers);
+    api_call(client, method, url, &all, body, logs).await
 }
 
 fn spawn(root: &Path, log: &str, what: &'static str, cmd: &[String]) -> Proc {
@@ -287,14 +258,7 @@ async fn rendered_nova_boots_a_server() {
         cell0: db(DBS[1], USER, &db_password),
         cell1: db(DBS[2], USER, &db_password),
     };
-    let keystone = KeystoneAuth {
-        auth_url: KEYSTONE.into(),
-        www_authenticate_uri: KEYSTONE.into(),
-        region: "RegionOne".into(),
-        username: USER.into(),
-        password: password(32),
-        project: "service".into(),
-    };
+    let keystone = proof_keystone_auth(USER);
     let placement_base = format!("http://127.0.0.1:{placement_port}");
     let mut template = ServiceTemplate::default();
     // User overrides as a cluster would set them: an exchange of the proof's own on the shared
@@ -602,9 +566,10 @@ async fn rendered_nova_boots_a_server() {
 
     let client = reqwest::Client::new();
     // The API validates tokens: a request without one is refused once the API is up.
-    eventually(
+    until(
         "the compute API refusing a request without token",
         120,
+        logs,
         || async {
             let r = client
                 .get(format!("{nova_base}/servers"))
@@ -630,7 +595,7 @@ async fn rendered_nova_boots_a_server() {
     let mv = |v: &'static str| [("OpenStack-API-Version", v)];
     // Every service reports up through the API: conductor and scheduler over the message
     // queue and the cell database, the compute node through the conductor.
-    let services = eventually("conductor, scheduler and compute up", 180, || async {
+    let services = until("conductor, scheduler and compute up", 180, logs, || async {
         let (s, body) = call(
             &client,
             reqwest::Method::GET,
@@ -659,33 +624,43 @@ async fn rendered_nova_boots_a_server() {
 
     // --- Host discovery by the scheduler's periodic task ----------------------------------
     let phase = Instant::now();
-    eventually("the scheduler mapped the compute host", 120, || async {
-        let n = admin.sql(&format!(
-            "SELECT COUNT(*) FROM nova_proof_api.host_mappings WHERE host = '{compute_host}'"
-        ));
-        (n.trim() == "1").then_some(())
-    })
+    until(
+        "the scheduler mapped the compute host",
+        120,
+        logs,
+        || async {
+            let n = admin.sql(&format!(
+                "SELECT COUNT(*) FROM nova_proof_api.host_mappings WHERE host = '{compute_host}'"
+            ));
+            (n.trim() == "1").then_some(())
+        },
+    )
     .await;
     let mapping_time = phase.elapsed();
     // The compute node is a resource provider in the rendered Placement.
-    let rp = eventually("the compute node's resource provider", 120, || async {
-        let (s, body) = call(
-            &client,
-            reqwest::Method::GET,
-            &format!("{placement_base}/resource_providers?name={compute_host}"),
-            t,
-            &[("OpenStack-API-Version", "placement 1.14")],
-            None,
-        )
-        .await;
-        (s == 200)
-            .then(|| {
-                body["resource_providers"][0]["uuid"]
-                    .as_str()
-                    .map(String::from)
-            })
-            .flatten()
-    })
+    let rp = until(
+        "the compute node's resource provider",
+        120,
+        logs,
+        || async {
+            let (s, body) = call(
+                &client,
+                reqwest::Method::GET,
+                &format!("{placement_base}/resource_providers?name={compute_host}"),
+                t,
+                &[("OpenStack-API-Version", "placement 1.14")],
+                None,
+            )
+            .await;
+            (s == 200)
+                .then(|| {
+                    body["resource_providers"][0]["uuid"]
+                        .as_str()
+                        .map(String::from)
+                })
+                .flatten()
+        },
+    )
     .await;
     let (_, hyp) = call(
         &client,
@@ -767,7 +742,7 @@ async fn rendered_nova_boots_a_server() {
         .expect("server id")
         .to_string();
     let server_url = format!("{nova_base}/servers/{server_id}");
-    let active = eventually("the server ACTIVE", 120, || async {
+    let active = until("the server ACTIVE", 120, logs, || async {
         let (_, body) = call(
             &client,
             reqwest::Method::GET,
@@ -905,7 +880,7 @@ async fn rendered_nova_boots_a_server() {
     let phase = Instant::now();
     let (s, _) = call(&client, reqwest::Method::DELETE, &server_url, t, &[], None).await;
     assert_eq!(s, 204, "delete server");
-    eventually("the server gone", 60, || async {
+    until("the server gone", 60, logs, || async {
         let (s, _) = call(&client, reqwest::Method::GET, &server_url, t, &[], None).await;
         (s == 404).then_some(())
     })

@@ -16,14 +16,13 @@ use std::time::{Duration, Instant};
 
 mod support;
 use support::{
-    KEYSTONE, KeystoneCleanup, Proc, admin_password, free_port, init_database_twice, mariadb_admin,
-    memcached_items, register_service_twice, rss_kib, run, service_token, start_memcached,
-    test_cloud_dir, venv_bin,
+    KeystoneCleanup, Proc, admin_password, free_port, init_database_twice, mariadb_admin,
+    memcached_items, proof_database, proof_keystone_auth, register_service_twice, rss_kib, run,
+    service_token, start_memcached, test_cloud_dir, venv_bin,
 };
 
 use controlplane_api::common::ServiceTemplate;
-use controlplane_render::database::Database;
-use controlplane_render::placement::{self, KeystoneAuth, Paths, PlacementInputs};
+use controlplane_render::placement::{self, Paths, PlacementInputs};
 use controlplane_render::secrets::password;
 
 const REGION: &str = "CpProofPlacement";
@@ -84,24 +83,8 @@ async fn rendered_placement_boots_and_serves_resource_providers() {
         "placement".into(),
         [("max_allocation_candidates".to_string(), "500".to_string())].into(),
     );
-    let db = Database {
-        host: "127.0.0.1".into(),
-        port: 13306,
-        name: DB.into(),
-        user: DB.into(),
-        password: password(32),
-        ca_file: None,
-    };
-    let keystone = KeystoneAuth {
-        auth_url: KEYSTONE.into(),
-        www_authenticate_uri: KEYSTONE.into(),
-        // The test cloud's identity endpoints are in RegionOne; only the proof's own
-        // Placement endpoints go to REGION.
-        region: "RegionOne".into(),
-        username: USER.into(),
-        password: password(32),
-        project: "service".into(),
-    };
+    let db = proof_database(DB);
+    let keystone = proof_keystone_auth(USER);
     let paths = Paths {
         config_dir: root.join("etc").display().to_string(),
         log_file: Some(root.join("placement.log").display().to_string()),

@@ -433,3 +433,75 @@ impl MariaDbAdmin {
         run(&mut init, "database script (again)");
     }
 }
+
+/// A proof's own database on the test cloud's MariaDB (127.0.0.1:13306, no TLS): user and
+/// schema both `name`, a fresh random password.
+pub fn proof_database(name: &str) -> controlplane_render::database::Database {
+    controlplane_render::database::Database {
+        host: "127.0.0.1".into(),
+        port: 13306,
+        name: name.into(),
+        user: name.into(),
+        password: controlplane_render::secrets::password(32),
+        ca_file: None,
+    }
+}
+
+/// A proof's service user in the test cloud's Keystone (`service` project, the identity
+/// endpoints' region `RegionOne`), a fresh random password.
+pub fn proof_keystone_auth(user: &str) -> controlplane_render::authtoken::KeystoneAuth {
+    controlplane_render::authtoken::KeystoneAuth {
+        auth_url: KEYSTONE.into(),
+        www_authenticate_uri: KEYSTONE.into(),
+        region: "RegionOne".into(),
+        username: user.into(),
+        password: controlplane_render::secrets::password(32),
+        project: "service".into(),
+    }
+}
+
+/// One HTTP call of a proof: the status and the JSON body (`null` when empty). A transport
+/// error fails the proof with `logs()` (the booted services' log tails).
+pub async fn api_call(
+    client: &reqwest::Client,
+    method: reqwest::Method,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: Option<serde_json::Value>,
+    logs: fn() -> String,
+) -> (u16, serde_json::Value) {
+    let mut r = client.request(method.clone(), url);
+    for (k, v) in headers {
+        r = r.header(*k, *v);
+    }
+    if let Some(b) = body {
+        r = r.json(&b);
+    }
+    let resp = match r.send().await {
+        Ok(r) => r,
+        Err(e) => panic!("{method} {url}: {e:?}; {}", logs()),
+    };
+    let status = resp.status().as_u16();
+    let text = resp.text().await.unwrap_or_default();
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(serde_json::Value::Null),
+    )
+}
+
+/// Polls `f` every 300 ms until it returns `Some`, for at most `secs`; then fails the proof
+/// with `logs()`.
+pub async fn until<T, F, Fut>(what: &str, secs: u64, logs: fn() -> String, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "{what}; {}", logs());
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
