@@ -11,6 +11,7 @@
 //! groups from converging. Every area runs, its condition is set, and the pass ends with the
 //! most urgent error (see [`combine`]) or `Ready` when all areas are.
 
+pub mod drift;
 pub mod federation;
 pub mod identity;
 pub mod networks;
