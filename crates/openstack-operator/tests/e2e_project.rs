@@ -1541,6 +1541,7 @@ async fn drift_removed_by_hand_comes_back_within_one_period() -> anyhow::Result<
         tokio::time::sleep(Duration::from_secs(2 * PERIOD + 2)).await;
         let after = settled(env).await?;
         let calls = delta(&before.api_calls(), &after.api_calls());
+        eprintln!("calls in {} s of drift checks (period {PERIOD} s, one converged project; the domain's own resyncs included): {calls:?}", 2 * PERIOD + 2);
         let writes: Vec<&String> = calls.keys().filter(|op| is_write(op)).collect();
         assert!(writes.is_empty(), "the checks of a converged project write nothing: {calls:?}");
         assert_eq!(

@@ -2144,7 +2144,12 @@ async fn the_pass_that_creates_the_project_skips_the_reads_nothing_can_answer() 
     }
     // The project group is not looked up by name (the bound group `auditors` and the role
     // group of `reader` are: those may outlive a project deleted by hand).
-    assert_eq!(w.fake.call_count("identity.find_group"), 2, "{:?}", w.fake.calls());
+    assert_eq!(
+        w.fake.call_count("identity.find_group"),
+        2,
+        "{:?}",
+        w.fake.calls()
+    );
     // The next pass reads everything and writes nothing.
     w.fake.reset_calls();
     let res = w.pass(&obj, &mut st, fed(&obj)).await;
