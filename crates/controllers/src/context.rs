@@ -68,6 +68,8 @@ pub struct Context {
     failures: Mutex<HashMap<String, u32>>,
     /// Per-key async locks (e.g. one per federation mapping) serialising read-modify-write.
     locks: Mutex<HashMap<String, std::sync::Arc<tokio::sync::Mutex<()>>>>,
+    /// Kinds whose converged objects a periodic drift check watches (no per-object resync).
+    drift_checked: Mutex<BTreeSet<String>>,
 }
 
 impl Context {
@@ -91,6 +93,7 @@ impl Context {
             metrics,
             failures: Mutex::new(HashMap::new()),
             locks: Mutex::new(HashMap::new()),
+            drift_checked: Mutex::new(BTreeSet::new()),
         }
     }
 
@@ -134,5 +137,22 @@ impl Context {
             .entry(key.to_string())
             .or_default()
             .clone()
+    }
+
+    /// Records that a drift check watches the converged objects of `kind`: the framework
+    /// then leaves them alone until the check (or a change) asks for a pass.
+    pub fn mark_drift_checked(&self, kind: &str) {
+        self.drift_checked
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(kind.to_string());
+    }
+
+    /// Whether a drift check watches the converged objects of `kind`.
+    pub fn is_drift_checked(&self, kind: &str) -> bool {
+        self.drift_checked
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(kind)
     }
 }

@@ -301,7 +301,16 @@ async fn apply_one<K: Managed>(
                 )
                 .await;
             }
-            Action::requeue(requeue)
+            // A converged object of a kind with a drift check is not requeued: the check
+            // reads the cloud once per period for all of them and asks for a pass only
+            // where something differs.
+            if matches!(progress, Progress::Ready { .. })
+                && ctx.is_drift_checked(K::kind(&()).as_ref())
+            {
+                Action::await_change()
+            } else {
+                Action::requeue(requeue)
+            }
         }
         Err(e) => {
             let failures = ctx.note_failure(&key);

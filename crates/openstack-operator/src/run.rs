@@ -611,6 +611,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             )),
             Kind::Project => {
                 let domains = domain_watch.then(|| controllers::project::watch_domains(c.clone()));
+                // Converged projects are compared with one per-cluster snapshot per period.
+                let drift = controllers::project::drift::watch(ctx.clone());
                 let api: Api<api::OpenstackProject> = if args.watch_namespace.is_empty() {
                     Api::all(c)
                 } else {
@@ -625,8 +627,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                     shutdown,
                     ready,
                     move |controller| match domains {
-                        Some(watch) => watch(controller),
-                        None => controller,
+                        Some(watch) => watch(drift(controller)),
+                        None => drift(controller),
                     },
                 ))
             }

@@ -1477,3 +1477,126 @@ data:
         })
         .await
 }
+
+/// The periodic drift check (issue 15): while nothing changes, a check costs the converged
+/// project no pass and no write (it reads the cloud per cluster); a security-group rule, a
+/// subnet (detached from its router first, as Neutron requires) and the project group's role
+/// assignment removed by hand are found by the next check and put back by the pass it asks
+/// for, within one period.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drift_removed_by_hand_comes_back_within_one_period() -> anyhow::Result<()> {
+    const PERIOD: u64 = 10;
+    env("drift", PERIOD).await?.run(async |env| {
+        let t = tenant_without_idp(env, None).await?;
+        let cr = env.unique("drift");
+        let pname = format!("{cr}.example.com");
+        let doc = json!({
+            "apiVersion": "sunet.se/v1alpha1",
+            "kind": "OpenstackProject",
+            "metadata": {"name": cr},
+            "spec": {
+                "name": pname,
+                "description": "drift e2e",
+                "domain": t.domain,
+                "enabled": true,
+                "quotas": {"compute": {"cores": 21}, "network": {"routers": 4}},
+                "networks": [network("internal", "10.41.1.0/24", Some(true))],
+                "securityGroups": [{"name": "web", "description": "web", "rules": [
+                    with(rule("ingress", "tcp", Some(443), Some(443)), "remoteIpPrefix", "0.0.0.0/0"),
+                    with(rule("ingress", "tcp", Some(22), Some(22)), "remoteIpPrefix", "198.51.100.0/24"),
+                ]}],
+            }
+        });
+        env.apply(&doc.to_string()).await?;
+        let p: OpenstackProject = env.wait_ready(&cr, READY).await?;
+        let st = status(&p)?.clone();
+        let pid = st.project_id.clone().context("projectId")?;
+        let gid = st.group_id.clone().context("groupId")?;
+        let sg = st.security_groups[0].id.clone().context("security group id")?;
+        let entry = st.networks[0].clone();
+        let router = entry.router_id.clone().context("router id")?;
+        let subnet = entry.subnet_id.clone().context("subnet id")?;
+        let member = role_id(env, "member").await?;
+        let (net, ks) = (&env.cloud.network, &env.cloud.identity);
+        let ingress = async || -> anyhow::Result<usize> {
+            Ok(net
+                .list_security_group_rules(&sg)
+                .await?
+                .iter()
+                .filter(|r| r.direction == "ingress")
+                .count())
+        };
+        let group_grant = async || -> anyhow::Result<bool> {
+            Ok(ks
+                .list_project_role_assignments(&pid)
+                .await?
+                .iter()
+                .any(|a| a.actor == Actor::Group(gid.clone()) && a.role_id == member))
+        };
+        assert_eq!(ingress().await?, 2);
+        assert!(group_grant().await?);
+
+        // Converged: two periods of checks make no project pass and no write.
+        let before = settled(env).await?;
+        tokio::time::sleep(Duration::from_secs(2 * PERIOD + 2)).await;
+        let after = settled(env).await?;
+        let calls = delta(&before.api_calls(), &after.api_calls());
+        eprintln!("calls in {} s of drift checks (period {PERIOD} s, one converged project; the domain's own resyncs included): {calls:?}", 2 * PERIOD + 2);
+        let writes: Vec<&String> = calls.keys().filter(|op| is_write(op)).collect();
+        assert!(writes.is_empty(), "the checks of a converged project write nothing: {calls:?}");
+        assert_eq!(
+            after.reconciles("OpenstackProject"),
+            before.reconciles("OpenstackProject"),
+            "no pass of the converged project: {calls:?}"
+        );
+        for per_tenant in ["find_project", "list_project_role_assignments", "list_router_interfaces"] {
+            assert!(!calls.contains_key(per_tenant), "{per_tenant} is not read per tenant: {calls:?}");
+        }
+        assert!(
+            calls.contains_key("list_domain_role_assignments") && calls.contains_key("list_routers"),
+            "the checks read the cloud per cluster: {calls:?}"
+        );
+
+        // By hand: a rule, the subnet, the group's grant.
+        let rule = net
+            .list_security_group_rules(&sg)
+            .await?
+            .into_iter()
+            .find(|r| r.direction == "ingress")
+            .context("an ingress rule")?;
+        net.delete_security_group_rule(&rule.id).await?;
+        net.remove_router_interface(&router, &subnet).await?;
+        net.delete_subnet(&subnet).await?;
+        ks.revoke_project_role(&pid, &Actor::Group(gid.clone()), &member).await?;
+        let removed = std::time::Instant::now();
+
+        // The next check (at most one period away) finds them; its pass puts them back.
+        let new_subnet = wait_for(
+            Duration::from_secs(PERIOD) + READY,
+            Duration::from_secs(1),
+            "the rule, the subnet and the grant to come back",
+            async || {
+                let p: OpenstackProject = env.get(&cr).await?;
+                let st = status(&p)?;
+                let subnet_now = st.networks[0].subnet_id.clone().unwrap_or_default();
+                let attached = !subnet_now.is_empty()
+                    && subnet_now != subnet
+                    && net.list_router_interfaces(&router).await?.iter().any(|port| {
+                        port.fixed_ips.iter().any(|ip| ip.subnet_id.as_deref() == Some(subnet_now.as_str()))
+                    });
+                let (rules, grant) = (ingress().await?, group_grant().await?);
+                if rules == 2 && attached && grant && is_ready(&p) {
+                    return Ok(Check::Done(subnet_now));
+                }
+                Ok(Check::Pending(format!("ingress rules {rules}, new subnet attached {attached}, grant {grant}")))
+            },
+        )
+        .await?;
+        eprintln!(
+            "drift repaired {:.1} s after the removals (period {PERIOD} s); new subnet {new_subnet}",
+            removed.elapsed().as_secs_f64()
+        );
+        Ok(())
+    })
+    .await
+}

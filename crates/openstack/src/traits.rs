@@ -78,6 +78,22 @@ pub trait Identity: Send + Sync {
 
     /// List direct role assignments (users and groups) on a project.
     async fn list_project_role_assignments(&self, project_id: &str) -> Result<Vec<RoleAssignment>>;
+    /// List the direct role assignments (users and groups) on every project of a domain.
+    /// Keystone answers this in one request (`scope.project.id=<domain>&include_subtree`,
+    /// a domain being the parent project of its projects); the default asks per project.
+    async fn list_domain_role_assignments(&self, domain_id: &str) -> Result<Vec<RoleAssignment>> {
+        let projects = self
+            .list_projects(&ProjectFilter {
+                domain_id: Some(domain_id.to_string()),
+                ..Default::default()
+            })
+            .await?;
+        let mut out = Vec::new();
+        for p in projects {
+            out.extend(self.list_project_role_assignments(&p.id).await?);
+        }
+        Ok(out)
+    }
     /// Grant a role on a project to a user or group (idempotent).
     async fn grant_project_role(
         &self,
@@ -250,6 +266,22 @@ pub trait Network: Send + Sync {
     async fn remove_router_interface(&self, router_id: &str, subnet_id: &str) -> Result<()>;
     /// List the interface ports of a router (not its gateway port).
     async fn list_router_interfaces(&self, router_id: &str) -> Result<Vec<RouterPort>>;
+    /// The interface ports of every router in `routers`, by router ID (routers without an
+    /// interface are left out). Neutron answers this in one request (ports filtered by the
+    /// interface device owners); the default asks per router.
+    async fn list_routers_interfaces(
+        &self,
+        routers: &[String],
+    ) -> Result<std::collections::BTreeMap<String, Vec<RouterPort>>> {
+        let mut out = std::collections::BTreeMap::new();
+        for r in routers {
+            let ports = self.list_router_interfaces(r).await?;
+            if !ports.is_empty() {
+                out.insert(r.clone(), ports);
+            }
+        }
+        Ok(out)
+    }
 
     /// Get a security group with its rules.
     async fn get_security_group(&self, id: &str) -> Result<SecurityGroup>;
@@ -296,6 +328,23 @@ pub trait Network: Send + Sync {
     async fn update_network_quota(&self, project_id: &str, limits: &QuotaUpdate) -> Result<()>;
     /// The limits a project has when none is set for it (`/v2.0/quotas/{id}/default`).
     async fn get_network_quota_defaults(&self, project_id: &str) -> Result<QuotaUpdate>;
+    /// The limits in force for each of `projects`. Neutron lists the projects with limits of
+    /// their own in one request (`GET /v2.0/quotas`); the others have the defaults (one more
+    /// request). The default asks per project.
+    async fn list_network_quota_limits(
+        &self,
+        projects: &[String],
+    ) -> Result<std::collections::BTreeMap<String, QuotaUpdate>> {
+        let mut out = std::collections::BTreeMap::new();
+        for p in projects {
+            let q = self.get_network_quota(p).await?;
+            out.insert(
+                p.clone(),
+                q.into_iter().map(|(k, v)| (k, v.limit)).collect(),
+            );
+        }
+        Ok(out)
+    }
 }
 
 /// Cinder: quotas.

@@ -414,6 +414,26 @@ async fn roles_and_project_assignments() {
         );
         assert!(ra.iter().any(|a| a.actor == ga));
         assert!(ra.iter().any(|a| a.actor == ua));
+        // The one-request listing of a whole domain (the drift check's) holds the same two,
+        // each with its project.
+        let mut in_domain: Vec<RoleAssignment> = id
+            .list_domain_role_assignments(DEFAULT_DOMAIN)
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|a| a.project_id == p.id)
+            .collect();
+        in_domain.sort_by(|a, b| a.actor.cmp(&b.actor));
+        assert_eq!(
+            in_domain
+                .iter()
+                .map(|a| (&a.actor, &a.role_id))
+                .collect::<Vec<_>>(),
+            ra.iter()
+                .map(|a| (&a.actor, &a.role_id))
+                .collect::<Vec<_>>(),
+            "{in_domain:?}"
+        );
 
         let e = id
             .grant_project_role(&p.id, &ga, "no-such-role")

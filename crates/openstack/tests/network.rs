@@ -988,6 +988,14 @@ async fn router_lifecycle_gateway_interfaces_and_errors() {
 
         let ports = n.list_router_interfaces(&r.id).await.unwrap();
         assert_eq!(ports.len(), 1, "gateway port must not be listed: {ports:?}");
+        // The one-request listing of several routers' interfaces (the drift check's) sees
+        // the same port, keeps to the routers asked about and leaves out gateway ports.
+        let all = n
+            .list_routers_interfaces(&[r.id.clone(), "no-such-router".into()])
+            .await
+            .unwrap();
+        assert_eq!(all.len(), 1, "{all:?}");
+        assert_eq!(all.get(&r.id), Some(&ports));
         assert_eq!(ports[0].port_id, itf.port_id);
         assert_eq!(ports[0].network_id, net.id);
         assert_eq!(ports[0].device_owner, "network:router_interface");
@@ -1433,6 +1441,16 @@ async fn quotas_with_usage_and_partial_updates() {
         assert_eq!(after["network"].limit, 7);
         assert_eq!(after["network"].in_use, 1);
         let defaults = n.get_network_quota_defaults(&proj.id).await.unwrap();
+        // The one-request listing (the drift check's): this project's own limits, the
+        // defaults for a project without limits of its own.
+        let other = project(&cloud, &c).await;
+        let listed = n
+            .list_network_quota_limits(&[proj.id.clone(), other.id.clone()])
+            .await
+            .unwrap();
+        assert_eq!(listed[&proj.id]["router"], 3, "{listed:?}");
+        assert_eq!(listed[&proj.id]["network"], 7, "{listed:?}");
+        assert_eq!(listed[&other.id], defaults, "{listed:?}");
         assert_eq!(defaults["router"], before["router"].limit);
         assert_eq!(defaults["network"], before["network"].limit);
         for (k, v) in &before {

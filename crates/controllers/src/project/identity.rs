@@ -325,8 +325,13 @@ pub struct Tenant {
     pub group_name: String,
     /// The group's name before a rename in this pass (its federation rule must go).
     pub previous_group_name: Option<String>,
-    /// The project was created in this pass.
+    /// The project was created in this pass: nothing can exist in it yet (no Neutron object,
+    /// no role assignment, no quota of its own), so the pass skips the reads that look for
+    /// such things. A pass that lost the create response finds the project by name in the
+    /// next pass, where `created` is false and every read is made.
     pub created: bool,
+    /// The project group was created in this pass (it has no members yet).
+    pub group_created: bool,
     /// Something was written.
     pub changed: bool,
 }
@@ -493,8 +498,16 @@ pub(crate) async fn apply(
         }
     };
 
-    let observed_group = find_group(env, spec, status, &domain.id).await?;
+    // A project made in this pass has no group of ours yet: an earlier pass makes the group
+    // only after the project, which it would have found. (A group of that name made by
+    // someone else makes the create fail, and the next pass looks it up.)
+    let observed_group = if created && status.group_id.is_none() {
+        None
+    } else {
+        find_group(env, spec, status, &domain.id).await?
+    };
     let mut previous_group_name = None;
+    let mut group_created = false;
     let (group_id, group_name) = match plan_group(
         &spec.name,
         observed_group.as_ref().map(|(g, by)| (g, *by)),
@@ -507,6 +520,7 @@ pub(crate) async fn apply(
                 .map_err(|e| os(format!("creating group {:?}", req.name), e))?;
             status.group_id = Some(g.id.clone());
             changed = true;
+            group_created = true;
             (g.id, g.name)
         }
         GroupPlan::Existing { id, update } => {
@@ -535,6 +549,7 @@ pub(crate) async fn apply(
         group_name,
         previous_group_name,
         created,
+        group_created,
         changed,
     })
 }
@@ -901,7 +916,13 @@ async fn sync_members(
     errors: &mut Vec<ReconcileError>,
 ) {
     let identity = &env.cloud.identity;
-    let have: BTreeSet<String> = match identity.list_group_users(&tenant.group_id).await {
+    let listed = if tenant.group_created {
+        // Made in this pass: no members yet.
+        Ok(Vec::new())
+    } else {
+        identity.list_group_users(&tenant.group_id).await
+    };
+    let have: BTreeSet<String> = match listed {
         Ok(u) => u.into_iter().map(|u| u.id).collect(),
         Err(e) => {
             errors.push(os(
@@ -991,12 +1012,16 @@ pub(crate) async fn apply_assignments(
             ))),
     }
     status.pending_users = resolved.pending.clone();
-    let observed = match env
-        .cloud
-        .identity
-        .list_project_role_assignments(&tenant.project_id)
-        .await
-    {
+    let listed = if tenant.created {
+        // A project made in this pass has no assignments yet.
+        Ok(Vec::new())
+    } else {
+        env.cloud
+            .identity
+            .list_project_role_assignments(&tenant.project_id)
+            .await
+    };
+    let observed = match listed {
         Ok(a) => a,
         Err(e) => {
             resolved.errors.push(os("listing role assignments", e));

@@ -11,6 +11,7 @@
 //! groups from converging. Every area runs, its condition is set, and the pass ends with the
 //! most urgent error (see [`combine`]) or `Ready` when all areas are.
 
+pub mod drift;
 pub mod federation;
 pub mod identity;
 pub mod networks;
@@ -466,6 +467,7 @@ async fn neutron_areas(
     spec: &OpenstackProjectSpec,
     project_id: &str,
     status: &OpenstackProjectStatus,
+    fresh: bool,
 ) -> (
     Option<(AreaOutcome, Vec<api::project::NetworkStatus>)>,
     Option<(AreaOutcome, Vec<api::project::SecurityGroupStatus>)>,
@@ -475,7 +477,7 @@ async fn neutron_areas(
             return None;
         }
         let mut own = status.clone();
-        let out = networks::apply(env, spec, project_id, &mut own).await;
+        let out = networks::apply(env, spec, project_id, &mut own, fresh).await;
         Some((out, own.networks))
     };
     let sgs = async {
@@ -483,7 +485,7 @@ async fn neutron_areas(
             return None;
         }
         let mut own = status.clone();
-        let out = security_groups::apply(env, spec, project_id, &mut own).await;
+        let out = security_groups::apply(env, spec, project_id, &mut own, fresh).await;
         Some((out, own.security_groups))
     };
     futures::join!(nets, sgs)
@@ -574,7 +576,7 @@ async fn run(
     // Quotas.
     match &spec.quotas {
         Some(q) => {
-            let mut out = quotas::apply(env, q, &ident.project_id, status).await;
+            let mut out = quotas::apply(env, q, &ident.project_id, status, ident.created).await;
             changed |= out.changed;
             let err = out.error();
             let ok = (
@@ -593,7 +595,8 @@ async fn run(
         }
         None if !status.quota_keys_set.is_empty() => {
             // spec.quotas was removed: the keys we set go back to their defaults.
-            let mut out = quotas::apply(env, &Default::default(), &ident.project_id, status).await;
+            let mut out =
+                quotas::apply(env, &Default::default(), &ident.project_id, status, false).await;
             changed |= out.changed;
             drop_condition(status, QUOTAS_READY);
             status.quota_usage.clear();
@@ -607,7 +610,8 @@ async fn run(
         }
     }
 
-    let (net_area, sg_area) = neutron_areas(env, spec, &ident.project_id, status).await;
+    let (net_area, sg_area) =
+        neutron_areas(env, spec, &ident.project_id, status, ident.created).await;
 
     // Networks: also run when the section was removed but objects are still recorded, so
     // removing `spec.networks` deletes what we created.

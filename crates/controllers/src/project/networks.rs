@@ -531,6 +531,7 @@ async fn observe(
     env: &Env<'_>,
     project_id: &str,
     entries: &[ProjectNetwork],
+    fresh: bool,
 ) -> Result<Observed, ReconcileError> {
     let net = &env.cloud.network;
     let need_external = entries.iter().any(|n| {
@@ -541,6 +542,9 @@ async fn observe(
     // The four lists are independent reads: sent at the same time.
     let (networks, subnets, routers, external) = futures::try_join!(
         async {
+            if fresh {
+                return Ok(Vec::new());
+            }
             net.list_networks(&NetworkFilter {
                 project_id: Some(project_id.to_string()),
                 ..Default::default()
@@ -549,6 +553,9 @@ async fn observe(
             .map_err(|e| os("listing the project's networks", e))
         },
         async {
+            if fresh {
+                return Ok(Vec::new());
+            }
             net.list_subnets(&SubnetFilter {
                 project_id: Some(project_id.to_string()),
                 ..Default::default()
@@ -557,6 +564,9 @@ async fn observe(
             .map_err(|e| os("listing the project's subnets", e))
         },
         async {
+            if fresh {
+                return Ok(Vec::new());
+            }
             net.list_routers(&RouterFilter {
                 project_id: Some(project_id.to_string()),
                 ..Default::default()
@@ -825,15 +835,18 @@ async fn run_sweep(env: &Env<'_>, sweep: Sweep, out: &mut AreaOutcome) {
 
 /// Makes the project's networks match `spec.networks`; writes `status.networks` (one entry per
 /// spec network, IDs as far as they exist).
+/// `fresh`: the project was created in this pass, so it has no Neutron object yet and its
+/// lists are not read (see [`super::identity::Tenant::created`]).
 pub(crate) async fn apply(
     env: &Env<'_>,
     spec: &OpenstackProjectSpec,
     project_id: &str,
     status: &mut OpenstackProjectStatus,
+    fresh: bool,
 ) -> AreaOutcome {
     let mut out = AreaOutcome::default();
     let entries = spec.networks.as_deref().unwrap_or_default();
-    let obs = match observe(env, project_id, entries).await {
+    let obs = match observe(env, project_id, entries, fresh).await {
         Ok(o) => o,
         Err(e) => {
             out.errors.push(e);
@@ -880,7 +893,7 @@ pub(crate) async fn remove_all(
     own: Option<&OpenstackProjectSpec>,
 ) -> AreaOutcome {
     let mut out = AreaOutcome::default();
-    match observe(env, project_id, &[]).await {
+    match observe(env, project_id, &[], false).await {
         Ok(obs) => {
             let strays = own.map(spec_names).unwrap_or_default();
             let sweep = plan_removal(&obs, &env.owner, &strays);

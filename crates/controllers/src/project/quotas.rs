@@ -151,12 +151,15 @@ fn services_to_visit(quotas: &Quotas, recorded: &[String]) -> Vec<QuotaService> 
 }
 
 /// Reads each service's quotas once (with usage), writes only differing keys, and records
-/// `status.quotaUsage`. A failing service does not stop the others.
+/// `status.quotaUsage`. A failing service does not stop the others. `fresh`: the project was
+/// created in this pass (nothing used, no limit of its own): nothing is read and every spec
+/// key is written.
 pub(crate) async fn apply(
     env: &Env<'_>,
     quotas: &Quotas,
     project_id: &str,
     status: &mut OpenstackProjectStatus,
+    fresh: bool,
 ) -> AreaOutcome {
     let mut out = AreaOutcome::default();
     let mut usage = BTreeMap::new();
@@ -176,6 +179,7 @@ pub(crate) async fn apply(
         let path = format!("spec.quotas.{}", svc.as_str());
         let removed = removed_keys(quotas, svc, &recorded);
         let observed = match svc {
+            _ if fresh => Ok(QuotaSet::new()),
             QuotaService::Compute => env.cloud.compute.get_compute_quota(project_id).await,
             QuotaService::Storage => env.cloud.block_storage.get_volume_quota(project_id).await,
             QuotaService::Network => env.cloud.network.get_network_quota(project_id).await,

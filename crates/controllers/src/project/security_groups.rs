@@ -504,16 +504,24 @@ async fn create_group_rules(
 
 /// Makes the project's security groups match `spec.securityGroups`; writes
 /// `status.securityGroups` (one entry per spec group).
+/// `fresh`: the project was created in this pass, so it has no security group of ours yet
+/// and the list is not read (see [`super::identity::Tenant::created`]).
 pub(crate) async fn apply(
     env: &Env<'_>,
     spec: &OpenstackProjectSpec,
     project_id: &str,
     status: &mut OpenstackProjectStatus,
+    fresh: bool,
 ) -> AreaOutcome {
     let mut out = AreaOutcome::default();
     let net = &env.cloud.network;
     let groups = spec.security_groups.as_deref().unwrap_or_default();
-    let observed = match observe(env, project_id).await {
+    let observed = if fresh {
+        Ok(Vec::new())
+    } else {
+        observe(env, project_id).await
+    };
+    let observed = match observed {
         Ok(o) => o,
         Err(e) => {
             out.errors.push(e);

@@ -1804,6 +1804,21 @@ async fn a_refused_bulk_falls_back_to_single_creates() {
     assert_all_true(&st);
 }
 
+/// What the periodic drift check finds for `obj` with `status` (one snapshot of the cloud).
+async fn drift_of(
+    w: &World,
+    obj: &OpenstackProject,
+    status: &OpenstackProjectStatus,
+) -> Vec<String> {
+    let mut obj = obj.clone();
+    obj.status = Some(status.clone());
+    let obj = Arc::new(obj);
+    let inv = drift::snapshot(&w.cloud, &w.config.cluster_id, std::slice::from_ref(&obj))
+        .await
+        .unwrap();
+    drift::drift(&obj, &inv, &w.env(&obj).owner, &w.config)
+}
+
 #[tokio::test]
 async fn a_rule_a_subnet_and_a_role_assignment_removed_by_hand_come_back() {
     let w = World::new().await;
@@ -1815,6 +1830,11 @@ async fn a_rule_a_subnet_and_a_role_assignment_removed_by_hand_come_back() {
     let rules_before = rule_keys(&w, &st).await;
     let grants_before = w.grants(&pid).await;
     let (_, subnets_before, _) = w.networks(&pid).await;
+    assert_eq!(
+        drift_of(&w, &obj, &st).await,
+        Vec::<String>::new(),
+        "converged: no drift"
+    );
 
     // By hand: a rule of the first group, the first network's subnet (detached from its
     // router first, as Neutron requires), the project group's role assignment.
@@ -1850,6 +1870,27 @@ async fn a_rule_a_subnet_and_a_role_assignment_removed_by_hand_come_back() {
     assert_ne!(rule_keys(&w, &st).await, rules_before);
     assert_ne!(w.grants(&pid).await, grants_before);
 
+    // The drift check sees all three, each on its own.
+    let found = drift_of(&w, &obj, &st).await;
+    assert!(
+        found
+            .iter()
+            .any(|r| r.contains("security group \"web\": 1 rule(s) missing")),
+        "{found:?}"
+    );
+    assert!(
+        found
+            .iter()
+            .any(|r| r.contains("network \"front\": subnet missing")),
+        "{found:?}"
+    );
+    assert!(
+        found
+            .iter()
+            .any(|r| r.contains("role assignment") && r.contains("is missing")),
+        "{found:?}"
+    );
+
     // The next (resync) pass puts all three back.
     let res = w.pass(&obj, &mut st, fed(&obj)).await;
     assert!(res.is_ok(), "{res:?}");
@@ -1875,6 +1916,173 @@ async fn a_rule_a_subnet_and_a_role_assignment_removed_by_hand_come_back() {
         "the new subnet is on the router again: {routers:?}"
     );
     assert_all_true(&st);
+    assert_eq!(
+        drift_of(&w, &obj, &st).await,
+        Vec::<String>::new(),
+        "repaired: no drift"
+    );
+}
+
+#[tokio::test]
+async fn the_drift_check_finds_each_kind_of_change_by_hand() {
+    let w = World::new().await;
+    let obj = from_yaml(BIG, "uid-drift-kinds");
+    let mut st = OpenstackProjectStatus::default();
+    let res = w.converge(&obj, &mut st, 3).await;
+    assert!(res.is_ok(), "{res:?}");
+    let pid = st.project_id.clone().unwrap();
+    let (id, net) = (&w.cloud.identity, &w.cloud.network);
+    assert!(drift_of(&w, &obj, &st).await.is_empty());
+
+    // An extra rule in a group of ours.
+    let gid = st.security_groups[1].id.clone().unwrap();
+    let extra = net
+        .create_security_group_rule(&SecurityGroupRuleCreate {
+            security_group_id: gid,
+            direction: "ingress".into(),
+            ethertype: "IPv4".into(),
+            protocol: Some("tcp".into()),
+            port_range_min: Some(3306),
+            port_range_max: Some(3306),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let found = drift_of(&w, &obj, &st).await;
+    assert!(
+        found
+            .iter()
+            .any(|r| r.contains("\"bastion\": 0 rule(s) missing, 1 extra")),
+        "{found:?}"
+    );
+    net.delete_security_group_rule(&extra.id).await.unwrap();
+    assert!(drift_of(&w, &obj, &st).await.is_empty());
+
+    // A quota changed by hand (Nova, read per project; Neutron, from the one list).
+    w.cloud
+        .compute
+        .update_compute_quota(&pid, &[("cores".to_string(), 1)].into_iter().collect())
+        .await
+        .unwrap();
+    w.cloud
+        .network
+        .update_network_quota(&pid, &[("router".to_string(), 1)].into_iter().collect())
+        .await
+        .unwrap();
+    let found = drift_of(&w, &obj, &st).await;
+    assert!(
+        found
+            .iter()
+            .any(|r| r.contains("compute quota keys differ: [\"cores\"]")),
+        "{found:?}"
+    );
+    assert!(
+        found
+            .iter()
+            .any(|r| r.contains("network quota keys differ: [\"router\"]")),
+        "{found:?}"
+    );
+    assert!(w.pass(&obj, &mut st, fed(&obj)).await.is_ok());
+    assert!(drift_of(&w, &obj, &st).await.is_empty());
+
+    // The project's description, a grant added by hand, the router's interface.
+    id.update_project(
+        &pid,
+        &ProjectUpdate {
+            description: Some("changed by hand".into()),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let reader = id.find_role("reader").await.unwrap().unwrap().id;
+    let alice = w.user("alice@example.com").await;
+    id.grant_project_role(&pid, &alice, &reader).await.unwrap();
+    let entry = st.networks[2].clone();
+    net.remove_router_interface(
+        entry.router_id.as_deref().unwrap(),
+        entry.subnet_id.as_deref().unwrap(),
+    )
+    .await
+    .unwrap();
+    let found = drift_of(&w, &obj, &st).await;
+    assert!(
+        found
+            .iter()
+            .any(|r| r.contains("Keystone project") && r.contains("differs")),
+        "{found:?}"
+    );
+    assert!(
+        found
+            .iter()
+            .any(|r| r.contains("assignment(s) of managed roles")),
+        "{found:?}"
+    );
+    assert!(
+        found
+            .iter()
+            .any(|r| r.contains("network \"mgmt\": router interface missing")),
+        "{found:?}"
+    );
+    assert!(w.pass(&obj, &mut st, fed(&obj)).await.is_ok());
+    assert!(drift_of(&w, &obj, &st).await.is_empty());
+
+    // Gone altogether: the project group, a network of ours.
+    id.delete_group(st.group_id.as_deref().unwrap())
+        .await
+        .unwrap();
+    let found = drift_of(&w, &obj, &st).await;
+    assert!(
+        found.iter().any(|r| r.contains("project group")),
+        "{found:?}"
+    );
+}
+
+#[tokio::test]
+async fn the_drift_check_reads_per_cluster_not_per_tenant() {
+    let w = World::new().await;
+    let mut objs = Vec::new();
+    for i in 0..3 {
+        let mut obj = from_yaml(BIG, &format!("uid-scale-{i}"));
+        obj.spec.name = format!("big{i}.example.com");
+        obj.spec.federation_ref = None;
+        let mut st = OpenstackProjectStatus::default();
+        let res = w.converge(&obj, &mut st, 3).await;
+        assert!(res.is_ok(), "{res:?}");
+        obj.status = Some(st);
+        objs.push(Arc::new(obj));
+    }
+    let mut calls = Vec::new();
+    for n in [1, 3] {
+        w.fake.reset_calls();
+        let inv = drift::snapshot(&w.cloud, &w.config.cluster_id, &objs[..n])
+            .await
+            .unwrap();
+        for o in &objs[..n] {
+            assert!(drift::drift(o, &inv, &w.env(o).owner, &w.config).is_empty());
+        }
+        assert_eq!(w.fake.writes(), 0);
+        calls.push(w.fake.calls());
+    }
+    // Every call but Nova's and Cinder's quota reads is made once, whatever the number of
+    // projects; those two are made once per project (the APIs have no list).
+    let per_tenant = [
+        "compute.get_compute_quota",
+        "block_storage.get_volume_quota",
+    ];
+    for (op, n) in &calls[1] {
+        if per_tenant.contains(&op.as_str()) {
+            assert_eq!(*n, 3, "{op}: {calls:?}");
+            assert_eq!(calls[0].get(op), Some(&1), "{op}: {calls:?}");
+        } else {
+            assert_eq!(
+                calls[0].get(op),
+                Some(n),
+                "{op} is made once per check: {calls:?}"
+            );
+        }
+    }
+    assert_eq!(calls[0].len(), calls[1].len(), "{calls:?}");
 }
 
 #[test]
@@ -1911,4 +2119,43 @@ fn a_ready_domain_unblocks_only_its_waiting_projects() {
             waiting.as_ref()
         )]
     );
+}
+
+#[tokio::test]
+async fn the_pass_that_creates_the_project_skips_the_reads_nothing_can_answer() {
+    let w = World::new().await;
+    let obj = from_yaml(BIG, "uid-fresh");
+    let mut st = OpenstackProjectStatus::default();
+    let res = w.pass(&obj, &mut st, fed(&obj)).await;
+    assert!(res.is_ok(), "{res:?}");
+    assert_all_true(&st);
+    // Nothing can exist yet in a project made in this very pass.
+    let skipped = [
+        "identity.list_project_role_assignments",
+        "identity.list_group_users",
+        "network.list_subnets",
+        "network.list_routers",
+        "network.list_security_groups",
+        "compute.get_compute_quota",
+        "block_storage.get_volume_quota",
+    ];
+    for op in skipped {
+        assert_eq!(w.fake.call_count(op), 0, "{op}: {:?}", w.fake.calls());
+    }
+    // The project group is not looked up by name (the bound group `auditors` and the role
+    // group of `reader` are: those may outlive a project deleted by hand).
+    assert_eq!(
+        w.fake.call_count("identity.find_group"),
+        2,
+        "{:?}",
+        w.fake.calls()
+    );
+    // The next pass reads everything and writes nothing.
+    w.fake.reset_calls();
+    let res = w.pass(&obj, &mut st, fed(&obj)).await;
+    assert!(res.is_ok(), "{res:?}");
+    assert_eq!(w.fake.writes(), 0, "{:?}", w.fake.calls());
+    for op in skipped {
+        assert!(w.fake.call_count(op) >= 1, "{op}: {:?}", w.fake.calls());
+    }
 }

@@ -545,6 +545,36 @@ impl Identity for IdentityAdapter {
             .collect())
     }
 
+    async fn list_domain_role_assignments(&self, domain_id: &str) -> Result<Vec<RoleAssignment>> {
+        // A domain is the parent project of its projects, so its subtree is every project
+        // of the domain; the domain's own (domain-scoped) assignments are not in the answer.
+        let v: Vec<WireAssignment> = self
+            .fetch(
+                Request::get(S, "list_domain_role_assignments", "role_assignments")
+                    .query("scope.project.id", domain_id)
+                    .query("include_subtree", "true"),
+                "role_assignments",
+            )
+            .await?;
+        Ok(v.into_iter()
+            .filter(|a| a.scope.get("OS-INHERIT:inherited_to").is_none())
+            .filter_map(|a| {
+                let project_id = a.scope.pointer("/project/id")?.as_str()?.to_string();
+                let actor = match (a.user, a.group) {
+                    (Some(u), _) => Actor::User(u.id),
+                    (None, Some(g)) => Actor::Group(g.id),
+                    (None, None) => return None,
+                };
+                Some(RoleAssignment {
+                    role_id: a.role.id,
+                    role_name: a.role.name,
+                    project_id,
+                    actor,
+                })
+            })
+            .collect())
+    }
+
     async fn grant_project_role(
         &self,
         project_id: &str,

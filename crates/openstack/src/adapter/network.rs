@@ -560,6 +560,8 @@ struct WirePort {
     id: String,
     network_id: String,
     #[serde(default, deserialize_with = "null_as_empty")]
+    device_id: String,
+    #[serde(default, deserialize_with = "null_as_empty")]
     device_owner: String,
     #[serde(default)]
     fixed_ips: Vec<FixedIp>,
@@ -1021,6 +1023,39 @@ impl Network for NetworkAdapter {
             .collect())
     }
 
+    async fn list_routers_interfaces(
+        &self,
+        routers: &[String],
+    ) -> Result<BTreeMap<String, Vec<RouterPort>>> {
+        if routers.is_empty() {
+            return Ok(BTreeMap::new());
+        }
+        // One list of every interface port the caller may see (a repeated filter is an OR
+        // in Neutron), kept to the routers asked about: a URL naming each router would grow
+        // with their number.
+        let mut r = Request::get(S, "list_routers_interfaces", "ports");
+        for owner in INTERFACE_OWNERS {
+            r = r.query("device_owner", *owner);
+        }
+        let ports: Vec<WirePort> = self.core.list_all(r, "ports").await?;
+        let wanted: std::collections::BTreeSet<&str> = routers.iter().map(String::as_str).collect();
+        let mut out: BTreeMap<String, Vec<RouterPort>> = BTreeMap::new();
+        for p in ports {
+            if !wanted.contains(p.device_id.as_str())
+                || !INTERFACE_OWNERS.contains(&p.device_owner.as_str())
+            {
+                continue;
+            }
+            out.entry(p.device_id).or_default().push(RouterPort {
+                port_id: p.id,
+                network_id: p.network_id,
+                fixed_ips: p.fixed_ips,
+                device_owner: p.device_owner,
+            });
+        }
+        Ok(out)
+    }
+
     async fn get_security_group(&self, id: &str) -> Result<SecurityGroup> {
         let r = Request::get(
             S,
@@ -1180,6 +1215,51 @@ impl Network for NetworkAdapter {
         );
         let v: Value = self.fetch(&r, "quota").await?;
         super::compute::parse_quota_defaults(&r.context(), &v)
+    }
+
+    async fn list_network_quota_limits(
+        &self,
+        projects: &[String],
+    ) -> Result<BTreeMap<String, QuotaUpdate>> {
+        if projects.is_empty() {
+            return Ok(BTreeMap::new());
+        }
+        // Neutron lists only the projects with limits of their own, each with every key.
+        let r = Request::get(S, "list_network_quotas", "quotas");
+        let v: Vec<Value> = self.fetch(&r, "quotas").await?;
+        let mut own: BTreeMap<String, QuotaUpdate> = BTreeMap::new();
+        for q in v {
+            let Some(obj) = q.as_object() else { continue };
+            let id = obj
+                .get("project_id")
+                .or_else(|| obj.get("tenant_id"))
+                .and_then(Value::as_str)
+                .map(str::to_string);
+            if let Some(id) = id {
+                let limits = obj
+                    .iter()
+                    .filter_map(|(k, v)| v.as_i64().map(|v| (k.clone(), v)))
+                    .collect();
+                own.insert(id, limits);
+            }
+        }
+        let mut out = BTreeMap::new();
+        let mut defaults: Option<QuotaUpdate> = None;
+        for p in projects {
+            let limits = match own.remove(p) {
+                Some(l) => l,
+                None => match &defaults {
+                    Some(d) => d.clone(),
+                    None => {
+                        let d = self.get_network_quota_defaults(p).await?;
+                        defaults = Some(d.clone());
+                        d
+                    }
+                },
+            };
+            out.insert(p.clone(), limits);
+        }
+        Ok(out)
     }
 
     async fn update_network_quota(&self, project_id: &str, limits: &QuotaUpdate) -> Result<()> {

@@ -442,6 +442,22 @@ impl Identity for FakeCloud {
         })
     }
 
+    async fn list_domain_role_assignments(&self, domain_id: &str) -> Result<Vec<RoleAssignment>> {
+        self.run("identity.list_domain_role_assignments", |st| {
+            Ok(st
+                .assignments
+                .iter()
+                .filter(|(p, _, _)| st.projects.get(p).is_some_and(|p| p.domain_id == domain_id))
+                .map(|(p, a, r)| RoleAssignment {
+                    role_id: r.clone(),
+                    role_name: st.roles.get(r).map(|r| r.name.clone()),
+                    project_id: p.clone(),
+                    actor: a.clone(),
+                })
+                .collect())
+        })
+    }
+
     async fn grant_project_role(
         &self,
         project_id: &str,

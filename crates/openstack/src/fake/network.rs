@@ -763,6 +763,21 @@ impl Network for FakeCloud {
         })
     }
 
+    async fn list_routers_interfaces(
+        &self,
+        routers: &[String],
+    ) -> Result<BTreeMap<String, Vec<RouterPort>>> {
+        self.run("network.list_routers_interfaces", |st| {
+            let mut out: BTreeMap<String, Vec<RouterPort>> = BTreeMap::new();
+            for (r, p) in st.router_ports.values() {
+                if routers.contains(r) {
+                    out.entry(r.clone()).or_default().push(p.clone());
+                }
+            }
+            Ok(out)
+        })
+    }
+
     async fn get_security_group(&self, id: &str) -> Result<SecurityGroup> {
         self.run("network.get_security_group", |st| {
             let g = sg(st, id)?.clone();
@@ -932,6 +947,25 @@ impl Network for FakeCloud {
                     kind.collection()
                 ))),
             }
+        })
+    }
+
+    async fn list_network_quota_limits(
+        &self,
+        projects: &[String],
+    ) -> Result<BTreeMap<String, QuotaUpdate>> {
+        self.run("network.list_network_quotas", |st| {
+            Ok(projects
+                .iter()
+                .map(|p| {
+                    let limits = st
+                        .network_quotas
+                        .get(p)
+                        .cloned()
+                        .unwrap_or_else(default_quota);
+                    (p.clone(), limits)
+                })
+                .collect())
         })
     }
 
