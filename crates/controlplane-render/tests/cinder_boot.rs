@@ -25,9 +25,9 @@ use std::time::Instant;
 mod support;
 use support::{
     KeystoneCleanup, Proc, admin_password, api_call, ceph, external_services_dir,
-    external_services_env, free_port, init_database_twice, mariadb_admin, memcached_items,
-    proof_database, proof_keystone_auth, rabbitmqctl, register_service_twice, rss_kib, run,
-    service_token, start_memcached, test_cloud_dir, until, venv_bin,
+    external_services_env, free_port, init_database_twice, log_tails, mariadb_admin,
+    memcached_items, proof_database, proof_keystone_auth, rabbitmqctl, register_service_twice,
+    rss_kib, run, service_token, start_memcached, test_cloud_dir, until, venv_bin,
 };
 
 use controlplane_api::common::ServiceTemplate;
@@ -105,21 +105,15 @@ impl Drop for CephAndQueueCleanup {
 static ROOT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
 
 fn logs() -> String {
-    let Some(root) = ROOT.get() else {
-        return String::new();
-    };
-    let tail = |f: &str| {
-        let t = std::fs::read_to_string(root.join(f)).unwrap_or_default();
-        let lines: Vec<&str> = t.lines().collect();
-        lines[lines.len().saturating_sub(40)..].join("\n")
-    };
-    format!(
-        "uwsgi log:\n{}\napi log:\n{}\nscheduler log:\n{}\nvolume log:\n{}",
-        tail("uwsgi.log"),
-        tail("cinder-api.log"),
-        tail("scheduler.log"),
-        tail("volume.log")
-    )
+    ROOT.get()
+        .map(|root| {
+            log_tails(
+                root,
+                &["uwsgi.log", "cinder-api.log", "scheduler.log", "volume.log"],
+                40,
+            )
+        })
+        .unwrap_or_default()
 }
 
 /// One Cinder API call at the microversion the proof speaks.

@@ -20,8 +20,8 @@ use std::time::{Duration, Instant};
 mod support;
 use support::{
     KeystoneCleanup, Proc, admin_password, external_services_env, free_port, init_database_twice,
-    mariadb_admin, proof_database, proof_keystone_auth, register_service_twice, rss_kib, run,
-    service_token, test_cloud_dir, venv_bin,
+    log_tails, mariadb_admin, proof_database, proof_keystone_auth, register_service_twice, rss_kib,
+    run, service_token, test_cloud_dir, venv_bin,
 };
 
 use controlplane_api::common::ServiceTemplate;
@@ -140,19 +140,9 @@ http.server.ThreadingHTTPServer(("127.0.0.1", port), H).serve_forever()
 static ROOT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
 
 fn logs() -> String {
-    let Some(root) = ROOT.get() else {
-        return String::new();
-    };
-    let tail = |f: &str| {
-        let t = std::fs::read_to_string(root.join(f)).unwrap_or_default();
-        let start = t.len().saturating_sub(6000);
-        t.get(start..).unwrap_or_default().to_string()
-    };
-    format!(
-        "uwsgi log:\n{}\nglance log (tail):\n{}",
-        tail("uwsgi.log"),
-        tail("glance.log")
-    )
+    ROOT.get()
+        .map(|root| log_tails(root, &["uwsgi.log", "glance.log"], 60))
+        .unwrap_or_default()
 }
 
 /// Writes the rendered files, starts uwsgi on them and waits until Glance answers; returns the

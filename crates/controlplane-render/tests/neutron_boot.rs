@@ -22,8 +22,8 @@ use std::time::{Duration, Instant};
 mod support;
 use support::{
     Proc, admin_password, api_call, external_services_env, free_port, init_database_twice,
-    mariadb_admin, memcached_items, proof_database, proof_keystone_auth, register_service_twice,
-    rss_kib, run, service_token, test_cloud_dir, venv_bin,
+    log_tails, mariadb_admin, memcached_items, proof_database, proof_keystone_auth,
+    register_service_twice, rss_kib, run, service_token, test_cloud_dir, venv_bin,
 };
 
 use controlplane_api::common::ServiceTemplate;
@@ -146,21 +146,20 @@ for u in s.get(U + "/users", params={"name": os.environ["USER_NAME"]}).json()["u
 static ROOT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
 
 fn logs() -> String {
-    let Some(root) = ROOT.get() else {
-        return String::new();
-    };
-    let tail = |f: &str| {
-        let t = std::fs::read_to_string(root.join(f)).unwrap_or_default();
-        let lines: Vec<&str> = t.lines().collect();
-        lines[lines.len().saturating_sub(60)..].join("\n")
-    };
-    format!(
-        "uwsgi log:\n{}\nneutron log:\n{}\nmaintenance worker log:\n{}{}",
-        tail("uwsgi.log"),
-        tail("neutron.log"),
-        tail("maintenance.log"),
-        tail("maintenance.err")
-    )
+    ROOT.get()
+        .map(|root| {
+            log_tails(
+                root,
+                &[
+                    "uwsgi.log",
+                    "neutron.log",
+                    "maintenance.log",
+                    "maintenance.err",
+                ],
+                60,
+            )
+        })
+        .unwrap_or_default()
 }
 
 /// One Neutron API call, with a token when given.

@@ -505,3 +505,18 @@ where
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
 }
+
+/// The last `lines` lines of each of a proof's log files under `root`, headed by its name: what
+/// a failing proof prints.
+pub fn log_tails(root: &std::path::Path, files: &[&str], lines: usize) -> String {
+    let mut out = String::new();
+    for f in files {
+        let text = std::fs::read_to_string(root.join(f)).unwrap_or_default();
+        let all: Vec<&str> = text.lines().collect();
+        out.push_str(&format!(
+            "\n--- {f} (tail) ---\n{}",
+            all[all.len().saturating_sub(lines)..].join("\n")
+        ));
+    }
+    out
+}
