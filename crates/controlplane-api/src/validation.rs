@@ -32,16 +32,6 @@ pub const KEYSTONE_OWNED_OPTIONS: &[(&str, &str)] = &[
 pub const PLACEMENT_OWNED_OPTIONS: &[(&str, &str)] = &[
     ("placement_database", "connection"),
     ("api", "auth_strategy"),
-    ("keystone_authtoken", "auth_type"),
-    ("keystone_authtoken", "auth_url"),
-    ("keystone_authtoken", "www_authenticate_uri"),
-    ("keystone_authtoken", "region_name"),
-    ("keystone_authtoken", "username"),
-    ("keystone_authtoken", "password"),
-    ("keystone_authtoken", "project_name"),
-    ("keystone_authtoken", "user_domain_name"),
-    ("keystone_authtoken", "project_domain_name"),
-    ("keystone_authtoken", "memcached_servers"),
 ];
 
 /// Glance's options the operator renders itself (database, token validation and the service
@@ -64,16 +54,6 @@ pub const GLANCE_OWNED_OPTIONS: &[(&str, &str)] = &[
     ("import_filtering_opts", "allowed_schemes"),
     ("import_filtering_opts", "allowed_hosts"),
     ("import_filtering_opts", "allowed_ports"),
-    ("keystone_authtoken", "auth_type"),
-    ("keystone_authtoken", "auth_url"),
-    ("keystone_authtoken", "www_authenticate_uri"),
-    ("keystone_authtoken", "region_name"),
-    ("keystone_authtoken", "username"),
-    ("keystone_authtoken", "password"),
-    ("keystone_authtoken", "project_name"),
-    ("keystone_authtoken", "user_domain_name"),
-    ("keystone_authtoken", "project_domain_name"),
-    ("keystone_authtoken", "memcached_servers"),
 ];
 
 /// Neutron's options the operator renders itself: the database, token validation and the
@@ -87,16 +67,6 @@ pub const NEUTRON_OWNED_OPTIONS: &[(&str, &str)] = &[
     ("DEFAULT", "rpc_workers"),
     ("DEFAULT", "rpc_state_report_workers"),
     ("DEFAULT", "transport_url"),
-    ("keystone_authtoken", "auth_type"),
-    ("keystone_authtoken", "auth_url"),
-    ("keystone_authtoken", "www_authenticate_uri"),
-    ("keystone_authtoken", "region_name"),
-    ("keystone_authtoken", "username"),
-    ("keystone_authtoken", "password"),
-    ("keystone_authtoken", "project_name"),
-    ("keystone_authtoken", "user_domain_name"),
-    ("keystone_authtoken", "project_domain_name"),
-    ("keystone_authtoken", "memcached_servers"),
     ("nova", "auth_type"),
     ("nova", "auth_url"),
     ("nova", "username"),
@@ -126,16 +96,6 @@ pub const CINDER_OWNED_OPTIONS: &[(&str, &str)] = &[
     ("oslo_messaging_rabbit", "ssl_ca_file"),
     ("oslo_messaging_rabbit", "ssl_cert_file"),
     ("oslo_messaging_rabbit", "ssl_key_file"),
-    ("keystone_authtoken", "auth_type"),
-    ("keystone_authtoken", "auth_url"),
-    ("keystone_authtoken", "www_authenticate_uri"),
-    ("keystone_authtoken", "region_name"),
-    ("keystone_authtoken", "username"),
-    ("keystone_authtoken", "password"),
-    ("keystone_authtoken", "project_name"),
-    ("keystone_authtoken", "user_domain_name"),
-    ("keystone_authtoken", "project_domain_name"),
-    ("keystone_authtoken", "memcached_servers"),
     ("nova", "auth_type"),
     ("nova", "auth_url"),
     ("nova", "username"),
@@ -154,16 +114,6 @@ pub const NOVA_OWNED_OPTIONS: &[(&str, &str)] = &[
     ("DEFAULT", "host"),
     ("oslo_messaging_rabbit", "ssl"),
     ("oslo_messaging_rabbit", "ssl_ca_file"),
-    ("keystone_authtoken", "auth_type"),
-    ("keystone_authtoken", "auth_url"),
-    ("keystone_authtoken", "www_authenticate_uri"),
-    ("keystone_authtoken", "region_name"),
-    ("keystone_authtoken", "username"),
-    ("keystone_authtoken", "password"),
-    ("keystone_authtoken", "project_name"),
-    ("keystone_authtoken", "user_domain_name"),
-    ("keystone_authtoken", "project_domain_name"),
-    ("keystone_authtoken", "memcached_servers"),
     ("placement", "auth_type"),
     ("placement", "auth_url"),
     ("placement", "username"),
@@ -217,6 +167,33 @@ fn ident_ok(s: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.')
 }
 
+/// The `[keystone_authtoken]` options the operator renders for every service that validates
+/// tokens (all but Keystone and Horizon): token validation and its service user.
+pub const AUTHTOKEN_OWNED_OPTIONS: &[&str] = &[
+    "auth_type",
+    "auth_url",
+    "www_authenticate_uri",
+    "region_name",
+    "username",
+    "password",
+    "project_name",
+    "user_domain_name",
+    "project_domain_name",
+    "memcached_servers",
+];
+
+/// Whether the operator renders `[section] key` for `service` itself (refused as an override):
+/// the service's own list, and `[keystone_authtoken]` for every service that validates tokens.
+pub fn is_owned(service: ServiceName, section: &str, key: &str) -> bool {
+    let validates_tokens = !matches!(service, ServiceName::Keystone | ServiceName::Horizon);
+    owned_options(service)
+        .iter()
+        .any(|(s, k)| *s == section && *k == key)
+        || (validates_tokens
+            && section == "keystone_authtoken"
+            && AUTHTOKEN_OWNED_OPTIONS.contains(&key))
+}
+
 /// The options the operator renders itself for `service` (refused as overrides).
 pub fn owned_options(service: ServiceName) -> &'static [(&'static str, &'static str)] {
     match service {
@@ -241,15 +218,14 @@ fn service_template(
     service: ServiceName,
     dynamic: &[(&str, &str)],
 ) {
-    let owned = owned_options(service);
-    template(e, path, t, owned);
+    template(e, path, t, service);
     let Some(schema) = options::schema(service) else {
         return;
     };
     for (section, opts) in &t.config_overrides {
         for (key, value) in opts {
             // An owned option is already refused; one message per key.
-            if owned.iter().any(|(s, k)| s == section && k == key) {
+            if is_owned(service, section, key) {
                 continue;
             }
             if let Err(why) = schema.check(section, key, value, dynamic) {
@@ -259,7 +235,7 @@ fn service_template(
     }
 }
 
-fn template(e: &mut Errors, path: &str, t: &ServiceTemplate, owned: &[(&str, &str)]) {
+fn template(e: &mut Errors, path: &str, t: &ServiceTemplate, service: ServiceName) {
     if let Some(r) = t.replicas
         && r < 0
     {
@@ -284,7 +260,7 @@ fn template(e: &mut Errors, path: &str, t: &ServiceTemplate, owned: &[(&str, &st
                     "option names are letters, digits, '_', '-' and '.' (at most 64)",
                 );
             }
-            if owned.iter().any(|(s, k)| s == section && k == key) {
+            if is_owned(service, section, key) {
                 e.add(
                     &kpath,
                     "is set by the operator and cannot be overridden (use the kind's own fields)",

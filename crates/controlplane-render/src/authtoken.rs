@@ -23,18 +23,7 @@ pub struct KeystoneAuth {
 }
 
 /// The options of `[keystone_authtoken]` every service owns (refused as overrides).
-pub const OWNED_OPTIONS: &[&str] = &[
-    "auth_type",
-    "auth_url",
-    "www_authenticate_uri",
-    "region_name",
-    "username",
-    "password",
-    "project_name",
-    "user_domain_name",
-    "project_domain_name",
-    "memcached_servers",
-];
+pub use controlplane_api::validation::AUTHTOKEN_OWNED_OPTIONS as OWNED_OPTIONS;
 
 /// Sets `[keystone_authtoken]`; `memcache_servers` (`host:port`) is the middleware's token
 /// cache, none when empty.
@@ -60,5 +49,30 @@ pub fn set(ini: &mut Ini, k: &KeystoneAuth, memcache_servers: &[String]) {
             "memcached_servers",
             memcache_servers.join(","),
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_owned_option_is_rendered() {
+        let k = KeystoneAuth {
+            auth_url: "http://keystone:5000/v3".into(),
+            www_authenticate_uri: "https://keystone.example.org/v3".into(),
+            region: "RegionOne".into(),
+            username: "svc".into(),
+            password: "pw".into(),
+            project: "service".into(),
+        };
+        let mut ini = Ini::default();
+        set(&mut ini, &k, &["mc:11211".to_string()]);
+        for key in OWNED_OPTIONS {
+            assert!(
+                ini.get("keystone_authtoken", key).is_some(),
+                "[keystone_authtoken] {key} is owned but not rendered"
+            );
+        }
     }
 }

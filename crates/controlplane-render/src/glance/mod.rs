@@ -682,8 +682,11 @@ pub(crate) mod tests {
         }
         for key in authtoken::OWNED_OPTIONS {
             assert!(
-                controlplane_api::validation::GLANCE_OWNED_OPTIONS
-                    .contains(&("keystone_authtoken", key)),
+                controlplane_api::validation::is_owned(
+                    controlplane_api::ServiceName::Glance,
+                    "keystone_authtoken",
+                    key
+                ),
                 "[keystone_authtoken] {key} is rendered but not owned"
             );
         }
