@@ -31,6 +31,21 @@ impl Ini {
         }
     }
 
+    /// Reads back a rendered file (`[section]` and `key = value` lines): the inverse of
+    /// [`Ini::render`], for checks of what was rendered.
+    pub fn parse(text: &str) -> Self {
+        let mut ini = Ini::default();
+        let mut section = String::new();
+        for line in text.lines() {
+            if let Some(s) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+                section = s.to_string();
+            } else if let Some((k, v)) = line.split_once(" = ") {
+                ini.set(&section, k, v);
+            }
+        }
+        ini
+    }
+
     /// The file text; `[DEFAULT]` first, then sections alphabetically.
     pub fn render(&self) -> String {
         let mut out = String::new();
@@ -67,15 +82,12 @@ pub(crate) fn assert_options_known(
     dynamic: &[(&str, &str)],
 ) {
     let schema = controlplane_api::options::schema(service).expect("an oslo.config service");
-    let mut section = String::new();
     let mut bad = Vec::new();
-    for line in text.lines().map(str::trim) {
-        if let Some(name) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
-            section = name.to_string();
-        } else if let Some((key, value)) = line.split_once(" = ")
-            && let Err(why) = schema.check(&section, key, value, dynamic)
-        {
-            bad.push(format!("[{section}] {key}: {why}"));
+    for (section, options) in &Ini::parse(text).0 {
+        for (key, value) in options {
+            if let Err(why) = schema.check(section, key, value, dynamic) {
+                bad.push(format!("[{section}] {key}: {why}"));
+            }
         }
     }
     assert!(

@@ -689,17 +689,8 @@ mod tests {
     fn the_options_validation_refuses_are_the_ones_rendered() {
         let t = ServiceTemplate::default();
         let i = inputs(&t);
-        let mut rendered = Ini::default();
-        for text in [neutron_conf(&i), ml2_conf(&i).unwrap()] {
-            let mut section = String::new();
-            for line in text.lines() {
-                if let Some(s) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
-                    section = s.to_string();
-                } else if let Some((k, v)) = line.split_once(" = ") {
-                    rendered.set(&section, k, v);
-                }
-            }
-        }
+        let mut rendered = Ini::parse(&neutron_conf(&i));
+        rendered.merge(&Ini::parse(&ml2_conf(&i).unwrap()).0);
         for (section, key) in controlplane_api::validation::NEUTRON_OWNED_OPTIONS {
             if (*section, *key) == ("DEFAULT", "transport_url") {
                 assert_eq!(rendered.get(section, key), None);

@@ -109,15 +109,7 @@ fn messaging_is_rendered_with_tls() {
 fn the_options_validation_refuses_are_the_ones_rendered() {
     let t = ServiceTemplate::default();
     let i = inputs(&t);
-    let mut rendered = Ini::default();
-    let mut section = String::new();
-    for line in cinder_conf(&i).lines() {
-        if let Some(s) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
-            section = s.to_string();
-        } else if let Some((k, v)) = line.split_once(" = ") {
-            rendered.set(&section, k, v);
-        }
-    }
+    let rendered = Ini::parse(&cinder_conf(&i));
     for (section, key) in controlplane_api::validation::CINDER_OWNED_OPTIONS {
         assert!(
             rendered.get(section, key).is_some(),

@@ -536,17 +536,7 @@ pub(crate) mod tests {
     }
 
     pub(crate) fn conf(i: &GlanceInputs<'_>) -> Ini {
-        let text = glance_api_conf(i).expect("renders");
-        let mut ini = Ini::default();
-        let mut section = String::new();
-        for line in text.lines() {
-            if let Some(s) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
-                section = s.to_string();
-            } else if let Some((k, v)) = line.split_once(" = ") {
-                ini.set(&section, k, v);
-            }
-        }
-        ini
+        Ini::parse(&glance_api_conf(i).expect("renders"))
     }
 
     #[test]

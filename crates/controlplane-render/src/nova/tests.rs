@@ -78,19 +78,6 @@ fn node() -> ComputeNode {
     }
 }
 
-fn parse(text: &str) -> Ini {
-    let mut ini = Ini::default();
-    let mut section = String::new();
-    for line in text.lines() {
-        if let Some(s) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
-            section = s.to_string();
-        } else if let Some((k, v)) = line.split_once(" = ") {
-            ini.set(&section, k, v);
-        }
-    }
-    ini
-}
-
 #[test]
 fn nova_snapshots() {
     let t = template();
@@ -104,7 +91,7 @@ fn nova_snapshots() {
 #[test]
 fn the_options_validation_refuses_are_the_ones_rendered() {
     let t = ServiceTemplate::default();
-    let ini = parse(&nova_conf(&inputs(&t)).unwrap());
+    let ini = Ini::parse(&nova_conf(&inputs(&t)).unwrap());
     for (section, key) in controlplane_api::validation::NOVA_OWNED_OPTIONS {
         assert!(
             ini.get(section, key).is_some(),
@@ -116,7 +103,7 @@ fn the_options_validation_refuses_are_the_ones_rendered() {
 #[test]
 fn peers_are_pinned_or_found_in_the_catalog() {
     let t = template();
-    let ini = parse(&nova_conf(&inputs(&t)).unwrap());
+    let ini = Ini::parse(&nova_conf(&inputs(&t)).unwrap());
     assert_eq!(
         ini.get("placement", "endpoint_override"),
         Some("http://placement-api.os.svc:8778")
@@ -136,7 +123,7 @@ fn the_message_queue_and_its_tls_reach_both_files() {
     let t = template();
     let i = inputs(&t);
     for text in [nova_conf(&i).unwrap(), compute_conf(&i, &node()).unwrap()] {
-        let ini = parse(&text);
+        let ini = Ini::parse(&text);
         assert_eq!(
             ini.get("DEFAULT", "transport_url"),
             Some("rabbit://nova:mqsecret@rabbit.example.org:5671/openstack")
@@ -149,7 +136,7 @@ fn the_message_queue_and_its_tls_reach_both_files() {
     }
     let mut i = inputs(&t);
     i.messaging.ca_file = None;
-    let ini = parse(&nova_conf(&i).unwrap());
+    let ini = Ini::parse(&nova_conf(&i).unwrap());
     assert_eq!(ini.get("oslo_messaging_rabbit", "ssl"), None);
     i.messaging.hosts.clear();
     assert_eq!(
@@ -168,7 +155,7 @@ fn compute_nodes_get_no_database_and_no_token_validation() {
     );
     for t in [t, t2] {
         let text = compute_conf(&inputs(&t), &node()).unwrap();
-        let ini = parse(&text);
+        let ini = Ini::parse(&text);
         for section in ["database", "api_database", "keystone_authtoken"] {
             assert!(!ini.0.contains_key(section), "[{section}] in {text}");
         }
