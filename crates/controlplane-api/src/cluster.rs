@@ -66,7 +66,13 @@ impl ServiceName {
 
     /// Whether this operator version deploys the service (the others are designed: issue 19).
     pub fn implemented(self) -> bool {
-        matches!(self, ServiceName::Keystone | ServiceName::Placement)
+        matches!(
+            self,
+            ServiceName::Keystone
+                | ServiceName::Placement
+                | ServiceName::Nova
+                | ServiceName::Cinder
+        )
     }
 }
 
@@ -114,6 +120,10 @@ pub struct OpenStackClusterSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 16), inner(length(min = 1, max = 63)))]
     pub availability_zones: Vec<String>,
+    /// Cinder's volume backends (needed when `cinder` is in `services`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub cinder_backends: Vec<crate::cinder::CinderBackend>,
 }
 
 /// The `OpenStackExternalService`s of the cluster, by role.

@@ -4,19 +4,23 @@
 //! message queues, caches, object stores and OVN we reference but never deploy). Schema rules
 //! (OpenAPI + CEL), defaults and pure validation; no I/O.
 
+pub mod cinder;
 pub mod cluster;
 pub mod common;
 pub mod external;
 pub mod keystone;
+pub mod nova;
 pub mod options;
 pub mod placement;
 pub mod status;
 pub mod validation;
 
+pub use cinder::{Cinder, CinderSpec};
 pub use cluster::{OpenStackCluster, OpenStackClusterSpec, ServiceName};
 pub use common::{ControlPlaneStatus, ServiceTemplate, condition_types};
 pub use external::{OpenStackExternalService, OpenStackExternalServiceSpec, ServiceKind};
 pub use keystone::{Keystone, KeystoneSpec};
+pub use nova::{Nova, NovaSpec};
 pub use placement::{Placement, PlacementSpec};
 pub use status::{Conditioned, JobRecord, ServiceStatus};
 
@@ -38,6 +42,8 @@ pub fn all_crds() -> Vec<CustomResourceDefinition> {
         OpenStackCluster::crd(),
         Keystone::crd(),
         Placement::crd(),
+        Nova::crd(),
+        Cinder::crd(),
         OpenStackExternalService::crd(),
     ]
 }

@@ -6,10 +6,12 @@
 use api::FieldError;
 pub use api::Validate;
 
+use crate::cinder::CinderSpec;
 use crate::cluster::{OpenStackClusterSpec, ServiceName};
 use crate::common::ServiceTemplate;
 use crate::external::{OpenStackExternalServiceSpec, ServiceKind};
 use crate::keystone::KeystoneSpec;
+use crate::nova::NovaSpec;
 use crate::options;
 use crate::placement::PlacementSpec;
 
@@ -460,6 +462,134 @@ impl Validate for PlacementSpec {
     }
 }
 
+impl Validate for NovaSpec {
+    fn validate(&self) -> Vec<FieldError> {
+        let mut e = Errors::default();
+        release(&mut e, "spec.release", &self.release);
+        service_template(&mut e, "spec", &self.template, ServiceName::Nova, &[]);
+        service_refs(
+            &mut e,
+            Some(&self.database),
+            &self.keystone,
+            self.public_endpoint.as_deref(),
+        );
+        if self.messaging.name.is_empty() {
+            e.add(
+                "spec.messaging.name",
+                "must name a messaging external service",
+            );
+        }
+        if self.placement.name.is_empty() {
+            e.add("spec.placement.name", "must name a Placement");
+        }
+        for (path, r) in [
+            ("spec.glance.name", &self.glance),
+            ("spec.neutron.name", &self.neutron),
+        ] {
+            if r.as_ref().is_some_and(|r| r.name.is_empty()) {
+                e.add(
+                    path,
+                    "must not be empty (leave the reference out to use the catalog)",
+                );
+            }
+        }
+        if let Some(url) = &self.vnc_proxy_public_endpoint
+            && !(url.starts_with("http://") || url.starts_with("https://"))
+        {
+            e.add(
+                "spec.vncProxyPublicEndpoint",
+                "must be an absolute http:// or https:// URL",
+            );
+        }
+        if self.discover_hosts_interval_seconds < -1 {
+            e.add(
+                "spec.discoverHostsIntervalSeconds",
+                "must be -1 (never) or a number of seconds",
+            );
+        }
+        if self.compute_driver.is_empty()
+            || !self
+                .compute_driver
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.')
+        {
+            e.add(
+                "spec.computeDriver",
+                format!(
+                    "{:?} is not a virt driver name such as libvirt.LibvirtDriver",
+                    self.compute_driver
+                ),
+            );
+        }
+        e.0
+    }
+}
+
+/// Checks a backend block's shape: exactly one of `rbd`/`nfs` per backend and its Secret
+/// reference (the driver settings are checked by the renderer's backend validation).
+pub fn cinder_backends(path: &str, backends: &[crate::cinder::CinderBackend]) -> Vec<FieldError> {
+    let mut e = Errors::default();
+    for (i, b) in backends.iter().enumerate() {
+        let at = format!("{path}[{i}]");
+        match (&b.rbd, &b.nfs) {
+            (Some(_), Some(_)) | (None, None) => {
+                e.add(&at, "a backend is exactly one of rbd and nfs")
+            }
+            (Some(r), None) => {
+                if r.keyring_secret.name.is_empty() || r.keyring_secret.key.is_empty() {
+                    e.add(
+                        format!("{at}.rbd.keyringSecret"),
+                        "must name a Secret and the key holding the keyring",
+                    );
+                }
+            }
+            (None, Some(_)) => {}
+        }
+    }
+    e.0
+}
+
+impl Validate for CinderSpec {
+    fn validate(&self) -> Vec<FieldError> {
+        let mut e = Errors::default();
+        release(&mut e, "spec.release", &self.release);
+        // A backend's own section takes the driver options Cinder registers in
+        // [backend_defaults].
+        let dynamic: Vec<(&str, &str)> = self
+            .backends
+            .iter()
+            .map(|b| (b.name.as_str(), "backend_defaults"))
+            .collect();
+        service_template(
+            &mut e,
+            "spec",
+            &self.template,
+            ServiceName::Cinder,
+            &dynamic,
+        );
+        service_refs(
+            &mut e,
+            Some(&self.database),
+            &self.keystone,
+            self.public_endpoint.as_deref(),
+        );
+        if self.messaging.name.is_empty() {
+            e.add(
+                "spec.messaging.name",
+                "must name a messaging external service",
+            );
+        }
+        if self.backends.is_empty() {
+            e.add(
+                "spec.backends",
+                "at least one backend is needed: cinder-volume serves nothing without one",
+            );
+        }
+        e.0.extend(cinder_backends("spec.backends", &self.backends));
+        e.0
+    }
+}
+
 impl Validate for OpenStackClusterSpec {
     fn validate(&self) -> Vec<FieldError> {
         let mut e = Errors::default();
@@ -483,6 +613,31 @@ impl Validate for OpenStackClusterSpec {
                 ),
             );
         }
+        let has = |s: ServiceName| self.services.contains(&s);
+        if has(ServiceName::Nova) && !has(ServiceName::Placement) {
+            e.add(
+                "spec.services",
+                "nova schedules against the cluster's Placement: list placement too",
+            );
+        }
+        for s in [ServiceName::Nova, ServiceName::Cinder] {
+            if has(s) && self.external_services.messaging.is_none() {
+                e.add(
+                    "spec.externalServices.messaging",
+                    format!("{} needs a messaging external service", s.as_str()),
+                );
+            }
+        }
+        if has(ServiceName::Cinder) && self.cinder_backends.is_empty() {
+            e.add(
+                "spec.cinderBackends",
+                "cinder needs at least one backend (rbd or nfs)",
+            );
+        }
+        e.0.extend(cinder_backends(
+            "spec.cinderBackends",
+            &self.cinder_backends,
+        ));
         for (name, t) in &self.templates {
             let path = format!("spec.templates.{name}");
             match self.services.iter().find(|s| s.as_str() == name) {
@@ -497,7 +652,17 @@ impl Validate for OpenStackClusterSpec {
                             .join(", ")
                     ),
                 ),
-                Some(service) => service_template(&mut e, &path, t, *service, &[]),
+                Some(service) => {
+                    let dynamic: Vec<(&str, &str)> = match service {
+                        ServiceName::Cinder => self
+                            .cinder_backends
+                            .iter()
+                            .map(|b| (b.name.as_str(), "backend_defaults"))
+                            .collect(),
+                        _ => Vec::new(),
+                    };
+                    service_template(&mut e, &path, t, *service, &dynamic)
+                }
             }
         }
         if let Some(p) = &self.public_hostname_pattern {

@@ -10,6 +10,7 @@ use controlplane_api::condition_types as ct;
 use controlplane_api::keystone::{DatabaseSpec, TokenSettings};
 use controlplane_api::status::Conditioned;
 use controlplane_api::validation::Validate;
+use controlplane_api::{Cinder, CinderSpec, Nova, NovaSpec};
 use controlplane_api::{
     Keystone, KeystoneSpec, OpenStackCluster, Placement, PlacementSpec, ServiceName, ServiceStatus,
 };
@@ -54,6 +55,68 @@ pub fn placement_spec(c: &OpenStackCluster) -> PlacementSpec {
         },
         cache: s.external_services.cache.clone(),
         public_endpoint: public_url(c, ServiceName::Placement),
+    }
+}
+
+/// The Nova spec a cluster asks for (pure): the cluster's Keystone and Placement, its
+/// Glance and Neutron when it runs them (the catalog otherwise), its external services.
+pub fn nova_spec(c: &OpenStackCluster) -> NovaSpec {
+    let s = &c.spec;
+    let peer = |svc: ServiceName| {
+        s.services
+            .contains(&svc)
+            .then(|| controlplane_api::nova::ServiceRef {
+                name: child_name(&c.name_any(), svc),
+            })
+    };
+    NovaSpec {
+        release: s.release.clone(),
+        template: s.templates.get("nova").cloned().unwrap_or_default(),
+        database: DatabaseRef {
+            service: s.external_services.database.clone(),
+            database_name: None,
+            username: None,
+        },
+        // Validation refuses a cluster running Nova without a messaging service.
+        messaging: s.external_services.messaging.clone().unwrap_or_default(),
+        keystone: KeystoneRef {
+            name: keystone_name(&c.name_any()),
+        },
+        placement: controlplane_api::nova::ServiceRef {
+            name: child_name(&c.name_any(), ServiceName::Placement),
+        },
+        glance: peer(ServiceName::Glance),
+        neutron: peer(ServiceName::Neutron),
+        cache: s.external_services.cache.clone(),
+        public_endpoint: public_url(c, ServiceName::Nova),
+        vnc_proxy_public_endpoint: s
+            .public_hostname_pattern
+            .as_ref()
+            .map(|p| format!("https://{}", p.replace("{service}", "novncproxy"))),
+        discover_hosts_interval_seconds: controlplane_api::nova::DEFAULT_DISCOVER_HOSTS_INTERVAL,
+        compute_driver: "libvirt.LibvirtDriver".into(),
+    }
+}
+
+/// The Cinder spec a cluster asks for (pure).
+pub fn cinder_spec(c: &OpenStackCluster) -> CinderSpec {
+    let s = &c.spec;
+    CinderSpec {
+        release: s.release.clone(),
+        template: s.templates.get("cinder").cloned().unwrap_or_default(),
+        database: DatabaseRef {
+            service: s.external_services.database.clone(),
+            database_name: None,
+            username: None,
+        },
+        // Validation refuses a cluster running Cinder without a messaging service.
+        messaging: s.external_services.messaging.clone().unwrap_or_default(),
+        keystone: KeystoneRef {
+            name: keystone_name(&c.name_any()),
+        },
+        cache: s.external_services.cache.clone(),
+        backends: s.cinder_backends.clone(),
+        public_endpoint: public_url(c, ServiceName::Cinder),
     }
 }
 
@@ -214,6 +277,20 @@ async fn reconcile(obj: Arc<OpenStackCluster>, ctx: Arc<Ctx>) -> Result<Action, 
                     let p = runtime::apply(&api, &pl).await?;
                     (p.status, p.metadata.generation)
                 }
+                ServiceName::Nova => {
+                    let mut nv = Nova::new(&name, nova_spec(&obj));
+                    meta(&mut nv.metadata);
+                    let api: Api<Nova> = Api::namespaced(ctx.client.clone(), &ns);
+                    let n = runtime::apply(&api, &nv).await?;
+                    (n.status, n.metadata.generation)
+                }
+                ServiceName::Cinder => {
+                    let mut cn = Cinder::new(&name, cinder_spec(&obj));
+                    meta(&mut cn.metadata);
+                    let api: Api<Cinder> = Api::namespaced(ctx.client.clone(), &ns);
+                    let c = runtime::apply(&api, &cn).await?;
+                    (c.status, c.metadata.generation)
+                }
                 _ => (None, None),
             };
             held.push((*svc, child.0, child.1));
@@ -237,6 +314,15 @@ async fn reconcile(obj: Arc<OpenStackCluster>, ctx: Arc<Ctx>) -> Result<Action, 
     })
 }
 
+/// The compute and block-storage kinds a cluster owns (watched: a change of one, its status
+/// included, reconciles its cluster).
+pub struct ComputeKinds {
+    /// Novas.
+    pub novas: Api<Nova>,
+    /// Cinders.
+    pub cinders: Api<Cinder>,
+}
+
 /// Runs the controller until `shutdown` resolves; a change of an owned service CR (its status
 /// included) reconciles its cluster.
 pub async fn run(
@@ -244,11 +330,14 @@ pub async fn run(
     api: Api<OpenStackCluster>,
     keystones: Api<Keystone>,
     placements: Api<Placement>,
+    compute: ComputeKinds,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     Controller::new(api, watcher::Config::default())
         .owns(keystones, watcher::Config::default())
         .owns(placements, watcher::Config::default())
+        .owns(compute.novas, watcher::Config::default())
+        .owns(compute.cinders, watcher::Config::default())
         .graceful_shutdown_on(shutdown)
         .run(reconcile, runtime::error_policy, ctx)
         .for_each(|_| futures::future::ready(()))
@@ -324,6 +413,74 @@ mod tests {
                 ("Placement/cloud-placement", false)
             ]
         );
+    }
+
+    #[test]
+    fn nova_and_cinder_of_a_cluster_use_its_peers_and_external_services() {
+        let c: OpenStackCluster = serde_json::from_value(serde_json::json!({
+            "apiVersion": "controlplane.sunet.se/v1alpha1", "kind": "OpenStackCluster",
+            "metadata": {"name": "cloud", "namespace": "os"},
+            "spec": {"services": ["keystone", "placement", "nova", "neutron", "cinder"],
+                     "externalServices": {"database": {"name": "db"}, "messaging": {"name": "mq"}},
+                     "publicHostnamePattern": "{service}.example.org",
+                     "cinderBackends": [{"name": "ceph", "rbd": {"pool": "volumes", "user": "cinder",
+                        "cephConf": "[global]\nmon host = 10.0.0.1\n",
+                        "keyringSecret": {"name": "ceph-keyring", "key": "keyring"},
+                        "secretUuid": "457eb676-33da-42ec-9a8c-9293d545c337"}}],
+                     "templates": {"nova": {"replicas": 2}}}}))
+        .expect("cluster");
+        let n = nova_spec(&c);
+        assert_eq!(n.keystone.name, "cloud-keystone");
+        assert_eq!(n.placement.name, "cloud-placement");
+        assert_eq!(n.messaging.name, "mq");
+        assert_eq!(n.neutron.map(|r| r.name).as_deref(), Some("cloud-neutron"));
+        assert_eq!(
+            n.glance, None,
+            "no Glance in the cluster: the catalog finds one"
+        );
+        assert_eq!(n.template.replicas, Some(2));
+        assert_eq!(
+            n.vnc_proxy_public_endpoint.as_deref(),
+            Some("https://novncproxy.example.org")
+        );
+        let cn = cinder_spec(&c);
+        assert_eq!(cn.messaging.name, "mq");
+        assert_eq!(cn.backends.len(), 1);
+        assert_eq!(cn.backends[0].name, "ceph");
+        assert_eq!(
+            cn.public_endpoint.as_deref(),
+            Some("https://cinder.example.org")
+        );
+    }
+
+    #[test]
+    fn a_failing_nova_is_named_after_a_ready_placement() {
+        let mut ready = controlplane_api::ServiceStatus::default();
+        set_state(&mut ready, &State::Ready("ok".into()), Some(1));
+        let mut nova = controlplane_api::ServiceStatus::default();
+        set_state(
+            &mut nova,
+            &State::Blocked {
+                reason: "PlacementNotReady".into(),
+                message: "Placement cloud-placement is not Ready: no status yet".into(),
+            },
+            Some(1),
+        );
+        let (sums, state) = roll_up(
+            "cloud",
+            &[
+                (ServiceName::Keystone, Some(&ready), Some(1)),
+                (ServiceName::Placement, Some(&ready), Some(1)),
+                (ServiceName::Nova, Some(&nova), Some(1)),
+                (ServiceName::Cinder, Some(&ready), Some(1)),
+            ],
+        );
+        assert_eq!(
+            state.summary().1,
+            "Nova blocked: Placement cloud-placement is not Ready: no status yet"
+        );
+        assert_eq!(sums[2].object, "Nova/cloud-nova");
+        assert!(sums[3].ready);
     }
 
     #[test]

@@ -8,9 +8,12 @@
 //! crate's smaller runtime: [`State`] → the five standard conditions, Events on transitions,
 //! metrics per kind, status by server-side apply only when it changed.
 
+pub mod cinder;
 pub mod cluster;
 pub mod external;
 pub mod keystone;
+pub mod messaging;
+pub mod nova;
 pub mod placement;
 pub mod runtime;
 pub mod service;

@@ -590,6 +590,17 @@ impl<K: ServiceKind> Pass<'_, K> {
         db: &ResolvedDatabase,
         password_secret: &str,
     ) -> Result<Option<State>, Error> {
+        self.db_init_as("db-init", image, db, password_secret).await
+    }
+
+    /// [`Pass::db_init`] under step name `step`, for a service with several databases.
+    pub async fn db_init_as(
+        &mut self,
+        step: &str,
+        image: &str,
+        db: &ResolvedDatabase,
+        password_secret: &str,
+    ) -> Result<Option<State>, Error> {
         let hash = database::db_init_hash(&db.database, &db.admin.secret_name);
         let mut env: Vec<_> = database::db_init_env(&db.database)
             .into_iter()
@@ -611,7 +622,7 @@ impl<K: ServiceKind> Pass<'_, K> {
             "password",
         ));
         self.job_step(
-            "db-init",
+            step,
             &hash,
             image,
             vec!["python3".into(), "-c".into(), DB_INIT_SCRIPT.into()],
@@ -625,6 +636,28 @@ impl<K: ServiceKind> Pass<'_, K> {
     /// its catalog service and endpoints, registered with Keystone's admin credentials.
     pub async fn service_user(
         &mut self,
+        image: &str,
+        entry: &ServiceEntry,
+        ks: &KeystoneAccess,
+        password_secret: &str,
+        service_password: &str,
+    ) -> Result<Option<State>, Error> {
+        self.service_user_as(
+            "service-user",
+            image,
+            entry,
+            ks,
+            password_secret,
+            service_password,
+        )
+        .await
+    }
+
+    /// [`Pass::service_user`] under step name `step`, for a service with several catalog
+    /// entries (each its own Job; the user is the same).
+    pub async fn service_user_as(
+        &mut self,
+        step: &str,
         image: &str,
         entry: &ServiceEntry,
         ks: &KeystoneAccess,
@@ -653,7 +686,7 @@ impl<K: ServiceKind> Pass<'_, K> {
             "password",
         ));
         self.job_step(
-            "service-user",
+            step,
             &hash,
             image,
             vec!["python3".into(), "-c".into(), service_user::SCRIPT.into()],
@@ -699,6 +732,81 @@ impl<K: ServiceKind> Pass<'_, K> {
             });
         }
         Ok(available)
+    }
+
+    /// Applies a component's Deployment and, when it listens, its Service; returns the
+    /// Deployment as applied.
+    pub async fn apply_component(
+        &self,
+        dep: &Deployment,
+        service: Option<&Service>,
+    ) -> Result<Deployment, Error> {
+        if let Some(svc) = service {
+            let services: Api<Service> = Api::namespaced(self.ctx.client.clone(), &self.ns);
+            runtime::apply(&services, svc).await?;
+        }
+        let deployments: Api<Deployment> = Api::namespaced(self.ctx.client.clone(), &self.ns);
+        Ok(runtime::apply(&deployments, dep).await?)
+    }
+
+    /// [`Pass::rollout`] over several Deployments (a service of several components): Ok(the
+    /// fewest available pods) once every one runs its current template on `want` pods, else
+    /// the state naming the first that does not.
+    pub fn rollout_all(&mut self, applied: &[Deployment], want: i32) -> Result<i32, State> {
+        if want == 0 {
+            self.status.available_replicas = Some(0);
+            return Err(State::Ready(
+                "scaled to 0 replicas; database and Secrets kept".into(),
+            ));
+        }
+        let mut fewest = i32::MAX;
+        for d in applied {
+            let st = d.status.clone().unwrap_or_default();
+            let available = st.available_replicas.unwrap_or(0);
+            let rolled = st.observed_generation >= d.metadata.generation
+                && st.updated_replicas.unwrap_or(0) >= want;
+            if !rolled || available < want {
+                self.status.available_replicas = Some(available.min(fewest));
+                self.soon(Duration::from_secs(5));
+                return Err(State::Reconciling {
+                    reason: "RollingOut".into(),
+                    message: format!(
+                        "Deployment {}: {available}/{want} pods available with the current configuration",
+                        d.name_any()
+                    ),
+                });
+            }
+            fewest = fewest.min(available);
+        }
+        self.status.available_replicas = Some(fewest);
+        Ok(fewest)
+    }
+
+    /// A service CR of kind `T` (same namespace) that is Ready at its current generation, or
+    /// the Blocked state naming it.
+    pub async fn ready_peer<T: ServiceKind>(&self, name: &str) -> Result<Result<T, State>, Error> {
+        let kind = T::kind(&()).to_string();
+        let api: Api<T> = Api::namespaced(self.ctx.client.clone(), &self.ns);
+        let Some(peer) = api.get_opt(name).await? else {
+            return Ok(Err(State::Blocked {
+                reason: format!("{kind}Missing"),
+                message: format!("{kind} {name} not found"),
+            }));
+        };
+        let st = peer.service_status().cloned().unwrap_or_default();
+        let ready = st.observed_generation == peer.meta().generation
+            && st.condition(ct::READY).is_some_and(|c| c.is_true());
+        if !ready {
+            let why = st
+                .condition(ct::READY)
+                .and_then(|c| c.message.clone())
+                .unwrap_or_else(|| "no status yet".into());
+            return Ok(Err(State::Blocked {
+                reason: format!("{kind}NotReady"),
+                message: format!("{kind} {name} is not Ready: {why}"),
+            }));
+        }
+        Ok(Ok(peer))
     }
 
     /// The URL the operator reaches this service's API at: the in-cluster one unless

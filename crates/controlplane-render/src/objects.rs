@@ -12,8 +12,8 @@ use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
     Affinity, Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction, PodAffinityTerm,
     PodAntiAffinity, PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ResourceRequirements,
-    Secret, SecretKeySelector, SecretVolumeSource, Service, ServicePort, ServiceSpec, Volume,
-    VolumeMount, WeightedPodAffinityTerm,
+    Secret, SecretKeySelector, SecretVolumeSource, SecurityContext, Service, ServicePort,
+    ServiceSpec, TCPSocketAction, Volume, VolumeMount, WeightedPodAffinityTerm,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
@@ -237,23 +237,109 @@ pub struct ApiParams {
 /// The API Deployment: probes, resources, spread over nodes, rolling updates that keep
 /// capacity, and the configuration hash on the pod template so a config change rolls it.
 pub fn api_deployment(owner: &Owner, t: &ServiceTemplate, p: ApiParams) -> Deployment {
-    let labels = owner.labels("api");
-    let probe = |initial: i32, failures: i32| Probe {
-        http_get: Some(HTTPGetAction {
-            path: Some(p.probe_path.clone()),
-            port: IntOrString::Int(i32::from(p.port)),
-            ..HTTPGetAction::default()
-        }),
-        initial_delay_seconds: Some(initial),
-        period_seconds: Some(10),
-        timeout_seconds: Some(5),
-        failure_threshold: Some(failures),
-        ..Probe::default()
+    component_deployment(
+        owner,
+        t,
+        ComponentParams {
+            name: p.name,
+            component: "api".into(),
+            image: p.image,
+            command: p.command,
+            check: Check::Http {
+                port: p.port,
+                path: p.probe_path,
+            },
+            config_hash: p.config_hash,
+            volumes: p.volumes,
+            replicas: t.replicas.unwrap_or(1),
+            privileged: false,
+        },
+    )
+}
+
+/// How the kubelet checks a component's container.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Check {
+    /// An HTTP GET of `path` on `port` that answers without authentication.
+    Http {
+        /// Container port (also exposed as port `api`).
+        port: u16,
+        /// Path.
+        path: String,
+    },
+    /// A TCP connection to `port` (also exposed as port `api`).
+    Tcp {
+        /// Container port.
+        port: u16,
+    },
+    /// No listener to check (RPC workers such as a conductor or scheduler: the process exits
+    /// when it fails, and the kubelet restarts it).
+    None,
+}
+
+/// What one component's Deployment runs (an API, a worker, a proxy).
+#[derive(Clone, Debug)]
+pub struct ComponentParams {
+    /// Deployment name.
+    pub name: String,
+    /// Component (`api`, `conductor`, ...): the `app.kubernetes.io/component` label the
+    /// Deployment selects its pods by, and the container's name.
+    pub component: String,
+    /// Image.
+    pub image: String,
+    /// Command.
+    pub command: Vec<String>,
+    /// Readiness and liveness check.
+    pub check: Check,
+    /// Hash of the configuration (pod-template annotation).
+    pub config_hash: String,
+    /// Volumes and their mounts.
+    pub volumes: Vec<(Volume, VolumeMount)>,
+    /// Replicas.
+    pub replicas: i32,
+    /// Whether the container runs privileged (an NFS volume backend mounts shares).
+    pub privileged: bool,
+}
+
+/// A component's Deployment: probes, resources, spread over nodes, rolling updates that keep
+/// capacity, and the configuration hash on the pod template so a config change rolls it.
+pub fn component_deployment(owner: &Owner, t: &ServiceTemplate, p: ComponentParams) -> Deployment {
+    let labels = owner.labels(&p.component);
+    let probe = |initial: i32, failures: i32| -> Option<Probe> {
+        let base = Probe {
+            initial_delay_seconds: Some(initial),
+            period_seconds: Some(10),
+            timeout_seconds: Some(5),
+            failure_threshold: Some(failures),
+            ..Probe::default()
+        };
+        match &p.check {
+            Check::Http { port, path } => Some(Probe {
+                http_get: Some(HTTPGetAction {
+                    path: Some(path.clone()),
+                    port: IntOrString::Int(i32::from(*port)),
+                    ..HTTPGetAction::default()
+                }),
+                ..base
+            }),
+            Check::Tcp { port } => Some(Probe {
+                tcp_socket: Some(TCPSocketAction {
+                    port: IntOrString::Int(i32::from(*port)),
+                    ..TCPSocketAction::default()
+                }),
+                ..base
+            }),
+            Check::None => None,
+        }
+    };
+    let port = match &p.check {
+        Check::Http { port, .. } | Check::Tcp { port } => Some(*port),
+        Check::None => None,
     };
     Deployment {
-        metadata: owner.meta(&p.name, "api"),
+        metadata: owner.meta(&p.name, &p.component),
         spec: DeploymentSpec {
-            replicas: Some(t.replicas.unwrap_or(1)),
+            replicas: Some(p.replicas),
             selector: LabelSelector {
                 match_labels: Some(labels.clone()),
                 ..LabelSelector::default()
@@ -300,17 +386,23 @@ pub fn api_deployment(owner: &Owner, t: &ServiceTemplate, p: ApiParams) -> Deplo
                         ..PodSecurityContext::default()
                     }),
                     containers: vec![Container {
-                        name: "api".into(),
+                        name: p.component.clone(),
                         image: Some(p.image.clone()),
                         command: Some(p.command.clone()),
-                        ports: Some(vec![ContainerPort {
-                            name: Some("api".into()),
-                            container_port: i32::from(p.port),
-                            ..ContainerPort::default()
-                        }]),
-                        readiness_probe: Some(probe(5, 3)),
-                        liveness_probe: Some(probe(30, 6)),
+                        ports: port.map(|port| {
+                            vec![ContainerPort {
+                                name: Some("api".into()),
+                                container_port: i32::from(port),
+                                ..ContainerPort::default()
+                            }]
+                        }),
+                        readiness_probe: probe(5, 3),
+                        liveness_probe: probe(30, 6),
                         resources: resources(t.resources.as_ref()),
+                        security_context: p.privileged.then(|| SecurityContext {
+                            privileged: Some(true),
+                            ..SecurityContext::default()
+                        }),
                         volume_mounts: Some(p.volumes.iter().map(|(_, m)| m.clone()).collect()),
                         ..Container::default()
                     }],
@@ -324,12 +416,12 @@ pub fn api_deployment(owner: &Owner, t: &ServiceTemplate, p: ApiParams) -> Deplo
     }
 }
 
-/// The ClusterIP Service in front of the API pods.
-pub fn api_service(owner: &Owner, name: &str, port: u16) -> Service {
+/// The ClusterIP Service in front of one component's pods (port `api`).
+pub fn component_service(owner: &Owner, name: &str, component: &str, port: u16) -> Service {
     Service {
-        metadata: owner.meta(name, "api"),
+        metadata: owner.meta(name, component),
         spec: Some(ServiceSpec {
-            selector: Some(owner.labels("api")),
+            selector: Some(owner.labels(component)),
             ports: Some(vec![ServicePort {
                 name: Some("api".into()),
                 port: i32::from(port),
@@ -342,4 +434,9 @@ pub fn api_service(owner: &Owner, name: &str, port: u16) -> Service {
         }),
         ..Service::default()
     }
+}
+
+/// The ClusterIP Service in front of the API pods.
+pub fn api_service(owner: &Owner, name: &str, port: u16) -> Service {
+    component_service(owner, name, "api", port)
 }

@@ -37,6 +37,10 @@ pub enum CpKind {
     Keystone,
     /// Placement.
     Placement,
+    /// Nova.
+    Nova,
+    /// Cinder.
+    Cinder,
     /// OpenStackCluster.
     Cluster,
 }
@@ -65,7 +69,7 @@ pub struct ControlPlaneArgs {
         env = "CONTROLLERS",
         value_enum,
         value_delimiter = ',',
-        default_value = "external-service,keystone,placement,cluster"
+        default_value = "external-service,keystone,placement,nova,cinder,cluster"
     )]
     controllers: Vec<CpKind>,
     /// Seconds between checks of an unchanged external service.
@@ -213,6 +217,8 @@ pub async fn run(args: ControlPlaneArgs) -> anyhow::Result<()> {
             CpKind::ExternalService => controlplane_api::OpenStackExternalService::crd(),
             CpKind::Keystone => controlplane_api::Keystone::crd(),
             CpKind::Placement => controlplane_api::Placement::crd(),
+            CpKind::Nova => controlplane_api::Nova::crd(),
+            CpKind::Cinder => controlplane_api::Cinder::crd(),
             CpKind::Cluster => controlplane_api::OpenStackCluster::crd(),
         };
         wait_for_crd(&client, &crd, &token).await?;
@@ -253,10 +259,41 @@ pub async fn run(args: ControlPlaneArgs) -> anyhow::Result<()> {
                     shutdown,
                 ))
             }
+            CpKind::Nova => {
+                for crd in [
+                    controlplane_api::OpenStackExternalService::crd(),
+                    controlplane_api::Keystone::crd(),
+                    controlplane_api::Placement::crd(),
+                ] {
+                    wait_for_crd(&client, &crd, &token).await?;
+                }
+                tasks.spawn(controlplane_controllers::nova::run(
+                    ctx,
+                    api(&client, &ns),
+                    watched(&client, &ns),
+                    shutdown,
+                ))
+            }
+            CpKind::Cinder => {
+                for crd in [
+                    controlplane_api::OpenStackExternalService::crd(),
+                    controlplane_api::Keystone::crd(),
+                ] {
+                    wait_for_crd(&client, &crd, &token).await?;
+                }
+                tasks.spawn(controlplane_controllers::cinder::run(
+                    ctx,
+                    api(&client, &ns),
+                    watched(&client, &ns),
+                    shutdown,
+                ))
+            }
             CpKind::Cluster => {
                 for crd in [
                     controlplane_api::Keystone::crd(),
                     controlplane_api::Placement::crd(),
+                    controlplane_api::Nova::crd(),
+                    controlplane_api::Cinder::crd(),
                 ] {
                     wait_for_crd(&client, &crd, &token).await?;
                 }
@@ -265,6 +302,10 @@ pub async fn run(args: ControlPlaneArgs) -> anyhow::Result<()> {
                     api(&client, &ns),
                     api(&client, &ns),
                     api(&client, &ns),
+                    controlplane_controllers::cluster::ComputeKinds {
+                        novas: api(&client, &ns),
+                        cinders: api(&client, &ns),
+                    },
                     shutdown,
                 ))
             }

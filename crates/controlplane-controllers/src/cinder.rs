@@ -1,0 +1,335 @@
+//! `Cinder` on the shared pipeline: Keystone and the external services (database, messaging,
+//! cache) Ready → passwords → `cinder.conf` with the spec's backends and their files → Jobs:
+//! database, `db sync`, the service user with both catalog entries (`block-storage`,
+//! `volumev3`) → the API, scheduler and volume Deployments (+ the API's Service) →
+//! `online_data_migrations` → a token from Keystone accepted by the deployed API
+//! (`GET /v3/types`).
+
+use std::future::Future;
+use std::sync::Arc;
+
+use controlplane_api::cinder::CinderBackend;
+use controlplane_api::validation::Validate;
+use controlplane_api::{Cinder, ServiceName, ServiceStatus};
+use controlplane_render::authtoken::KeystoneAuth;
+use controlplane_render::cinder::{
+    self as render, Backend, BackendKind, CinderInputs, Nfs, Paths, Rbd,
+};
+use controlplane_render::objects::{self, Check, ComponentParams};
+use k8s_openapi::api::core::v1::{Volume, VolumeMount};
+use kube::{Api, ResourceExt};
+
+use crate::runtime::{self, Ctx, Error, State};
+use crate::service::{Pass, ServiceKind, Watched, or_state};
+
+/// The Job steps, in order (`online-data-migrations` runs once the Deployments rolled).
+pub const STEPS: [&str; 5] = [
+    "db-init",
+    "db-sync",
+    "service-user",
+    "service-user-volumev3",
+    "online-data-migrations",
+];
+/// The path the probe GETs with a token (the project comes from the token).
+pub const PROBE_PATH: &str = "/v3/types";
+/// Where backend `<name>`'s keyring Secret is mounted: `<dir>/<name>/<key>`.
+pub const KEYRING_DIR: &str = "/etc/cinder/keyrings";
+
+/// The spec's backends as the renderer takes them, with where each keyring is mounted (pure).
+pub fn backends(spec: &[CinderBackend]) -> Vec<Backend> {
+    spec.iter()
+        .filter_map(|b| {
+            let kind = match (&b.rbd, &b.nfs) {
+                (Some(r), None) => BackendKind::Rbd(Rbd {
+                    pool: r.pool.clone(),
+                    user: r.user.clone(),
+                    cluster_conf: r.ceph_conf.clone(),
+                    keyring: format!("{KEYRING_DIR}/{}/{}", b.name, r.keyring_secret.key),
+                    secret_uuid: r.secret_uuid.clone(),
+                }),
+                (None, Some(n)) => BackendKind::Nfs(Nfs {
+                    shares: n.shares.clone(),
+                    mount_options: n.mount_options.clone(),
+                }),
+                // Refused by validation before rendering.
+                _ => return None,
+            };
+            Some(Backend {
+                name: b.name.clone(),
+                kind,
+            })
+        })
+        .collect()
+}
+
+/// The keyring volumes of the RBD backends (one Secret mount per backend).
+pub fn keyring_volumes(spec: &[CinderBackend]) -> Vec<(Volume, VolumeMount)> {
+    spec.iter()
+        .enumerate()
+        .filter_map(|(i, b)| {
+            b.rbd.as_ref().map(|r| {
+                objects::secret_volume(
+                    &format!("keyring-{i}"),
+                    &r.keyring_secret.name,
+                    &format!("{KEYRING_DIR}/{}", b.name),
+                )
+            })
+        })
+        .collect()
+}
+
+impl ServiceKind for Cinder {
+    const SERVICE: &'static str = "cinder";
+
+    fn spec_validate(&self) -> Vec<api::FieldError> {
+        let mut errors = self.spec.validate();
+        // The drivers' settings (pool and client names, UUIDs, shares) by the renderer's
+        // rules, once every backend is exactly one kind.
+        let shaped =
+            controlplane_api::validation::cinder_backends("spec.backends", &self.spec.backends);
+        if shaped.is_empty() {
+            for e in render::backend::validate("spec.backends", &backends(&self.spec.backends)) {
+                if !errors.iter().any(|x| x.path == e.path) {
+                    errors.push(e);
+                }
+            }
+        }
+        errors
+    }
+
+    fn service_status(&self) -> Option<&ServiceStatus> {
+        self.status.as_ref()
+    }
+
+    fn external_services(&self) -> Vec<&str> {
+        let mut v = vec![
+            self.spec.database.service.name.as_str(),
+            self.spec.messaging.name.as_str(),
+        ];
+        v.extend(self.spec.cache.as_ref().map(|c| c.name.as_str()));
+        v
+    }
+
+    fn keystone_name(&self) -> Option<&str> {
+        Some(&self.spec.keystone.name)
+    }
+
+    fn step_event(step: &str, job: &str) -> Option<(&'static str, String)> {
+        (step == "service-user-volumev3").then(|| {
+            (
+                "ServiceRegistered",
+                format!(
+                    "service user, block-storage and volumev3 services and endpoints in place (Job {job})"
+                ),
+            )
+        })
+    }
+
+    fn pass(p: &mut Pass<'_, Self>) -> impl Future<Output = Result<State, Error>> + Send {
+        pass(p)
+    }
+}
+
+async fn pass(p: &mut Pass<'_, Cinder>) -> Result<State, Error> {
+    let obj = p.obj;
+    let spec = &obj.spec;
+    let name = obj.name_any();
+    if let Some(state) = p.invalid_spec() {
+        return Ok(state);
+    }
+    // Gate: Keystone and the external services Ready before anything is created.
+    let ks = or_state!(p.keystone(&spec.keystone.name).await?);
+    let db_secret = p.names.db();
+    let db = or_state!(
+        p.database(
+            &spec.database.service.name,
+            spec.database.database_name_or(Cinder::SERVICE),
+            spec.database.username_or(Cinder::SERVICE),
+            &db_secret,
+        )
+        .await?
+    );
+    let mq = or_state!(p.messaging(&spec.messaging.name).await?);
+    let memcache_servers = or_state!(
+        p.cache(spec.cache.as_ref().map(|c| c.name.as_str()))
+            .await?
+    );
+    let user_secret = p.names.service_user();
+    let service_password = or_state!(p.generated_password(&user_secret).await?);
+
+    // Render.
+    let image = spec
+        .template
+        .image
+        .clone()
+        .unwrap_or_else(|| ServiceName::Cinder.default_image(&spec.release));
+    let auth = KeystoneAuth {
+        auth_url: ks.internal_url.clone(),
+        www_authenticate_uri: ks.public_url.clone(),
+        region: ks.region.clone(),
+        username: Cinder::SERVICE.into(),
+        password: service_password.clone(),
+        project: "service".into(),
+    };
+    let inputs = CinderInputs {
+        template: &spec.template,
+        database: db.database.clone(),
+        messaging: mq.cinder(),
+        keystone: auth.clone(),
+        memcache_servers,
+        backends: backends(&spec.backends),
+        // Volumes belong to this stable host, whatever pod runs cinder-volume.
+        volume_host: name.clone(),
+        paths: Paths::pod(),
+        listen: format!("0.0.0.0:{}", render::PORT),
+        workers: 2,
+    };
+    let files = render::config_files(&inputs);
+    let conf = files.get("cinder.conf").cloned().unwrap_or_default();
+    let config_hash = render::config_hash(&image, &files);
+    runtime::apply(
+        &p.secrets(),
+        &objects::secret(&p.owner, &p.names.config(), "config", files),
+    )
+    .await?;
+    p.status.config_hash = Some(config_hash.clone());
+    let internal = render::internal_url(&name, &p.ns);
+    p.status.endpoint = Some(internal.clone());
+    let public = spec
+        .public_endpoint
+        .clone()
+        .unwrap_or_else(|| internal.clone());
+
+    let mut volumes = vec![objects::secret_volume(
+        "config",
+        &p.names.config(),
+        render::POD_CONFIG_DIR,
+    )];
+    volumes.extend(db.ca_volume.iter().cloned());
+    volumes.extend(mq.volumes.iter().cloned());
+    let paths = Paths::pod();
+
+    // Jobs, in order; each waits for the one before.
+    if let Some(s) = p.db_init(&image, &db, &db_secret).await? {
+        return Ok(s);
+    }
+    if let Some(s) = p
+        .job_step(
+            "db-sync",
+            &render::db_sync_hash(&image, &conf),
+            &image,
+            render::db_sync_command("cinder-manage", &paths),
+            vec![],
+            volumes.clone(),
+        )
+        .await?
+    {
+        return Ok(s);
+    }
+    let [current, legacy] = render::service_entries(&auth, &ks.region, &public, &internal);
+    for (step, entry) in [("service-user", current), ("service-user-volumev3", legacy)] {
+        if let Some(s) = p
+            .service_user_as(step, &image, &entry, &ks, &user_secret, &service_password)
+            .await?
+        {
+            return Ok(s);
+        }
+    }
+
+    // The Deployments: API (+ Service), scheduler, volume service.
+    let want = spec.template.replicas.unwrap_or(1);
+    let mut volume_mounts = volumes.clone();
+    volume_mounts.extend(keyring_volumes(&spec.backends));
+    let nfs = spec.backends.iter().any(|b| b.nfs.is_some());
+    let components = [
+        (
+            "api",
+            vec![
+                "uwsgi".into(),
+                "--ini".into(),
+                format!("{}/uwsgi.ini", render::POD_CONFIG_DIR),
+            ],
+            Check::Http {
+                port: render::PORT,
+                // The version document answers without a token.
+                path: "/".into(),
+            },
+            want,
+            volumes.clone(),
+        ),
+        (
+            "scheduler",
+            render::scheduler_command("cinder-scheduler", &paths),
+            Check::None,
+            want,
+            volumes.clone(),
+        ),
+        (
+            // One replica: every backend belongs to one `backend_host`, and two volume
+            // services managing the same volumes need a coordination backend this operator
+            // does not deploy.
+            "volume",
+            render::volume_command("cinder-volume", &paths),
+            Check::None,
+            want.min(1),
+            volume_mounts,
+        ),
+    ];
+    let mut rolled = Vec::new();
+    for (component, command, check, replicas, vols) in components {
+        let dep_name = p.names.n(component);
+        let service = matches!(check, Check::Http { .. })
+            .then(|| objects::component_service(&p.owner, &dep_name, component, render::PORT));
+        let dep = objects::component_deployment(
+            &p.owner,
+            &spec.template,
+            ComponentParams {
+                name: dep_name,
+                component: component.into(),
+                image: image.clone(),
+                command,
+                check,
+                config_hash: config_hash.clone(),
+                volumes: vols,
+                replicas,
+                // Mounting NFS shares needs the mount syscall.
+                privileged: component == "volume" && nfs,
+            },
+        );
+        let applied = p.apply_component(&dep, service.as_ref()).await?;
+        rolled.push((applied, replicas));
+    }
+    let mut available = i32::MAX;
+    for (dep, replicas) in &rolled {
+        available = available.min(or_state!(
+            p.rollout_all(std::slice::from_ref(dep), *replicas)
+        ));
+    }
+
+    if let Some(s) = p
+        .job_step(
+            "online-data-migrations",
+            &render::online_migrations_hash(&image, &conf),
+            &image,
+            render::online_data_migrations_command("cinder-manage", &paths),
+            vec![],
+            volumes.clone(),
+        )
+        .await?
+    {
+        return Ok(s);
+    }
+    let url = p.operator_url(&internal);
+    Ok(p.authenticated_probe(&ks, &url, PROBE_PATH, available)
+        .await)
+}
+
+/// Runs the controller until `shutdown` resolves.
+pub async fn run(
+    ctx: Arc<Ctx>,
+    api: Api<Cinder>,
+    watched: Watched,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) {
+    crate::service::run(ctx, api, watched, shutdown).await;
+}

@@ -1,0 +1,458 @@
+//! `Nova` on the shared pipeline: Keystone, Placement and the external services (database,
+//! messaging, cache) Ready → passwords and the metadata proxy secret → `nova.conf`, the
+//! compute nodes' configuration → Jobs: the three databases, `api_db sync`, the cell mappings,
+//! `db sync`, the service user → the API, metadata API, conductor, scheduler and noVNC proxy
+//! Deployments (+ Services) → `online_data_migrations` → a token from Keystone accepted by the
+//! deployed API (`GET /v2.1/servers`).
+//!
+//! Host discovery is the scheduler's periodic task (`discover_hosts_in_cells_interval`, the
+//! spec's `discoverHostsIntervalSeconds`): a new compute node is mapped into cell1 within one
+//! period, with no Job or CronJob to run.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
+
+use controlplane_api::validation::Validate;
+use controlplane_api::{Nova, NovaSpec, Placement, ServiceName, ServiceStatus};
+use controlplane_render::authtoken::KeystoneAuth;
+use controlplane_render::ini::Ini;
+use controlplane_render::nova::{
+    self as render, ComputeNode, Databases, NovaError, NovaInputs, Paths, Peers, Vnc,
+};
+use controlplane_render::objects::{self, Check, ComponentParams};
+use controlplane_render::secrets;
+use kube::{Api, ResourceExt};
+
+use crate::runtime::{self, Ctx, Error, State};
+use crate::service::{Pass, ServiceKind, Watched, or_state, secret_str};
+
+/// The Job steps, in order (`online-data-migrations` runs once the Deployments rolled).
+pub const STEPS: [&str; 8] = [
+    "db-init-api",
+    "db-init-cell0",
+    "db-init",
+    "api-db-sync",
+    "cell-setup",
+    "db-sync",
+    "service-user",
+    "online-data-migrations",
+];
+/// The path (below `/v2.1`) the probe GETs with a token: it answers 200 only when
+/// authenticated.
+pub const PROBE_PATH: &str = "/servers";
+/// `nova-manage` in the image's PATH.
+pub const NOVA_MANAGE: &str = "nova-manage";
+/// Key of the metadata proxy secret in Secret `<name>-metadata-proxy` (Neutron's metadata
+/// agents read it from there).
+pub const METADATA_SECRET_KEY: &str = "secret";
+/// Key of the compute nodes' file in Secret `<name>-compute-config`.
+pub const COMPUTE_CONFIG_KEY: &str = render::COMPUTE_CONF;
+
+/// Secret holding the metadata proxy shared secret of Nova CR `name`.
+pub fn metadata_secret_name(name: &str) -> String {
+    format!("{name}-metadata-proxy")
+}
+
+/// Secret holding the compute nodes' `nova-compute.conf` of Nova CR `name`.
+pub fn compute_config_secret_name(name: &str) -> String {
+    format!("{name}-compute-config")
+}
+
+/// The Deployments (and the port of the Service of those that listen), by component.
+pub const COMPONENTS: [(&str, Option<u16>); 5] = [
+    ("api", Some(render::API_PORT)),
+    ("metadata", Some(render::METADATA_PORT)),
+    ("conductor", None),
+    ("scheduler", None),
+    ("novncproxy", Some(render::NOVNCPROXY_PORT)),
+];
+
+/// The API database's and cell0's names beside cell1's `base` (`nova` → `nova_api`,
+/// `nova_cell0`): Nova's own convention.
+pub fn database_names(base: &str) -> (String, String) {
+    (format!("{base}_api"), format!("{base}_cell0"))
+}
+
+/// The compute nodes' configuration: what every compute node shares, without the node's own
+/// `host` and `my_ip` (oslo.config's defaults, the node's host name and address, apply; the
+/// VNC listener follows `$my_ip`). A node may set them in a file read after this one.
+pub fn compute_node_conf(i: &NovaInputs<'_>, driver: &str) -> Result<String, NovaError> {
+    let text = render::compute_conf(
+        i,
+        &ComputeNode {
+            host: String::new(),
+            compute_driver: driver.into(),
+            my_ip: "$my_ip".into(),
+        },
+    )?;
+    let mut ini = Ini::parse(&text);
+    if let Some(d) = ini.0.get_mut("DEFAULT") {
+        d.remove("host");
+        d.remove("my_ip");
+    }
+    Ok(ini.render())
+}
+
+impl ServiceKind for Nova {
+    const SERVICE: &'static str = "nova";
+
+    fn spec_validate(&self) -> Vec<api::FieldError> {
+        self.spec.validate()
+    }
+
+    fn service_status(&self) -> Option<&ServiceStatus> {
+        self.status.as_ref()
+    }
+
+    fn external_services(&self) -> Vec<&str> {
+        let mut v = vec![
+            self.spec.database.service.name.as_str(),
+            self.spec.messaging.name.as_str(),
+        ];
+        v.extend(self.spec.cache.as_ref().map(|c| c.name.as_str()));
+        v
+    }
+
+    fn keystone_name(&self) -> Option<&str> {
+        Some(&self.spec.keystone.name)
+    }
+
+    fn step_event(step: &str, job: &str) -> Option<(&'static str, String)> {
+        match step {
+            "cell-setup" => Some((
+                "CellsMapped",
+                format!("cell0 and cell1 mapped in the API database (Job {job})"),
+            )),
+            "service-user" => Some((
+                "ServiceRegistered",
+                format!("service user, compute service and endpoints in place (Job {job})"),
+            )),
+            _ => None,
+        }
+    }
+
+    fn pass(p: &mut Pass<'_, Self>) -> impl Future<Output = Result<State, Error>> + Send {
+        pass(p)
+    }
+}
+
+/// What the render step reports as a state.
+fn render_state(e: NovaError) -> State {
+    match e {
+        NovaError::Messaging(m) => State::Blocked {
+            reason: "ExternalServiceIncomplete".into(),
+            message: format!("messaging external service: {m}"),
+        },
+        NovaError::Cells(c) => State::InvalidSpec(format!("spec.database: {c}")),
+    }
+}
+
+/// The noVNC proxy's base URL users open (pure).
+pub fn vnc_base_url(spec: &NovaSpec, name: &str, ns: &str) -> String {
+    let root = spec.vnc_proxy_public_endpoint.clone().unwrap_or_else(|| {
+        format!(
+            "http://{name}-novncproxy.{ns}.svc:{}",
+            render::NOVNCPROXY_PORT
+        )
+    });
+    format!("{}/vnc_lite.html", root.trim_end_matches('/'))
+}
+
+async fn pass(p: &mut Pass<'_, Nova>) -> Result<State, Error> {
+    let obj = p.obj;
+    let spec = &obj.spec;
+    let name = obj.name_any();
+    if let Some(state) = p.invalid_spec() {
+        return Ok(state);
+    }
+    // Gate: Keystone, Placement and the external services Ready before anything is created.
+    let ks = or_state!(p.keystone(&spec.keystone.name).await?);
+    let placement: Placement = or_state!(p.ready_peer::<Placement>(&spec.placement.name).await?);
+    let placement_url = placement
+        .status
+        .as_ref()
+        .and_then(|s| s.endpoint.clone())
+        .unwrap_or_else(|| {
+            controlplane_render::placement::internal_url(&spec.placement.name, &p.ns)
+        });
+    let db_secret = p.names.db();
+    let cell1_name = spec.database.database_name_or(Nova::SERVICE);
+    let (api_name, cell0_name) = database_names(&cell1_name);
+    let user = spec.database.username_or(Nova::SERVICE);
+    let svc = spec.database.service.name.clone();
+    let cell1 = or_state!(
+        p.database(&svc, cell1_name, user.clone(), &db_secret)
+            .await?
+    );
+    let api_db = or_state!(p.database(&svc, api_name, user.clone(), &db_secret).await?);
+    let cell0 = or_state!(p.database(&svc, cell0_name, user, &db_secret).await?);
+    let mq = or_state!(p.messaging(&spec.messaging.name).await?);
+    let memcache_servers = or_state!(
+        p.cache(spec.cache.as_ref().map(|c| c.name.as_str()))
+            .await?
+    );
+    let user_secret = p.names.service_user();
+    let service_password = or_state!(p.generated_password(&user_secret).await?);
+    // The secret Neutron's metadata agents sign instance ids with: generated once, kept.
+    let md_name = metadata_secret_name(&name);
+    let md = p
+        .ensure_generated(&md_name, "metadata-proxy", || {
+            BTreeMap::from([(METADATA_SECRET_KEY.to_string(), secrets::password(32))])
+        })
+        .await?;
+    let Some(metadata_secret) = secret_str(&md, METADATA_SECRET_KEY) else {
+        return Ok(State::Degraded {
+            reason: "SecretInvalid".into(),
+            message: format!(
+                "Secret {md_name} has no key {METADATA_SECRET_KEY}; delete it to generate one"
+            ),
+        });
+    };
+
+    // Render.
+    let image = spec
+        .template
+        .image
+        .clone()
+        .unwrap_or_else(|| ServiceName::Nova.default_image(&spec.release));
+    let auth = KeystoneAuth {
+        auth_url: ks.internal_url.clone(),
+        www_authenticate_uri: ks.public_url.clone(),
+        region: ks.region.clone(),
+        username: Nova::SERVICE.into(),
+        password: service_password.clone(),
+        project: "service".into(),
+    };
+    let inputs = NovaInputs {
+        template: &spec.template,
+        databases: Databases {
+            api: api_db.database.clone(),
+            cell0: cell0.database.clone(),
+            cell1: cell1.database.clone(),
+        },
+        messaging: mq.nova(),
+        keystone: auth.clone(),
+        memcache_servers,
+        peers: Peers {
+            placement: Some(placement_url),
+            glance: spec
+                .glance
+                .as_ref()
+                .map(|g| controlplane_render::glance::internal_url(&g.name, &p.ns)),
+            neutron: spec
+                .neutron
+                .as_ref()
+                .map(|n| controlplane_render::neutron::internal_url(&n.name, &p.ns)),
+        },
+        metadata_secret,
+        vnc: Vnc {
+            base_url: vnc_base_url(spec, &name, &p.ns),
+            proxy_host: "0.0.0.0".into(),
+            proxy_port: render::NOVNCPROXY_PORT,
+        },
+        discover_hosts_interval: spec.discover_hosts_interval_seconds,
+        host: name.clone(),
+        paths: Paths::pod(),
+        api_listen: format!("0.0.0.0:{}", render::API_PORT),
+        metadata_listen: format!("0.0.0.0:{}", render::METADATA_PORT),
+        workers: 2,
+    };
+    let files = match render::config_files(&inputs) {
+        Ok(f) => f,
+        Err(e) => return Ok(render_state(e)),
+    };
+    let compute = match compute_node_conf(&inputs, &spec.compute_driver) {
+        Ok(c) => c,
+        Err(e) => return Ok(render_state(e)),
+    };
+    let hashes = match render::job_hashes(&inputs, &image, NOVA_MANAGE) {
+        Ok(h) => h,
+        Err(e) => return Ok(render_state(e)),
+    };
+    let cell_env = match render::cell_setup_env(&inputs, NOVA_MANAGE) {
+        Ok(e) => e,
+        Err(e) => return Ok(render_state(e)),
+    };
+    let conf = files.get(render::NOVA_CONF).cloned().unwrap_or_default();
+    let own = |f: &str| files.get(f).cloned();
+    runtime::apply(
+        &p.secrets(),
+        &objects::secret(&p.owner, &p.names.config(), "config", files.clone()),
+    )
+    .await?;
+    runtime::apply(
+        &p.secrets(),
+        &objects::secret(
+            &p.owner,
+            &compute_config_secret_name(&name),
+            "compute-config",
+            BTreeMap::from([(COMPUTE_CONFIG_KEY.to_string(), compute)]),
+        ),
+    )
+    .await?;
+    let api_hash = render::config_hash(&image, &conf, own(render::API_UWSGI).as_deref());
+    p.status.config_hash = Some(api_hash.clone());
+    let internal = render::internal_url(&name, &p.ns);
+    p.status.endpoint = Some(internal.clone());
+    let public = spec
+        .public_endpoint
+        .as_ref()
+        .map(|u| format!("{}/v2.1", u.trim_end_matches('/')))
+        .unwrap_or_else(|| internal.clone());
+
+    let mut volumes = vec![objects::secret_volume(
+        "config",
+        &p.names.config(),
+        render::POD_CONFIG_DIR,
+    )];
+    volumes.extend(cell1.ca_volume.iter().cloned());
+    volumes.extend(mq.volumes.iter().cloned());
+
+    // Jobs, in order; each waits for the one before.
+    for (step, db) in [
+        ("db-init-api", &api_db),
+        ("db-init-cell0", &cell0),
+        ("db-init", &cell1),
+    ] {
+        if let Some(s) = p.db_init_as(step, &image, db, &db_secret).await? {
+            return Ok(s);
+        }
+    }
+    let paths = Paths::pod();
+    let env = |pairs: Vec<(String, String)>| {
+        pairs
+            .into_iter()
+            .map(|(k, v)| objects::env(&k, v))
+            .collect::<Vec<_>>()
+    };
+    let manage_steps = [
+        (
+            "api-db-sync",
+            &hashes.api_db_sync,
+            render::api_db_sync_command(NOVA_MANAGE, &paths),
+            vec![],
+        ),
+        (
+            "cell-setup",
+            &hashes.cell_setup,
+            controlplane_render::nova::cells::command(),
+            env(cell_env),
+        ),
+        (
+            "db-sync",
+            &hashes.db_sync,
+            render::db_sync_command(NOVA_MANAGE, &paths),
+            vec![],
+        ),
+    ];
+    for (step, hash, command, env) in manage_steps {
+        if let Some(s) = p
+            .job_step(step, hash, &image, command, env, volumes.clone())
+            .await?
+        {
+            return Ok(s);
+        }
+    }
+    let entry = render::service_entry(&auth, &ks.region, &public, &internal);
+    if let Some(s) = p
+        .service_user(&image, &entry, &ks, &user_secret, &service_password)
+        .await?
+    {
+        return Ok(s);
+    }
+
+    // The Deployments and the Services of those that listen.
+    let want = spec.template.replicas.unwrap_or(1);
+    let mut applied = Vec::new();
+    for (component, port) in COMPONENTS {
+        let (command, own_file, check) = match component {
+            "api" => (
+                uwsgi(render::API_UWSGI),
+                own(render::API_UWSGI),
+                Check::Http {
+                    port: render::API_PORT,
+                    // The version document answers without a token: what the kubelet can
+                    // probe.
+                    path: "/".into(),
+                },
+            ),
+            "metadata" => (
+                uwsgi(render::METADATA_UWSGI),
+                own(render::METADATA_UWSGI),
+                Check::Http {
+                    port: render::METADATA_PORT,
+                    path: "/".into(),
+                },
+            ),
+            "novncproxy" => (
+                render::service_command("nova-novncproxy", &paths),
+                None,
+                Check::Tcp {
+                    port: render::NOVNCPROXY_PORT,
+                },
+            ),
+            other => (
+                render::service_command(&format!("nova-{other}"), &paths),
+                None,
+                Check::None,
+            ),
+        };
+        let dep_name = p.names.n(component);
+        let dep = objects::component_deployment(
+            &p.owner,
+            &spec.template,
+            ComponentParams {
+                name: dep_name.clone(),
+                component: component.into(),
+                image: image.clone(),
+                command,
+                check,
+                config_hash: render::config_hash(&image, &conf, own_file.as_deref()),
+                volumes: volumes.clone(),
+                replicas: want,
+                privileged: false,
+            },
+        );
+        let service =
+            port.map(|port| objects::component_service(&p.owner, &dep_name, component, port));
+        applied.push(p.apply_component(&dep, service.as_ref()).await?);
+    }
+    let available = or_state!(p.rollout_all(&applied, want));
+
+    // Online data migrations once every service runs the current release.
+    if let Some(s) = p
+        .job_step(
+            "online-data-migrations",
+            &hashes.online_data_migrations,
+            &image,
+            render::online_data_migrations_command(NOVA_MANAGE, &paths),
+            vec![],
+            volumes.clone(),
+        )
+        .await?
+    {
+        return Ok(s);
+    }
+    let url = p.operator_url(&internal);
+    Ok(p.authenticated_probe(&ks, &url, PROBE_PATH, available)
+        .await)
+}
+
+fn uwsgi(file: &str) -> Vec<String> {
+    vec![
+        "uwsgi".into(),
+        "--ini".into(),
+        format!("{}/{file}", render::POD_CONFIG_DIR),
+    ]
+}
+
+/// Runs the controller until `shutdown` resolves.
+pub async fn run(
+    ctx: Arc<Ctx>,
+    api: Api<Nova>,
+    watched: Watched,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) {
+    crate::service::run(ctx, api, watched, shutdown).await;
+}
