@@ -1183,8 +1183,10 @@ const CP: &str = "openstack-operator-control-plane";
 const VK: &str = "openstack-operator-virtual-kubelet";
 const VK_NODE: &str = "virtual-kubelet";
 
-const CP_CRDS: [&str; 4] = [
+const CP_CRDS: [&str; 6] = [
+    "cinders.controlplane.sunet.se",
     "keystones.controlplane.sunet.se",
+    "novas.controlplane.sunet.se",
     "openstackclusters.controlplane.sunet.se",
     "openstackexternalservices.controlplane.sunet.se",
     "placements.controlplane.sunet.se",
@@ -1361,6 +1363,8 @@ fn control_plane_calls() -> Vec<Call> {
         "keystones",
         "openstackexternalservices",
         "placements",
+        "novas",
+        "cinders",
     ] {
         // Controller::new (cluster.rs, external.rs, service.rs `run`), service.rs .watches of
         // the external services and Keystones, cluster.rs .owns of the Keystones: list + watch.
@@ -1374,7 +1378,7 @@ fn control_plane_calls() -> Vec<Call> {
         out.push(c(g, leak(format!("{kind}/status")), "patch"));
     }
     // cluster.rs `reconcile`: runtime::apply of each service CR (server-side apply creates it).
-    for kind in ["keystones", "placements"] {
+    for kind in ["keystones", "placements", "novas", "cinders"] {
         out.push(c(g, kind, "patch"));
         out.push(c(g, kind, "create"));
     }
@@ -1567,9 +1571,12 @@ fn call_lists_cover_the_apis_the_parts_use() {
     ]);
     let want: BTreeSet<String> = [
         "K",                        // control_plane.rs `api`, runtime.rs apply/write_status
+        "T",                        // service.rs `ready_peer` (get of a Placement)
         "OpenStackCluster",         // cluster.rs
         "Keystone",                 // cluster.rs, keystone.rs, service.rs
-        "Placement",                // placement.rs
+        "Placement",                // placement.rs, nova.rs (`ready_peer`)
+        "Nova",                     // nova.rs, cluster.rs
+        "Cinder",                   // cinder.rs, cluster.rs
         "OpenStackExternalService", // external.rs, keystone.rs
         "Secret",                   // external.rs, keystone.rs
         "Job",                      // keystone.rs

@@ -120,8 +120,26 @@ fn cluster_rules() {
     // Every override is checked against the options the service really defines (generated
     // from the installed services): unknown sections, unknown options and wrong types are
     // refused with the key named; real options of the right type pass.
+    // Nova needs the cluster's Placement and, like Cinder, a messaging service; Cinder needs
+    // backends, each exactly one kind.
+    let mut nc = ok.clone();
+    nc["services"] = json!(["keystone", "nova", "cinder"]);
+    nc["cinderBackends"] = json!([{"name": "b", "rbd": {"pool": "p", "user": "u", "cephConf": "x",
+        "keyringSecret": {"name": "k", "key": "keyring"}, "secretUuid": "u"}, "nfs": {"shares": ["h:/e"]}}]);
+    let spec: controlplane_api::OpenStackClusterSpec = serde_json::from_value(nc).expect("parses");
+    assert_eq!(
+        paths(&spec),
+        vec![
+            "spec.services",
+            "spec.externalServices.messaging",
+            "spec.externalServices.messaging",
+            "spec.cinderBackends[0]",
+        ]
+    );
     let mut ov = ok.clone();
-    ov["services"] = json!(["keystone", "nova", "cinder"]);
+    ov["services"] = json!(["keystone", "placement", "nova", "cinder"]);
+    ov["externalServices"]["messaging"] = json!({"name": "mq"});
+    ov["cinderBackends"] = json!([{"name": "ceph", "nfs": {"shares": ["nfs:/export"]}}]);
     ov["templates"] = json!({
         "nova": {"configOverrides": {
             "DEFAULT": {"debug": "true", "cpu_allocation_ratio": "4.0"},
