@@ -1183,8 +1183,11 @@ const CP: &str = "openstack-operator-control-plane";
 const VK: &str = "openstack-operator-virtual-kubelet";
 const VK_NODE: &str = "virtual-kubelet";
 
-const CP_CRDS: [&str; 4] = [
+const CP_CRDS: [&str; 7] = [
+    "glances.controlplane.sunet.se",
+    "horizons.controlplane.sunet.se",
     "keystones.controlplane.sunet.se",
+    "neutrons.controlplane.sunet.se",
     "openstackclusters.controlplane.sunet.se",
     "openstackexternalservices.controlplane.sunet.se",
     "placements.controlplane.sunet.se",
@@ -1361,6 +1364,9 @@ fn control_plane_calls() -> Vec<Call> {
         "keystones",
         "openstackexternalservices",
         "placements",
+        "glances",
+        "neutrons",
+        "horizons",
     ] {
         // Controller::new (cluster.rs, external.rs, service.rs `run`), service.rs .watches of
         // the external services and Keystones, cluster.rs .owns of the Keystones: list + watch.
@@ -1374,7 +1380,7 @@ fn control_plane_calls() -> Vec<Call> {
         out.push(c(g, leak(format!("{kind}/status")), "patch"));
     }
     // cluster.rs `reconcile`: runtime::apply of each service CR (server-side apply creates it).
-    for kind in ["keystones", "placements"] {
+    for kind in ["keystones", "placements", "glances", "neutrons", "horizons"] {
         out.push(c(g, kind, "patch"));
         out.push(c(g, kind, "create"));
     }
@@ -1412,6 +1418,10 @@ fn control_plane_calls() -> Vec<Call> {
     // keystone.rs `pass`: runtime::apply of the API Service.
     out.push(c("", "services", "create"));
     out.push(c("", "services", "patch"));
+    // glance.rs `ensure_claim`: get_opt of the images PVC, create when missing (never
+    // patched or deleted: the images outlive the Glance).
+    out.push(c("", "persistentvolumeclaims", "get"));
+    out.push(c("", "persistentvolumeclaims", "create"));
     out
 }
 
@@ -1570,6 +1580,10 @@ fn call_lists_cover_the_apis_the_parts_use() {
         "OpenStackCluster",         // cluster.rs
         "Keystone",                 // cluster.rs, keystone.rs, service.rs
         "Placement",                // placement.rs
+        "Glance",                   // cluster.rs
+        "Neutron",                  // cluster.rs
+        "Horizon",                  // cluster.rs
+        "PersistentVolumeClaim",    // glance.rs images claim
         "OpenStackExternalService", // external.rs, keystone.rs
         "Secret",                   // external.rs, keystone.rs
         "Job",                      // keystone.rs

@@ -66,7 +66,14 @@ impl ServiceName {
 
     /// Whether this operator version deploys the service (the others are designed: issue 19).
     pub fn implemented(self) -> bool {
-        matches!(self, ServiceName::Keystone | ServiceName::Placement)
+        matches!(
+            self,
+            ServiceName::Keystone
+                | ServiceName::Placement
+                | ServiceName::Glance
+                | ServiceName::Neutron
+                | ServiceName::Horizon
+        )
     }
 }
 

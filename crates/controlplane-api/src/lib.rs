@@ -7,7 +7,10 @@
 pub mod cluster;
 pub mod common;
 pub mod external;
+pub mod glance;
+pub mod horizon;
 pub mod keystone;
+pub mod neutron;
 pub mod options;
 pub mod placement;
 pub mod status;
@@ -16,7 +19,10 @@ pub mod validation;
 pub use cluster::{OpenStackCluster, OpenStackClusterSpec, ServiceName};
 pub use common::{ControlPlaneStatus, ServiceTemplate, condition_types};
 pub use external::{OpenStackExternalService, OpenStackExternalServiceSpec, ServiceKind};
+pub use glance::{Glance, GlanceSpec};
+pub use horizon::{Horizon, HorizonSpec};
 pub use keystone::{Keystone, KeystoneSpec};
+pub use neutron::{Neutron, NeutronSpec};
 pub use placement::{Placement, PlacementSpec};
 pub use status::{Conditioned, JobRecord, ServiceStatus};
 
@@ -38,6 +44,9 @@ pub fn all_crds() -> Vec<CustomResourceDefinition> {
         OpenStackCluster::crd(),
         Keystone::crd(),
         Placement::crd(),
+        Glance::crd(),
+        Neutron::crd(),
+        Horizon::crd(),
         OpenStackExternalService::crd(),
     ]
 }

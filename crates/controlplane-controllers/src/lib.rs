@@ -10,7 +10,10 @@
 
 pub mod cluster;
 pub mod external;
+pub mod glance;
+pub mod horizon;
 pub mod keystone;
+pub mod neutron;
 pub mod placement;
 pub mod runtime;
 pub mod service;
