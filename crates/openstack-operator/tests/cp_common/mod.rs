@@ -4,7 +4,7 @@
 //! do not copy them; e2e_control_plane.rs can switch to this module mechanically.
 #![allow(dead_code)]
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -23,8 +23,6 @@ use serde_json::{Value, json};
 pub const BIN: &str = env!("CARGO_BIN_EXE_openstack-operator");
 pub const WAIT: Duration = Duration::from_secs(90);
 pub const POLL: Duration = Duration::from_millis(300);
-/// `--secret-propagation-seconds` of the operator under test (180 in production).
-
 pub struct Proc(pub Child);
 impl Drop for Proc {
     fn drop(&mut self) {
