@@ -1183,9 +1183,12 @@ const CP: &str = "openstack-operator-control-plane";
 const VK: &str = "openstack-operator-virtual-kubelet";
 const VK_NODE: &str = "virtual-kubelet";
 
-const CP_CRDS: [&str; 6] = [
+const CP_CRDS: [&str; 9] = [
     "cinders.controlplane.sunet.se",
+    "glances.controlplane.sunet.se",
+    "horizons.controlplane.sunet.se",
     "keystones.controlplane.sunet.se",
+    "neutrons.controlplane.sunet.se",
     "novas.controlplane.sunet.se",
     "openstackclusters.controlplane.sunet.se",
     "openstackexternalservices.controlplane.sunet.se",
@@ -1365,6 +1368,9 @@ fn control_plane_calls() -> Vec<Call> {
         "placements",
         "novas",
         "cinders",
+        "glances",
+        "neutrons",
+        "horizons",
     ] {
         // Controller::new (cluster.rs, external.rs, service.rs `run`), service.rs .watches of
         // the external services and Keystones, cluster.rs .owns of the Keystones: list + watch.
@@ -1378,7 +1384,15 @@ fn control_plane_calls() -> Vec<Call> {
         out.push(c(g, leak(format!("{kind}/status")), "patch"));
     }
     // cluster.rs `reconcile`: runtime::apply of each service CR (server-side apply creates it).
-    for kind in ["keystones", "placements", "novas", "cinders"] {
+    for kind in [
+        "keystones",
+        "placements",
+        "novas",
+        "cinders",
+        "glances",
+        "neutrons",
+        "horizons",
+    ] {
         out.push(c(g, kind, "patch"));
         out.push(c(g, kind, "create"));
     }
@@ -1416,6 +1430,10 @@ fn control_plane_calls() -> Vec<Call> {
     // keystone.rs `pass`: runtime::apply of the API Service.
     out.push(c("", "services", "create"));
     out.push(c("", "services", "patch"));
+    // glance.rs `ensure_claim`: get_opt of the images PVC, create when missing (never
+    // patched or deleted: the images outlive the Glance).
+    out.push(c("", "persistentvolumeclaims", "get"));
+    out.push(c("", "persistentvolumeclaims", "create"));
     out
 }
 
@@ -1577,6 +1595,10 @@ fn call_lists_cover_the_apis_the_parts_use() {
         "Placement",                // placement.rs, nova.rs (`ready_peer`)
         "Nova",                     // nova.rs, cluster.rs
         "Cinder",                   // cinder.rs, cluster.rs
+        "Glance",                   // cluster.rs
+        "Neutron",                  // cluster.rs
+        "Horizon",                  // cluster.rs
+        "PersistentVolumeClaim",    // glance.rs images claim
         "OpenStackExternalService", // external.rs, keystone.rs
         "Secret",                   // external.rs, keystone.rs
         "Job",                      // keystone.rs

@@ -72,6 +72,9 @@ impl ServiceName {
                 | ServiceName::Placement
                 | ServiceName::Nova
                 | ServiceName::Cinder
+                | ServiceName::Glance
+                | ServiceName::Neutron
+                | ServiceName::Horizon
         )
     }
 }

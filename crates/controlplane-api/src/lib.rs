@@ -8,7 +8,10 @@ pub mod cinder;
 pub mod cluster;
 pub mod common;
 pub mod external;
+pub mod glance;
+pub mod horizon;
 pub mod keystone;
+pub mod neutron;
 pub mod nova;
 pub mod options;
 pub mod placement;
@@ -19,7 +22,10 @@ pub use cinder::{Cinder, CinderSpec};
 pub use cluster::{OpenStackCluster, OpenStackClusterSpec, ServiceName};
 pub use common::{ControlPlaneStatus, ServiceTemplate, condition_types};
 pub use external::{OpenStackExternalService, OpenStackExternalServiceSpec, ServiceKind};
+pub use glance::{Glance, GlanceSpec};
+pub use horizon::{Horizon, HorizonSpec};
 pub use keystone::{Keystone, KeystoneSpec};
+pub use neutron::{Neutron, NeutronSpec};
 pub use nova::{Nova, NovaSpec};
 pub use placement::{Placement, PlacementSpec};
 pub use status::{Conditioned, JobRecord, ServiceStatus};
@@ -44,6 +50,9 @@ pub fn all_crds() -> Vec<CustomResourceDefinition> {
         Placement::crd(),
         Nova::crd(),
         Cinder::crd(),
+        Glance::crd(),
+        Neutron::crd(),
+        Horizon::crd(),
         OpenStackExternalService::crd(),
     ]
 }

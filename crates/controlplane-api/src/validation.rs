@@ -10,7 +10,10 @@ use crate::cinder::CinderSpec;
 use crate::cluster::{OpenStackClusterSpec, ServiceName};
 use crate::common::ServiceTemplate;
 use crate::external::{OpenStackExternalServiceSpec, ServiceKind};
+use crate::glance::{GlanceSpec, StoreKind};
+use crate::horizon::HorizonSpec;
 use crate::keystone::KeystoneSpec;
+use crate::neutron::NeutronSpec;
 use crate::nova::NovaSpec;
 use crate::options;
 use crate::placement::PlacementSpec;
@@ -221,6 +224,9 @@ fn service_template(
     dynamic: &[(&str, &str)],
 ) {
     template(e, path, t, service);
+    if service == ServiceName::Horizon {
+        horizon_overrides(e, path, t);
+    }
     let Some(schema) = options::schema(service) else {
         return;
     };
@@ -590,6 +596,264 @@ impl Validate for CinderSpec {
     }
 }
 
+/// Django settings the operator renders for Horizon itself: overriding them would break
+/// sessions, the Keystone wiring or the static files, so they are refused.
+pub const HORIZON_OWNED_SETTINGS: &[&str] = &[
+    "ALLOWED_HOSTS",
+    "CACHES",
+    "COMPRESS_ENABLED",
+    "COMPRESS_OFFLINE",
+    "CSRF_COOKIE_SECURE",
+    "LOCAL_PATH",
+    "OPENSTACK_KEYSTONE_URL",
+    "OPENSTACK_SSL_CACERT",
+    "OPENSTACK_SSL_NO_VERIFY",
+    "SECRET_KEY",
+    "SESSION_COOKIE_SECURE",
+    "SESSION_ENGINE",
+    "STATIC_ROOT",
+    "STATIC_URL",
+];
+
+/// The section of Horizon's overrides: Django setting names to JSON values.
+pub const HORIZON_OVERRIDES_SECTION: &str = "local_settings";
+
+/// Horizon has no oslo.config and so no option schema: its overrides are Django settings in
+/// one section, named as Django names settings (upper-case identifiers), not owned by the
+/// operator, with values that are JSON (a bare word is taken as a string by the renderer, so
+/// only text that starts like JSON but does not parse is refused: it is a typo, not a string).
+fn horizon_overrides(e: &mut Errors, path: &str, t: &ServiceTemplate) {
+    for (section, options) in &t.config_overrides {
+        if section != HORIZON_OVERRIDES_SECTION {
+            e.add(
+                format!("{path}.configOverrides.{section}"),
+                format!(
+                    "Horizon takes only section `{HORIZON_OVERRIDES_SECTION}` (Django settings)"
+                ),
+            );
+            continue;
+        }
+        for (name, value) in options {
+            let kpath = format!("{path}.configOverrides.{section}.{name}");
+            let identifier = name.chars().next().is_some_and(|c| c.is_ascii_uppercase())
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_');
+            if !identifier {
+                e.add(kpath, "not a Django setting name (upper-case identifier)");
+            } else if HORIZON_OWNED_SETTINGS.contains(&name.as_str()) {
+                e.add(kpath, "is set by the operator and cannot be overridden");
+            } else if value.trim_start().starts_with(['{', '[', '"'])
+                && serde_json::from_str::<serde_json::Value>(value).is_err()
+            {
+                e.add(
+                    kpath,
+                    format!("{value:?} looks like JSON but does not parse"),
+                );
+            }
+        }
+    }
+}
+
+/// Whether `q` reads as a positive Kubernetes quantity (digits, an optional fraction and a
+/// suffix such as `Gi`, `G`, `Mi`).
+fn quantity_ok(q: &str) -> bool {
+    let digits = q.trim_end_matches(|c: char| c.is_ascii_alphabetic());
+    let suffix = &q[digits.len()..];
+    !digits.is_empty()
+        && digits.chars().all(|c| c.is_ascii_digit() || c == '.')
+        && digits.chars().any(|c| c.is_ascii_digit() && c != '0')
+        && ["", "Ki", "Mi", "Gi", "Ti", "Pi", "k", "M", "G", "T", "P"].contains(&suffix)
+}
+
+/// A word of one of Glance's import allow-lists: oslo.config's list syntax cannot carry
+/// separators, brackets, quotes or blanks in an item.
+fn list_item_ok(v: &str) -> bool {
+    !v.is_empty() && !v.contains([',', '[', ']', '"', '\'', ' ', '\n', '\r'])
+}
+
+impl Validate for GlanceSpec {
+    fn validate(&self) -> Vec<FieldError> {
+        let mut e = Errors::default();
+        release(&mut e, "spec.release", &self.release);
+        service_template(&mut e, "spec", &self.template, ServiceName::Glance, &[]);
+        service_refs(
+            &mut e,
+            Some(&self.database),
+            &self.keystone,
+            self.public_endpoint.as_deref(),
+        );
+        let st = &self.storage;
+        if st.file.is_none() && st.s3.is_none() {
+            e.add("spec.storage", "needs a file or an s3 store");
+        }
+        match st.default_store {
+            Some(StoreKind::File) if st.file.is_none() => e.add(
+                "spec.storage.defaultStore",
+                "is file but spec.storage.file is not set",
+            ),
+            Some(StoreKind::S3) if st.s3.is_none() => e.add(
+                "spec.storage.defaultStore",
+                "is s3 but spec.storage.s3 is not set",
+            ),
+            _ => {}
+        }
+        if let Some(f) = &st.file {
+            if !quantity_ok(&f.size) {
+                e.add(
+                    "spec.storage.file.size",
+                    format!(
+                        "{:?} is not a positive Kubernetes quantity (e.g. 100Gi)",
+                        f.size
+                    ),
+                );
+            }
+            if !["ReadWriteOnce", "ReadWriteMany", "ReadWriteOncePod"]
+                .contains(&f.access_mode.as_str())
+            {
+                e.add(
+                    "spec.storage.file.accessMode",
+                    "must be ReadWriteOnce, ReadWriteMany or ReadWriteOncePod",
+                );
+            }
+        }
+        if let Some(s3) = &st.s3
+            && s3.object_storage.name.is_empty()
+        {
+            e.add(
+                "spec.storage.s3.objectStorage.name",
+                "must name an objectStorage external service",
+            );
+        }
+        if let Some(w) = &self.web_download {
+            if w.allowed_hosts.is_empty() {
+                e.add(
+                    "spec.webDownload.allowedHosts",
+                    "names no host: Glance would fetch from any host, internal services included",
+                );
+            }
+            for (field, items) in [
+                ("allowedHosts", &w.allowed_hosts),
+                ("allowedSchemes", &w.allowed_schemes),
+            ] {
+                for (i, v) in items.iter().enumerate() {
+                    if !list_item_ok(v) {
+                        e.add(
+                            format!("spec.webDownload.{field}[{i}]"),
+                            format!("{v:?}: one word, without ',', brackets, quotes or blanks"),
+                        );
+                    }
+                }
+            }
+            if w.allowed_schemes.is_empty() {
+                e.add(
+                    "spec.webDownload.allowedSchemes",
+                    "needs at least one scheme",
+                );
+            }
+            if w.allowed_ports.is_empty() {
+                e.add("spec.webDownload.allowedPorts", "needs at least one port");
+            }
+            for (i, p) in w.allowed_ports.iter().enumerate() {
+                if *p == 0 {
+                    e.add(
+                        format!("spec.webDownload.allowedPorts[{i}]"),
+                        "0 is not a port",
+                    );
+                }
+            }
+        }
+        e.0
+    }
+}
+
+/// `min:max` with min <= max (a VNI or VLAN range).
+fn range_ok(r: &str, max: u32) -> bool {
+    let Some((a, b)) = r.split_once(':') else {
+        return false;
+    };
+    match (a.parse::<u32>(), b.parse::<u32>()) {
+        (Ok(a), Ok(b)) => a >= 1 && a <= b && b <= max,
+        _ => false,
+    }
+}
+
+impl Validate for NeutronSpec {
+    fn validate(&self) -> Vec<FieldError> {
+        let mut e = Errors::default();
+        release(&mut e, "spec.release", &self.release);
+        service_template(&mut e, "spec", &self.template, ServiceName::Neutron, &[]);
+        service_refs(
+            &mut e,
+            Some(&self.database),
+            &self.keystone,
+            self.public_endpoint.as_deref(),
+        );
+        if self.ovn.name.is_empty() {
+            e.add("spec.ovn.name", "must name an ovn external service");
+        }
+        if let Some(n) = &self.nova
+            && n.name.is_empty()
+        {
+            e.add(
+                "spec.nova.name",
+                "must name a Nova (or leave spec.nova out)",
+            );
+        }
+        let n = &self.networks;
+        if n.geneve_vni_ranges.is_empty() {
+            e.add("spec.networks.geneveVniRanges", "needs at least one range");
+        }
+        for (i, r) in n.geneve_vni_ranges.iter().enumerate() {
+            if !range_ok(r, 16_777_215) {
+                e.add(
+                    format!("spec.networks.geneveVniRanges[{i}]"),
+                    format!("{r:?} is not MIN:MAX with 1 <= MIN <= MAX <= 16777215"),
+                );
+            }
+        }
+        for (i, r) in n.vlan_ranges.iter().enumerate() {
+            let ok = match r.split_once(':') {
+                None => list_item_ok(r) && !r.contains(':'),
+                Some((net, range)) => list_item_ok(net) && range_ok(range, 4094),
+            };
+            if !ok {
+                e.add(
+                    format!("spec.networks.vlanRanges[{i}]"),
+                    format!("{r:?} is not PHYSNET or PHYSNET:MIN:MAX with VLANs 1-4094"),
+                );
+            }
+        }
+        for (i, f) in n.flat_networks.iter().enumerate() {
+            if !list_item_ok(f) || f.contains(':') {
+                e.add(
+                    format!("spec.networks.flatNetworks[{i}]"),
+                    format!("{f:?} is not a physical network name"),
+                );
+            }
+        }
+        if !(576..=9216).contains(&n.physnet_mtu) {
+            e.add("spec.networks.physnetMtu", "must be between 576 and 9216");
+        }
+        e.0
+    }
+}
+
+impl Validate for HorizonSpec {
+    fn validate(&self) -> Vec<FieldError> {
+        let mut e = Errors::default();
+        release(&mut e, "spec.release", &self.release);
+        service_template(&mut e, "spec", &self.template, ServiceName::Horizon, &[]);
+        service_refs(
+            &mut e,
+            None,
+            &self.keystone,
+            self.public_endpoint.as_deref(),
+        );
+        e.0
+    }
+}
+
 impl Validate for OpenStackClusterSpec {
     fn validate(&self) -> Vec<FieldError> {
         let mut e = Errors::default();
@@ -664,6 +928,12 @@ impl Validate for OpenStackClusterSpec {
                     service_template(&mut e, &path, t, *service, &dynamic)
                 }
             }
+        }
+        if self.services.contains(&ServiceName::Neutron) && self.external_services.ovn.is_none() {
+            e.add(
+                "spec.externalServices.ovn",
+                "neutron is listed: it needs an ovn external service",
+            );
         }
         if let Some(p) = &self.public_hostname_pattern {
             let sample = p.replace("{service}", "keystone");

@@ -105,6 +105,7 @@ fn cluster_rules() {
     // Neutron's too (the OVN wiring, the core plugin, the service user); its others pass.
     let mut ne = ok.clone();
     ne["services"] = json!(["keystone", "neutron"]);
+    ne["externalServices"]["ovn"] = json!({"name": "ovn"});
     ne["templates"] = json!({"neutron": {"configOverrides": {
         "ovn": {"ovn_nb_connection": "tcp:evil:6641", "ovn_l3_scheduler": "chance"},
         "DEFAULT": {"core_plugin": "openvswitch", "debug": "true"},
@@ -322,4 +323,162 @@ fn a_cluster_service_needs_the_cluster_keystone() {
     )
     .expect("spec");
     assert!(paths(&ok).is_empty());
+}
+
+fn glance_spec(extra: Value) -> controlplane_api::GlanceSpec {
+    let mut spec = json!({"database": {"service": {"name": "db"}}, "keystone": {"name": "ks"},
+                          "storage": {"file": {}}});
+    if let (Some(s), Some(e)) = (spec.as_object_mut(), extra.as_object()) {
+        for (k, v) in e {
+            s.insert(k.clone(), v.clone());
+        }
+    }
+    serde_json::from_value(spec).expect("glance spec")
+}
+
+#[test]
+fn glance_refuses_what_cannot_be_rendered_naming_the_field() {
+    assert!(paths(&glance_spec(json!({}))).is_empty());
+    assert_eq!(
+        paths(&glance_spec(json!({"storage": {}}))),
+        ["spec.storage"]
+    );
+    assert_eq!(
+        paths(&glance_spec(
+            json!({"storage": {"file": {}, "defaultStore": "s3"}})
+        )),
+        ["spec.storage.defaultStore"]
+    );
+    assert_eq!(
+        paths(&glance_spec(json!({"storage": {"file": {"size": "lots"}}}))),
+        ["spec.storage.file.size"]
+    );
+    assert_eq!(
+        paths(&glance_spec(json!({"webDownload": {"allowedHosts": []}}))),
+        ["spec.webDownload.allowedHosts"]
+    );
+    assert_eq!(
+        paths(&glance_spec(
+            json!({"webDownload": {"allowedHosts": ["a.example,b.example"], "allowedPorts": [0]}})
+        )),
+        [
+            "spec.webDownload.allowedHosts[0]",
+            "spec.webDownload.allowedPorts[0]"
+        ]
+    );
+    // Overrides are checked against Glance's option schema and its owned options.
+    assert_eq!(
+        paths(&glance_spec(
+            json!({"configOverrides": {"DEFAULT": {"no_such_option": "1"}}})
+        )),
+        ["spec.configOverrides.DEFAULT.no_such_option"]
+    );
+    assert_eq!(
+        paths(&glance_spec(
+            json!({"configOverrides": {"import_filtering_opts": {"allowed_hosts": "[]"}}})
+        )),
+        ["spec.configOverrides.import_filtering_opts.allowed_hosts"]
+    );
+    assert!(
+        paths(&glance_spec(
+            json!({"configOverrides": {"DEFAULT": {"image_size_cap": "1000"}}})
+        ))
+        .is_empty()
+    );
+    let mut g = glance_spec(json!({}));
+    g.storage.file = None;
+    cel_rejects::<controlplane_api::Glance>(
+        json!({"apiVersion": "controlplane.sunet.se/v1alpha1", "kind": "Glance",
+               "metadata": {"name": "g", "namespace": "n"}, "spec": g}),
+        "file or an s3 store",
+    );
+}
+
+fn neutron_spec(extra: Value) -> controlplane_api::NeutronSpec {
+    let mut spec = json!({"database": {"service": {"name": "db"}}, "keystone": {"name": "ks"},
+                          "ovn": {"name": "ovn"}});
+    if let (Some(s), Some(e)) = (spec.as_object_mut(), extra.as_object()) {
+        for (k, v) in e {
+            s.insert(k.clone(), v.clone());
+        }
+    }
+    serde_json::from_value(spec).expect("neutron spec")
+}
+
+#[test]
+fn neutron_refuses_bad_ranges_refs_and_overrides_naming_the_field() {
+    assert!(paths(&neutron_spec(json!({"nova": {"name": "nova"}}))).is_empty());
+    assert_eq!(
+        paths(&neutron_spec(json!({"ovn": {"name": ""}}))),
+        ["spec.ovn.name"]
+    );
+    assert_eq!(
+        paths(&neutron_spec(
+            json!({"networks": {"geneveVniRanges": ["9:1"],
+            "vlanRanges": ["physnet1:1:5000"], "flatNetworks": ["a,b"]}})
+        )),
+        [
+            "spec.networks.geneveVniRanges[0]",
+            "spec.networks.vlanRanges[0]",
+            "spec.networks.flatNetworks[0]"
+        ]
+    );
+    assert_eq!(
+        paths(&neutron_spec(
+            json!({"configOverrides": {"ovn": {"ovn_nb_connection": "tcp:x:1"}}})
+        )),
+        ["spec.configOverrides.ovn.ovn_nb_connection"]
+    );
+    assert_eq!(
+        paths(&neutron_spec(
+            json!({"configOverrides": {"DEFAULT": {"max_allowed_address_pair": "many"}}})
+        )),
+        ["spec.configOverrides.DEFAULT.max_allowed_address_pair"]
+    );
+    assert!(
+        paths(&neutron_spec(
+            json!({"configOverrides": {"ml2_type_geneve": {"vni_ranges": "1:4000"}}})
+        ))
+        .is_empty()
+    );
+}
+
+#[test]
+fn horizon_overrides_are_django_settings_not_owned_by_the_operator() {
+    let h = |overrides: Value| -> controlplane_api::HorizonSpec {
+        serde_json::from_value(json!({"keystone": {"name": "ks"}, "configOverrides": overrides}))
+            .expect("horizon spec")
+    };
+    assert!(
+        paths(&h(json!({"local_settings": {"SESSION_TIMEOUT": "7200",
+        "OPENSTACK_NEUTRON_NETWORK": "{\"enable_router\": false}"}})))
+        .is_empty()
+    );
+    assert_eq!(
+        paths(&h(json!({"DEFAULT": {"debug": "true"}}))),
+        ["spec.configOverrides.DEFAULT"]
+    );
+    assert_eq!(
+        paths(&h(json!({"local_settings": {"SECRET_KEY": "x"}}))),
+        ["spec.configOverrides.local_settings.SECRET_KEY"]
+    );
+    assert_eq!(
+        paths(&h(json!({"local_settings": {"session_timeout": "1"}}))),
+        ["spec.configOverrides.local_settings.session_timeout"]
+    );
+    assert_eq!(
+        paths(&h(
+            json!({"local_settings": {"OPENSTACK_NEUTRON_NETWORK": "{broken"}})
+        )),
+        ["spec.configOverrides.local_settings.OPENSTACK_NEUTRON_NETWORK"]
+    );
+}
+
+#[test]
+fn a_cluster_with_neutron_needs_ovn() {
+    let c: controlplane_api::OpenStackClusterSpec = serde_json::from_value(json!({
+        "services": ["keystone", "neutron", "glance", "horizon"],
+        "externalServices": {"database": {"name": "db"}}}))
+    .expect("cluster spec");
+    assert_eq!(paths(&c), ["spec.externalServices.ovn"]);
 }

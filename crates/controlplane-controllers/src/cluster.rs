@@ -11,6 +11,7 @@ use controlplane_api::keystone::{DatabaseSpec, TokenSettings};
 use controlplane_api::status::Conditioned;
 use controlplane_api::validation::Validate;
 use controlplane_api::{Cinder, CinderSpec, Nova, NovaSpec};
+use controlplane_api::{Glance, GlanceSpec, Horizon, HorizonSpec, Neutron, NeutronSpec};
 use controlplane_api::{
     Keystone, KeystoneSpec, OpenStackCluster, Placement, PlacementSpec, ServiceName, ServiceStatus,
 };
@@ -117,6 +118,86 @@ pub fn cinder_spec(c: &OpenStackCluster) -> CinderSpec {
         cache: s.external_services.cache.clone(),
         backends: s.cinder_backends.clone(),
         public_endpoint: public_url(c, ServiceName::Cinder),
+    }
+}
+
+/// The Glance spec a cluster asks for (pure): images in the `objectStorage` external
+/// service when the cluster has one, else on a 10Gi file-store PVC; web-download disabled (an
+/// allow-list is a decision the cluster does not make: create a Glance to enable it).
+pub fn glance_spec(c: &OpenStackCluster) -> GlanceSpec {
+    use controlplane_api::glance::{FileStore, GlanceStorage, S3StoreSpec};
+    let s = &c.spec;
+    let s3 = s
+        .external_services
+        .object_storage
+        .clone()
+        .map(|o| S3StoreSpec {
+            object_storage: o,
+            bucket: None,
+            region: None,
+            create_bucket: true,
+        });
+    GlanceSpec {
+        release: s.release.clone(),
+        template: s.templates.get("glance").cloned().unwrap_or_default(),
+        database: DatabaseRef {
+            service: s.external_services.database.clone(),
+            database_name: None,
+            username: None,
+        },
+        keystone: KeystoneRef {
+            name: keystone_name(&c.name_any()),
+        },
+        cache: s.external_services.cache.clone(),
+        storage: GlanceStorage {
+            file: s3.is_none().then(FileStore::default),
+            s3,
+            default_store: None,
+        },
+        web_download: None,
+        public_endpoint: public_url(c, ServiceName::Glance),
+    }
+}
+
+/// The Neutron spec a cluster asks for (pure): the cluster's `ovn` external service, and its
+/// Nova's metadata API when the cluster runs Nova.
+pub fn neutron_spec(c: &OpenStackCluster) -> NeutronSpec {
+    let s = &c.spec;
+    NeutronSpec {
+        release: s.release.clone(),
+        template: s.templates.get("neutron").cloned().unwrap_or_default(),
+        database: DatabaseRef {
+            service: s.external_services.database.clone(),
+            database_name: None,
+            username: None,
+        },
+        keystone: KeystoneRef {
+            name: keystone_name(&c.name_any()),
+        },
+        cache: s.external_services.cache.clone(),
+        ovn: s.external_services.ovn.clone().unwrap_or_default(),
+        nova: s
+            .services
+            .contains(&ServiceName::Nova)
+            .then(|| controlplane_api::neutron::NovaRef {
+                name: child_name(&c.name_any(), ServiceName::Nova),
+            }),
+        networks: Default::default(),
+        public_endpoint: public_url(c, ServiceName::Neutron),
+    }
+}
+
+/// The Horizon spec a cluster asks for (pure): the cluster's Keystone, sessions in its cache.
+pub fn horizon_spec(c: &OpenStackCluster) -> HorizonSpec {
+    let s = &c.spec;
+    HorizonSpec {
+        release: s.release.clone(),
+        template: s.templates.get("horizon").cloned().unwrap_or_default(),
+        keystone: KeystoneRef {
+            name: keystone_name(&c.name_any()),
+        },
+        cache: s.external_services.cache.clone(),
+        public_endpoint: public_url(c, ServiceName::Horizon),
     }
 }
 
@@ -291,7 +372,27 @@ async fn reconcile(obj: Arc<OpenStackCluster>, ctx: Arc<Ctx>) -> Result<Action, 
                     let c = runtime::apply(&api, &cn).await?;
                     (c.status, c.metadata.generation)
                 }
-                _ => (None, None),
+                ServiceName::Glance => {
+                    let mut g = Glance::new(&name, glance_spec(&obj));
+                    meta(&mut g.metadata);
+                    let api: Api<Glance> = Api::namespaced(ctx.client.clone(), &ns);
+                    let g = runtime::apply(&api, &g).await?;
+                    (g.status, g.metadata.generation)
+                }
+                ServiceName::Neutron => {
+                    let mut n = Neutron::new(&name, neutron_spec(&obj));
+                    meta(&mut n.metadata);
+                    let api: Api<Neutron> = Api::namespaced(ctx.client.clone(), &ns);
+                    let n = runtime::apply(&api, &n).await?;
+                    (n.status, n.metadata.generation)
+                }
+                ServiceName::Horizon => {
+                    let mut h = Horizon::new(&name, horizon_spec(&obj));
+                    meta(&mut h.metadata);
+                    let api: Api<Horizon> = Api::namespaced(ctx.client.clone(), &ns);
+                    let h = runtime::apply(&api, &h).await?;
+                    (h.status, h.metadata.generation)
+                }
             };
             held.push((*svc, child.0, child.1));
         }
@@ -323,6 +424,16 @@ pub struct ComputeKinds {
     pub cinders: Api<Cinder>,
 }
 
+/// The Glance, Neutron and Horizon CRs the cluster controller owns and watches.
+pub struct NetworkImageApis {
+    /// Glances.
+    pub glances: Api<Glance>,
+    /// Neutrons.
+    pub neutrons: Api<Neutron>,
+    /// Horizons.
+    pub horizons: Api<Horizon>,
+}
+
 /// Runs the controller until `shutdown` resolves; a change of an owned service CR (its status
 /// included) reconciles its cluster.
 pub async fn run(
@@ -331,6 +442,7 @@ pub async fn run(
     keystones: Api<Keystone>,
     placements: Api<Placement>,
     compute: ComputeKinds,
+    network_image: NetworkImageApis,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     Controller::new(api, watcher::Config::default())
@@ -338,6 +450,9 @@ pub async fn run(
         .owns(placements, watcher::Config::default())
         .owns(compute.novas, watcher::Config::default())
         .owns(compute.cinders, watcher::Config::default())
+        .owns(network_image.glances, watcher::Config::default())
+        .owns(network_image.neutrons, watcher::Config::default())
+        .owns(network_image.horizons, watcher::Config::default())
         .graceful_shutdown_on(shutdown)
         .run(reconcile, runtime::error_policy, ctx)
         .for_each(|_| futures::future::ready(()))
@@ -374,9 +489,75 @@ mod tests {
                 (ServiceName::Glance, None, None),
             ],
         );
+        assert_eq!(state.summary().1, "Glance has no status yet");
+    }
+
+    fn cluster(spec: serde_json::Value) -> OpenStackCluster {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "controlplane.sunet.se/v1alpha1", "kind": "OpenStackCluster",
+            "metadata": {"name": "cloud", "namespace": "os"}, "spec": spec}))
+        .expect("cluster")
+    }
+
+    #[test]
+    fn the_glance_of_a_cluster_stores_in_object_storage_else_on_a_claim() {
+        let c = cluster(serde_json::json!({"services": ["keystone", "glance"],
+            "externalServices": {"database": {"name": "db"}, "cache": {"name": "mc"},
+                                 "objectStorage": {"name": "rgw"}},
+            "publicHostnamePattern": "{service}.example.org",
+            "templates": {"glance": {"replicas": 2}}}));
+        let g = glance_spec(&c);
+        assert_eq!(g.keystone.name, "cloud-keystone");
+        assert_eq!(g.database.service.name, "db");
+        assert_eq!(g.cache.as_ref().map(|c| c.name.as_str()), Some("mc"));
         assert_eq!(
-            state.summary().1,
-            "Glance is not deployed by this operator version yet"
+            g.storage
+                .s3
+                .as_ref()
+                .map(|s| s.object_storage.name.as_str()),
+            Some("rgw")
+        );
+        assert!(g.storage.file.is_none());
+        assert!(g.web_download.is_none());
+        assert_eq!(g.template.replicas, Some(2));
+        assert_eq!(
+            g.public_endpoint.as_deref(),
+            Some("https://glance.example.org")
+        );
+        assert!(g.validate().is_empty(), "{:?}", g.validate());
+        let c = cluster(serde_json::json!({"services": ["keystone", "glance"],
+            "externalServices": {"database": {"name": "db"}}}));
+        let g = glance_spec(&c);
+        assert!(g.storage.s3.is_none());
+        assert_eq!(g.storage.file.map(|f| f.size).as_deref(), Some("10Gi"));
+    }
+
+    #[test]
+    fn the_neutron_of_a_cluster_uses_its_ovn_and_its_nova_when_it_runs_one() {
+        let c = cluster(
+            serde_json::json!({"services": ["keystone", "neutron", "nova"],
+            "externalServices": {"database": {"name": "db"}, "ovn": {"name": "ovn"}}}),
+        );
+        let n = neutron_spec(&c);
+        assert_eq!(n.ovn.name, "ovn");
+        assert_eq!(n.nova.map(|n| n.name).as_deref(), Some("cloud-nova"));
+        assert_eq!(n.keystone.name, "cloud-keystone");
+        let c = cluster(serde_json::json!({"services": ["keystone", "neutron"],
+            "externalServices": {"database": {"name": "db"}, "ovn": {"name": "ovn"}}}));
+        assert!(neutron_spec(&c).nova.is_none());
+    }
+
+    #[test]
+    fn the_horizon_of_a_cluster_keeps_sessions_in_its_cache() {
+        let c = cluster(serde_json::json!({"services": ["keystone", "horizon"],
+            "externalServices": {"database": {"name": "db"}, "cache": {"name": "mc"}},
+            "templates": {"horizon": {"configOverrides": {"local_settings": {"SESSION_TIMEOUT": "600"}}}}}));
+        let h = horizon_spec(&c);
+        assert_eq!(h.keystone.name, "cloud-keystone");
+        assert_eq!(h.cache.map(|c| c.name).as_deref(), Some("mc"));
+        assert_eq!(
+            h.template.config_overrides["local_settings"]["SESSION_TIMEOUT"],
+            "600"
         );
     }
 

@@ -11,8 +11,11 @@
 pub mod cinder;
 pub mod cluster;
 pub mod external;
+pub mod glance;
+pub mod horizon;
 pub mod keystone;
 pub mod messaging;
+pub mod neutron;
 pub mod nova;
 pub mod placement;
 pub mod runtime;

@@ -25,23 +25,8 @@ pub const POD_STATIC_ROOT: &str = "/var/lib/openstack-dashboard/static";
 pub const OVERRIDES_SECTION: &str = "local_settings";
 
 /// Settings the operator owns: overriding them would break sessions, the Keystone wiring or
-/// the static files, so they are refused.
-pub const OWNED_SETTINGS: &[&str] = &[
-    "ALLOWED_HOSTS",
-    "CACHES",
-    "COMPRESS_ENABLED",
-    "COMPRESS_OFFLINE",
-    "CSRF_COOKIE_SECURE",
-    "LOCAL_PATH",
-    "OPENSTACK_KEYSTONE_URL",
-    "OPENSTACK_SSL_CACERT",
-    "OPENSTACK_SSL_NO_VERIFY",
-    "SECRET_KEY",
-    "SESSION_COOKIE_SECURE",
-    "SESSION_ENGINE",
-    "STATIC_ROOT",
-    "STATIC_URL",
-];
+/// the static files, so they are refused (the list validation refuses them by).
+pub use controlplane_api::validation::HORIZON_OWNED_SETTINGS as OWNED_SETTINGS;
 
 /// Everything Horizon's configuration is rendered from.
 #[derive(Clone, Debug)]

@@ -41,6 +41,12 @@ pub enum CpKind {
     Nova,
     /// Cinder.
     Cinder,
+    /// Glance.
+    Glance,
+    /// Neutron.
+    Neutron,
+    /// Horizon.
+    Horizon,
     /// OpenStackCluster.
     Cluster,
 }
@@ -69,7 +75,7 @@ pub struct ControlPlaneArgs {
         env = "CONTROLLERS",
         value_enum,
         value_delimiter = ',',
-        default_value = "external-service,keystone,placement,nova,cinder,cluster"
+        default_value = "external-service,keystone,placement,glance,neutron,horizon,nova,cinder,cluster"
     )]
     controllers: Vec<CpKind>,
     /// Seconds between checks of an unchanged external service.
@@ -219,6 +225,9 @@ pub async fn run(args: ControlPlaneArgs) -> anyhow::Result<()> {
             CpKind::Placement => controlplane_api::Placement::crd(),
             CpKind::Nova => controlplane_api::Nova::crd(),
             CpKind::Cinder => controlplane_api::Cinder::crd(),
+            CpKind::Glance => controlplane_api::Glance::crd(),
+            CpKind::Neutron => controlplane_api::Neutron::crd(),
+            CpKind::Horizon => controlplane_api::Horizon::crd(),
             CpKind::Cluster => controlplane_api::OpenStackCluster::crd(),
         };
         wait_for_crd(&client, &crd, &token).await?;
@@ -288,12 +297,44 @@ pub async fn run(args: ControlPlaneArgs) -> anyhow::Result<()> {
                     shutdown,
                 ))
             }
+            CpKind::Glance | CpKind::Neutron | CpKind::Horizon => {
+                for crd in [
+                    controlplane_api::OpenStackExternalService::crd(),
+                    controlplane_api::Keystone::crd(),
+                ] {
+                    wait_for_crd(&client, &crd, &token).await?;
+                }
+                let w = watched(&client, &ns);
+                match kind {
+                    CpKind::Glance => tasks.spawn(controlplane_controllers::glance::run(
+                        ctx,
+                        api(&client, &ns),
+                        w,
+                        shutdown,
+                    )),
+                    CpKind::Neutron => tasks.spawn(controlplane_controllers::neutron::run(
+                        ctx,
+                        api(&client, &ns),
+                        w,
+                        shutdown,
+                    )),
+                    _ => tasks.spawn(controlplane_controllers::horizon::run(
+                        ctx,
+                        api(&client, &ns),
+                        w,
+                        shutdown,
+                    )),
+                }
+            }
             CpKind::Cluster => {
                 for crd in [
                     controlplane_api::Keystone::crd(),
                     controlplane_api::Placement::crd(),
                     controlplane_api::Nova::crd(),
                     controlplane_api::Cinder::crd(),
+                    controlplane_api::Glance::crd(),
+                    controlplane_api::Neutron::crd(),
+                    controlplane_api::Horizon::crd(),
                 ] {
                     wait_for_crd(&client, &crd, &token).await?;
                 }
@@ -305,6 +346,11 @@ pub async fn run(args: ControlPlaneArgs) -> anyhow::Result<()> {
                     controlplane_controllers::cluster::ComputeKinds {
                         novas: api(&client, &ns),
                         cinders: api(&client, &ns),
+                    },
+                    controlplane_controllers::cluster::NetworkImageApis {
+                        glances: api(&client, &ns),
+                        neutrons: api(&client, &ns),
+                        horizons: api(&client, &ns),
                     },
                     shutdown,
                 ))
