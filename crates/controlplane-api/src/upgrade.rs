@@ -382,9 +382,10 @@ pub struct UpgradePolicy {
     pub backup: Option<BackupHook>,
 }
 
-/// The database backup hook: a Job of `image` running `command`, with the cluster's database
-/// external service in its environment (`DB_HOST`, `DB_PORT`, `DB_ADMIN_SECRET`) and
-/// `UPGRADE_FROM`/`UPGRADE_TO`.
+/// The database backup hook: a Job of `image` running `command`, owned by the cluster, with
+/// `UPGRADE_FROM`, `UPGRADE_TO` and `DATABASE_SERVICE` (the name of the cluster's database
+/// `OpenStackExternalService`, whose endpoints and credentials Secret the hook uses) in its
+/// environment.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct BackupHook {

@@ -14,5 +14,6 @@ pub mod keystone;
 pub mod placement;
 pub mod runtime;
 pub mod service;
+pub mod upgrade;
 
 pub use runtime::{Config, Ctx, Metrics};
