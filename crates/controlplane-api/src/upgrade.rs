@@ -531,6 +531,10 @@ pub struct Decision {
     pub action: Action,
 }
 
+/// What a stopped upgrade's message tells the user to do.
+const RETRY_HINT: &str =
+    "fix the cause, then set the annotation controlplane.sunet.se/retry-upgrade to a new value";
+
 /// The next action and the new status, from the persisted status and the observed facts.
 pub fn decide(current: Option<&str>, upgrade: Option<&UpgradeStatus>, facts: &Facts) -> Decision {
     let desired = facts.desired.as_str();
@@ -601,7 +605,7 @@ pub fn decide(current: Option<&str>, upgrade: Option<&UpgradeStatus>, facts: &Fa
                 return Decision {
                     current_release: current.map(str::to_string),
                     action: Action::Degraded(format!(
-                        "upgrade {} -> {} stopped at {failed}: {}; fix the cause, then set the annotation controlplane.sunet.se/retry-upgrade to a new value",
+                        "upgrade {} -> {} stopped at {failed}: {}; {RETRY_HINT}",
                         u.from_release,
                         u.to_release,
                         u.last_error.as_deref().unwrap_or("failed")
@@ -652,7 +656,7 @@ pub fn decide(current: Option<&str>, upgrade: Option<&UpgradeStatus>, facts: &Fa
                 return Decision {
                     current_release: current.map(str::to_string),
                     action: Action::Degraded(format!(
-                        "upgrade {} -> {} failed at {name}: {e}",
+                        "upgrade {} -> {} failed at {name}: {e}; {RETRY_HINT}",
                         u.from_release, u.to_release
                     )),
                     upgrade: Some(u),

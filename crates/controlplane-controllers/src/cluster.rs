@@ -257,7 +257,7 @@ async fn reconcile(obj: Arc<OpenStackCluster>, ctx: Arc<Ctx>) -> Result<Action, 
         State::InvalidSpec(_) => Action::await_change(),
         // An upgrade step's Job does not wake the cluster: look again soon.
         State::Reconciling { reason, .. } if reason == "Upgrading" => {
-            Action::requeue(std::time::Duration::from_secs(10))
+            Action::requeue(ctx.config.resync.min(std::time::Duration::from_secs(10)))
         }
         _ => Action::requeue(ctx.config.resync),
     })
