@@ -92,6 +92,8 @@ impl ServiceName {
     doc = "An OpenStack control plane: which services run, how, and on which external services; it creates and owns one CR per service and rolls their status up.",
     status = "OpenStackClusterStatus",
     printcolumn = r#"{"name":"Release","type":"string","jsonPath":".spec.release"}"#,
+    printcolumn = r#"{"name":"Current","type":"string","jsonPath":".status.currentRelease"}"#,
+    printcolumn = r#"{"name":"Upgrade","type":"string","jsonPath":".status.upgrade.phase","priority":1}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"Reason","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].reason"}"#,
     printcolumn = r#"{"name":"Message","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].message","priority":1}"#,
@@ -127,6 +129,10 @@ pub struct OpenStackClusterSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 16))]
     pub cinder_backends: Vec<crate::cinder::CinderBackend>,
+    /// How upgrades between releases run (a change of `release` to the next release starts
+    /// one; see docs/upgrade.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upgrade: Option<crate::upgrade::UpgradePolicy>,
 }
 
 /// The `OpenStackExternalService`s of the cluster, by role.
@@ -163,6 +169,13 @@ pub struct OpenStackClusterStatus {
     /// One line per service.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub services: Vec<ServiceSummary>,
+    /// The release every service runs (during an upgrade: the release upgraded from, until the
+    /// upgrade completes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_release: Option<String>,
+    /// The current or last upgrade: phase, step, start times, completed steps, last error.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upgrade: Option<crate::upgrade::UpgradeStatus>,
 }
 
 /// The state of one service of the cluster.

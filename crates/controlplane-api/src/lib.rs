@@ -16,6 +16,7 @@ pub mod nova;
 pub mod options;
 pub mod placement;
 pub mod status;
+pub mod upgrade;
 pub mod validation;
 
 pub use cinder::{Cinder, CinderSpec};
@@ -39,8 +40,9 @@ pub const GROUP: &str = "controlplane.sunet.se";
 pub const VERSION: &str = "v1alpha1";
 /// The OpenStack release deployed when a spec names none.
 pub const DEFAULT_RELEASE: &str = "2026.1";
-/// Releases this operator can render configuration for.
-pub const RELEASES: &[&str] = &["2026.1"];
+/// Releases this operator can render configuration for (and upgrade between: see
+/// [`upgrade::UPGRADE_EDGES`]).
+pub const RELEASES: &[&str] = &["2025.2", "2026.1"];
 
 /// Every CRD of the control-plane operator, in a stable order.
 pub fn all_crds() -> Vec<CustomResourceDefinition> {

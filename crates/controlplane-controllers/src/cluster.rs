@@ -330,8 +330,22 @@ async fn reconcile(obj: Arc<OpenStackCluster>, ctx: Arc<Ctx>) -> Result<Action, 
             errors.push(e);
         }
     }
+    // The upgrade machine: which release each child runs, and the state while it works.
+    let gate = match errors.is_empty() {
+        true => Some(crate::upgrade::drive(&ctx, &obj, &mut status).await?),
+        false => None,
+    };
+    let release = |svc| {
+        gate.as_ref().map_or(obj.spec.release.clone(), |g| {
+            g.release(svc, &obj.spec.release)
+        })
+    };
     let state = if !errors.is_empty() {
         State::InvalidSpec(api::validation::summarize(&errors))
+    } else if let Some(refused @ State::InvalidSpec(_)) =
+        gate.as_ref().and_then(|g| g.state.clone())
+    {
+        refused
     } else {
         let owner = obj
             .controller_owner_ref(&())
@@ -345,49 +359,77 @@ async fn reconcile(obj: Arc<OpenStackCluster>, ctx: Arc<Ctx>) -> Result<Action, 
             };
             let child = match svc {
                 ServiceName::Keystone => {
-                    let mut ks = Keystone::new(&name, keystone_spec(&obj));
+                    let spec = KeystoneSpec {
+                        release: release(*svc),
+                        ..keystone_spec(&obj)
+                    };
+                    let mut ks = Keystone::new(&name, spec);
                     meta(&mut ks.metadata);
                     let api: Api<Keystone> = Api::namespaced(ctx.client.clone(), &ns);
                     let k = runtime::apply(&api, &ks).await?;
                     (k.status, k.metadata.generation)
                 }
                 ServiceName::Placement => {
-                    let mut pl = Placement::new(&name, placement_spec(&obj));
+                    let spec = PlacementSpec {
+                        release: release(*svc),
+                        ..placement_spec(&obj)
+                    };
+                    let mut pl = Placement::new(&name, spec);
                     meta(&mut pl.metadata);
                     let api: Api<Placement> = Api::namespaced(ctx.client.clone(), &ns);
                     let p = runtime::apply(&api, &pl).await?;
                     (p.status, p.metadata.generation)
                 }
                 ServiceName::Nova => {
-                    let mut nv = Nova::new(&name, nova_spec(&obj));
+                    let spec = NovaSpec {
+                        release: release(*svc),
+                        ..nova_spec(&obj)
+                    };
+                    let mut nv = Nova::new(&name, spec);
                     meta(&mut nv.metadata);
                     let api: Api<Nova> = Api::namespaced(ctx.client.clone(), &ns);
                     let n = runtime::apply(&api, &nv).await?;
                     (n.status, n.metadata.generation)
                 }
                 ServiceName::Cinder => {
-                    let mut cn = Cinder::new(&name, cinder_spec(&obj));
+                    let spec = CinderSpec {
+                        release: release(*svc),
+                        ..cinder_spec(&obj)
+                    };
+                    let mut cn = Cinder::new(&name, spec);
                     meta(&mut cn.metadata);
                     let api: Api<Cinder> = Api::namespaced(ctx.client.clone(), &ns);
                     let c = runtime::apply(&api, &cn).await?;
                     (c.status, c.metadata.generation)
                 }
                 ServiceName::Glance => {
-                    let mut g = Glance::new(&name, glance_spec(&obj));
+                    let spec = GlanceSpec {
+                        release: release(*svc),
+                        ..glance_spec(&obj)
+                    };
+                    let mut g = Glance::new(&name, spec);
                     meta(&mut g.metadata);
                     let api: Api<Glance> = Api::namespaced(ctx.client.clone(), &ns);
                     let g = runtime::apply(&api, &g).await?;
                     (g.status, g.metadata.generation)
                 }
                 ServiceName::Neutron => {
-                    let mut n = Neutron::new(&name, neutron_spec(&obj));
+                    let spec = NeutronSpec {
+                        release: release(*svc),
+                        ..neutron_spec(&obj)
+                    };
+                    let mut n = Neutron::new(&name, spec);
                     meta(&mut n.metadata);
                     let api: Api<Neutron> = Api::namespaced(ctx.client.clone(), &ns);
                     let n = runtime::apply(&api, &n).await?;
                     (n.status, n.metadata.generation)
                 }
                 ServiceName::Horizon => {
-                    let mut h = Horizon::new(&name, horizon_spec(&obj));
+                    let spec = HorizonSpec {
+                        release: release(*svc),
+                        ..horizon_spec(&obj)
+                    };
+                    let mut h = Horizon::new(&name, spec);
                     meta(&mut h.metadata);
                     let api: Api<Horizon> = Api::namespaced(ctx.client.clone(), &ns);
                     let h = runtime::apply(&api, &h).await?;
@@ -403,7 +445,7 @@ async fn reconcile(obj: Arc<OpenStackCluster>, ctx: Arc<Ctx>) -> Result<Action, 
         all.sort_by_key(|(s, _, _)| *s);
         let (summaries, state) = roll_up(&obj.name_any(), &all);
         status.services = summaries;
-        state
+        crate::upgrade::combine(gate.and_then(|g| g.state), state)
     };
     runtime::set_state(&mut status, &state, obj.metadata.generation);
     runtime::after_pass(&ctx, &*obj, &before, &status).await;
@@ -411,6 +453,10 @@ async fn reconcile(obj: Arc<OpenStackCluster>, ctx: Arc<Ctx>) -> Result<Action, 
     runtime::observe(&ctx, "OpenStackCluster", true, started);
     Ok(match state {
         State::InvalidSpec(_) => Action::await_change(),
+        // An upgrade step's Job does not wake the cluster: look again soon.
+        State::Reconciling { reason, .. } if reason == "Upgrading" => {
+            Action::requeue(ctx.config.resync.min(std::time::Duration::from_secs(10)))
+        }
         _ => Action::requeue(ctx.config.resync),
     })
 }

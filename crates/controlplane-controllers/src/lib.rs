@@ -20,5 +20,6 @@ pub mod nova;
 pub mod placement;
 pub mod runtime;
 pub mod service;
+pub mod upgrade;
 
 pub use runtime::{Config, Ctx, Metrics};

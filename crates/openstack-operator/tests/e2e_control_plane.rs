@@ -1429,3 +1429,258 @@ async fn control_plane_placement_end_to_end() -> anyhow::Result<()> {
     mariadb(&format!("DROP USER IF EXISTS '{admin_user}'@'127.0.0.1'"))?;
     Ok(())
 }
+
+/// The upgrade step a Job of the cluster's upgrade runs (its hash annotation is the step name).
+fn upgrade_step(j: &Job) -> String {
+    j.annotations()
+        .get("controlplane.sunet.se/input-hash")
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// An `OpenStackCluster` at 2025.2 upgraded to 2026.1 by the operator: the backup hook fails
+/// first (Degraded, nothing migrated, children still on 2025.2), a retry annotation resumes
+/// it, the migration Jobs run in plan order with the target release's image, Keystone rolls
+/// before Placement, and `status.currentRelease` ends at 2026.1. (The real commands are proved
+/// by controlplane-render's `upgrade_boot` test; here the test plays the kubelet.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn control_plane_cluster_upgrade_end_to_end() -> anyhow::Result<()> {
+    const LONG: Duration = Duration::from_secs(300);
+    let target = Target::from_env().await?;
+    let client = target.client().await?;
+    install_crds(&client).await?;
+    let ns = create_namespace(&client).await?;
+    let (admin_user, admin_pw) = db_admin_user()?;
+    let (ks_admin_pw, ks_url) = test_cloud_keystone()?;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    secrets
+        .create(
+            &PostParams::default(),
+            &secret(
+                "db-admin",
+                &[("username", &admin_user), ("password", &admin_pw)],
+            ),
+        )
+        .await?;
+    let cluster_name = "up";
+    let ks_name = controlplane_controllers::cluster::keystone_name(cluster_name);
+    let pl_name = format!("{cluster_name}-placement");
+    secrets
+        .create(
+            &PostParams::default(),
+            &secret(
+                &format!("{ks_name}-keystone-admin"),
+                &[("password", &ks_admin_pw)],
+            ),
+        )
+        .await?;
+    let pp = PatchParams::apply("e2e").force();
+    let apply = async |api: &Api<kube::api::DynamicObject>, v: Value| -> anyhow::Result<()> {
+        let name = v["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        api.patch(&name, &pp, &Patch::Apply(&v)).await?;
+        Ok(())
+    };
+    let ext = dyn_api(
+        &client,
+        &ns,
+        "OpenStackExternalService",
+        "openstackexternalservices",
+    );
+    apply(&ext, json!({"apiVersion": "controlplane.sunet.se/v1alpha1", "kind": "OpenStackExternalService", "metadata": {"name": "db"},
+        "spec": {"type": "database", "endpoints": ["127.0.0.1:13306"], "credentials": {"secretName": "db-admin"}}})).await?;
+    let clusters = dyn_api(&client, &ns, "OpenStackCluster", "openstackclusters");
+    let cluster = |release: &str| {
+        json!({"apiVersion": "controlplane.sunet.se/v1alpha1", "kind": "OpenStackCluster", "metadata": {"name": cluster_name},
+        "spec": {"release": release, "services": ["keystone", "placement"], "externalServices": {"database": {"name": "db"}},
+                 "upgrade": {"backup": {"image": "backup:1", "command": ["/backup.sh"]}}}})
+    };
+    apply(&clusters, cluster("2025.2")).await?;
+    let (_op, log_path, _) = start_operator(
+        &target,
+        &ns,
+        &[
+            "--keystone-url".into(),
+            format!("{ns}/{ks_name}={ks_url}"),
+            "--api-url".into(),
+            format!("placement/{ns}/{pl_name}=http://127.0.0.1:8778"),
+        ],
+    )?;
+    eprintln!("operator log: {}", log_path.display());
+    let kubelet = Arc::new(Mutex::new(Kubelet::default()));
+    let cm = tokio::spawn(play_controller_manager(
+        client.clone(),
+        ns.clone(),
+        kubelet.clone(),
+    ));
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
+    let ks_api = dyn_api(&client, &ns, "Keystone", "keystones");
+    let pl_api = dyn_api(&client, &ns, "Placement", "placements");
+    let releases = async || -> anyhow::Result<(String, String)> {
+        let ks = get(&ks_api, &ks_name).await?;
+        let pl = get(&pl_api, &pl_name).await?;
+        Ok((
+            ks["spec"]["release"].as_str().unwrap_or("").to_string(),
+            pl["spec"]["release"].as_str().unwrap_or("").to_string(),
+        ))
+    };
+
+    // 1. Deployed at 2025.2: the cluster adopts it as its current release.
+    wait_for(LONG, POLL, "the 2025.2 cluster to be Ready", async || {
+        let c = get(&clusters, cluster_name).await?;
+        Ok(match cond(&c, ct::READY) {
+            Some((true, _, _)) if c["status"]["currentRelease"] == "2025.2" => Check::Done(()),
+            other => Check::Pending(format!("{other:?} {}", c["status"]["currentRelease"])),
+        })
+    })
+    .await?;
+    assert_eq!(releases().await?, ("2025.2".into(), "2025.2".into()));
+
+    // 2. The backup hook fails: Degraded at the backup, nothing migrated or rolled.
+    if let Ok(mut k) = kubelet.lock() {
+        k.fail_steps.insert("upgrade".into());
+    }
+    apply(&clusters, cluster("2026.1")).await?;
+    let degraded = wait_for(
+        LONG,
+        POLL,
+        "the upgrade to stop at the backup",
+        async || {
+            let c = get(&clusters, cluster_name).await?;
+            Ok(match cond(&c, ct::DEGRADED) {
+                Some((true, r, m)) if r == "UpgradeFailed" => Check::Done((m, c)),
+                other => Check::Pending(format!("{other:?} {}", c["status"]["upgrade"])),
+            })
+        },
+    )
+    .await?;
+    assert!(degraded.0.contains("Preflight/backup"), "{}", degraded.0);
+    assert!(degraded.0.contains("retry-upgrade"), "{}", degraded.0);
+    assert_eq!(degraded.1["status"]["currentRelease"], "2025.2");
+    assert_eq!(
+        degraded.1["status"]["upgrade"]["failedStep"],
+        "Preflight/backup"
+    );
+    let upgrade_jobs = jobs
+        .list(&ListParams::default().labels("controlplane.sunet.se/step=upgrade"))
+        .await?
+        .items;
+    assert_eq!(
+        upgrade_jobs.iter().map(upgrade_step).collect::<Vec<_>>(),
+        ["Preflight/backup"],
+        "nothing after the failed backup"
+    );
+    assert_eq!(releases().await?, ("2025.2".into(), "2025.2".into()));
+
+    // 3. Fixed and retried: the upgrade runs to the end; Keystone rolls before Placement.
+    if let Ok(mut k) = kubelet.lock() {
+        k.fail_steps.clear();
+    }
+    clusters
+        .patch(
+            cluster_name,
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"metadata": {"annotations": {"controlplane.sunet.se/retry-upgrade": "1"}}}),
+            ),
+        )
+        .await?;
+    let mut seen_keystone_first = false;
+    let done = wait_for(LONG, POLL, "the upgrade to complete", async || {
+        let c = get(&clusters, cluster_name).await?;
+        if releases().await? == ("2026.1".to_string(), "2025.2".to_string()) {
+            seen_keystone_first = true;
+        }
+        Ok(
+            if c["status"]["currentRelease"] == "2026.1" && cond(&c, ct::READY).is_some_and(|r| r.0)
+            {
+                Check::Done(c)
+            } else {
+                Check::Pending(format!(
+                    "{} {:?}",
+                    c["status"]["upgrade"]["step"],
+                    cond(&c, ct::READY)
+                ))
+            },
+        )
+    })
+    .await?;
+    assert!(
+        seen_keystone_first,
+        "Keystone ran 2026.1 while Placement still ran 2025.2"
+    );
+    assert_eq!(releases().await?, ("2026.1".into(), "2026.1".into()));
+    let u = &done["status"]["upgrade"];
+    assert_eq!(u["phase"], "Complete");
+    assert_eq!(u["retriedFor"], "1");
+    assert!(u["completedAt"].is_string() && u["startedAt"].is_string());
+    assert_eq!(
+        u["completedSteps"].as_array().map(Vec::len),
+        Some(15),
+        "{u}"
+    );
+    // The migration Jobs, in the order they completed: the plan's order.
+    let completed = kubelet
+        .lock()
+        .map(|k| k.completed.clone())
+        .unwrap_or_default();
+    let all = jobs
+        .list(&ListParams::default().labels("controlplane.sunet.se/step=upgrade"))
+        .await?
+        .items;
+    let order: Vec<String> = completed
+        .iter()
+        .filter_map(|n| all.iter().find(|j| &j.name_any() == n))
+        .map(upgrade_step)
+        .collect();
+    assert_eq!(
+        order,
+        [
+            "Preflight/backup",
+            "Migrate/keystone/expand",
+            "Migrate/keystone/migrate",
+            "Migrate/placement/db-sync",
+            "PostMigrate/keystone/contract",
+            "PostMigrate/placement/online-data-migrations"
+        ]
+    );
+    let expand = all
+        .iter()
+        .find(|j| upgrade_step(j) == "Migrate/keystone/expand")
+        .context("the expand Job")?;
+    let ctr = &expand
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.spec.as_ref())
+        .context("pod spec")?
+        .containers[0];
+    assert_eq!(
+        ctr.image.as_deref(),
+        Some("localhost/openstack-keystone:2026.1")
+    );
+    assert_eq!(
+        ctr.command.clone().unwrap_or_default().join(" "),
+        "keystone-manage --config-file /etc/keystone/keystone.conf db_sync --expand"
+    );
+
+    // 4. Going back is refused now, naming what is allowed; nothing changes.
+    apply(&clusters, cluster("2025.2")).await?;
+    let refused = wait_for(WAIT, POLL, "the downgrade to be refused", async || {
+        let c = get(&clusters, cluster_name).await?;
+        Ok(match cond(&c, ct::INVALID_SPEC) {
+            Some((true, _, m)) => Check::Done(m),
+            other => Check::Pending(format!("{other:?}")),
+        })
+    })
+    .await?;
+    assert!(refused.contains("allowed from 2026.1: 2026.1"), "{refused}");
+    assert_eq!(releases().await?, ("2026.1".into(), "2026.1".into()));
+
+    cm.abort();
+    let nss: Api<Namespace> = Api::all(client.clone());
+    let _ = nss.delete(&ns, &Default::default()).await;
+    mariadb(&format!("DROP USER IF EXISTS '{admin_user}'@'127.0.0.1'"))?;
+    Ok(())
+}
