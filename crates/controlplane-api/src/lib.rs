@@ -4,6 +4,7 @@
 //! message queues, caches, object stores and OVN we reference but never deploy). Schema rules
 //! (OpenAPI + CEL), defaults and pure validation; no I/O.
 
+pub mod admission;
 pub mod cinder;
 pub mod cluster;
 pub mod common;

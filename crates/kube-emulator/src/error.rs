@@ -88,6 +88,25 @@ impl ApiError {
         }
     }
 
+    /// An error with a code and a reason chosen by someone else (an admission webhook's
+    /// Status); `reason` is one of the `metav1.StatusReason` values, "" when unknown.
+    pub fn with_code(code: u16, reason: &'static str, message: impl Into<String>) -> Self {
+        Self::base(code, reason, message)
+    }
+
+    /// 500 as `apierrors.NewInternalError`: `Internal error occurred: <err>`, the error
+    /// repeated as the only cause.
+    pub fn internal_error_occurred(err: impl Into<String>) -> Self {
+        let err = err.into();
+        let mut e = Self::base(
+            500,
+            "InternalError",
+            format!("Internal error occurred: {err}"),
+        );
+        e.details.causes.push(Cause::new("", "", err));
+        e
+    }
+
     fn with_details(mut self, group: &str, kind: &str, name: &str) -> Self {
         self.details.group = (!group.is_empty()).then(|| group.to_string());
         self.details.kind = (!kind.is_empty()).then(|| kind.to_string());
@@ -298,7 +317,17 @@ impl ApiError {
                 .details
                 .causes
                 .iter()
-                .map(|c| json!({"reason": c.reason, "message": c.message, "field": c.field}))
+                .map(|c| {
+                    // metav1.StatusCause's fields are omitempty
+                    let mut v = json!({"message": c.message});
+                    if !c.reason.is_empty() {
+                        v["reason"] = json!(c.reason);
+                    }
+                    if !c.field.is_empty() {
+                        v["field"] = json!(c.field);
+                    }
+                    v
+                })
                 .collect();
             details.insert("causes".into(), Value::Array(causes));
         }

@@ -8,7 +8,8 @@
 //! apply) and for `kubectl` through a generated kubeconfig.
 //!
 //! What is emulated, and what is not (with reasons), is listed in the crate's
-//! `README.md`. In short, not emulated: TLS/authn/authz/admission webhooks,
+//! `README.md`. In short, not emulated: TLS/authn/authz/mutating admission webhooks
+//! (validating webhooks are called, see [`webhooks`]),
 //! protobuf request bodies other than Namespace/ConfigMap/Secret/ServiceAccount
 //! (what kubectl's typed generators send), aggregated discovery and OpenAPI schemas,
 //! list pagination, true strategic-merge list semantics, full
@@ -48,6 +49,7 @@ pub mod store;
 pub mod typed;
 pub mod util;
 pub mod watch;
+pub mod webhooks;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

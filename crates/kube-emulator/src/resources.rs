@@ -429,6 +429,18 @@ const BUILTINS: &[Builtin] = &[
         extra_selectors: &["spec.signerName"],
     },
     Builtin {
+        group: "admissionregistration.k8s.io",
+        kind: "ValidatingWebhookConfiguration",
+        plural: "validatingwebhookconfigurations",
+        namespaced: false,
+        short: &[],
+        categories: &["api-extensions"],
+        status: false,
+        flavor: Flavor::Plain,
+        create_on_update: false,
+        extra_selectors: &[],
+    },
+    Builtin {
         group: "apiextensions.k8s.io",
         kind: "CustomResourceDefinition",
         plural: "customresourcedefinitions",

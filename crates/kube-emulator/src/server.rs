@@ -2,7 +2,7 @@
 //! encoding (JSON, `Table`, `PartialObjectMetadata`), admin endpoints and the
 //! fault-injection middleware.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use axum::Router;
@@ -17,12 +17,13 @@ use serde_json::{Value, json};
 use crate::discovery;
 use crate::error::{ApiError, ApiResult, Cause};
 use crate::faults::{FaultConfig, FaultRequest};
-use crate::ops::{DeleteOpts, FieldValidation, State, Sub, WriteOpts};
+use crate::ops::{DeleteOpts, FieldValidation, State, Sub, WriteOpts, WriteOutcome};
 use crate::patch::PatchKind;
-use crate::resources::{Registry, ResourceInfo};
+use crate::resources::{Registry, ResourceInfo, StorageKey};
 use crate::selectors::{FieldSelector, LabelSelector};
 use crate::util::meta;
 use crate::watch;
+use crate::webhooks;
 
 /// Shared server state.
 pub struct App {
@@ -747,7 +748,10 @@ async fn handle(
             if !in_namespace && info.namespaced {
                 return Err(ApiError::path_not_found());
             }
-            let out = app.lock().create(&info, &ns, obj, &opts)?;
+            let out = with_webhooks(&app, &info, &ns, None, Sub::Main, &opts, |st, o| {
+                st.create(&info, &ns, obj.clone(), o)
+            })
+            .await?;
             Ok(with_warnings(
                 json_response(
                     StatusCode::CREATED,
@@ -759,7 +763,10 @@ async fn handle(
         (Method::PUT, Some(name)) => {
             let opts = write_opts(&params, &headers, "UpdateOptions")?;
             let obj = decode_body(&content_type(&headers), &body)?;
-            let out = app.lock().update(&info, &ns, &name, sub, obj, &opts)?;
+            let out = with_webhooks(&app, &info, &ns, Some(&name), sub, &opts, |st, o| {
+                st.update(&info, &ns, &name, sub, obj.clone(), o)
+            })
+            .await?;
             let code = if out.created {
                 StatusCode::CREATED
             } else {
@@ -794,9 +801,10 @@ async fn handle(
                     )],
                 ));
             }
-            let out = app
-                .lock()
-                .patch(&info, &ns, &name, sub, kind, patch, &opts)?;
+            let out = with_webhooks(&app, &info, &ns, Some(&name), sub, &opts, |st, o| {
+                st.patch(&info, &ns, &name, sub, kind, patch.clone(), o)
+            })
+            .await?;
             let code = if out.created {
                 StatusCode::CREATED
             } else {
@@ -852,6 +860,89 @@ async fn handle(
             "the server does not allow this method ({m}) on the requested resource"
         ))),
     }
+}
+
+/// Runs a create, update or patch through the validating admission webhooks that match it
+/// (see [`crate::webhooks`]): a dry run under the lock gives the object as it would be stored
+/// and whether it is a CREATE or an UPDATE, the webhooks are called without the lock, then the
+/// write runs for real. Without a matching webhook the write runs once, as before.
+#[allow(clippy::too_many_arguments)]
+async fn with_webhooks<F>(
+    app: &Arc<App>,
+    info: &ResourceInfo,
+    ns: &str,
+    name: Option<&str>,
+    sub: Sub,
+    opts: &WriteOpts,
+    write: F,
+) -> ApiResult<WriteOutcome>
+where
+    F: Fn(&mut State, &WriteOpts) -> ApiResult<WriteOutcome>,
+{
+    let pending = {
+        let mut st = app.lock();
+        let configs: Vec<Value> = st
+            .store
+            .list(&webhooks::config_key(), None)
+            .into_iter()
+            .cloned()
+            .collect();
+        if configs.is_empty() {
+            None
+        } else {
+            let old = name
+                .and_then(|n| st.store.get(&info.storage, ns, n))
+                .map(|o| info.from_stored(o));
+            let mut dry = opts.clone();
+            dry.dry_run = true;
+            let preview = write(&mut st, &dry)?;
+            let subresource = match sub {
+                Sub::Main => "",
+                Sub::Status => "status",
+                Sub::Approval => "approval",
+            };
+            let namespace_labels = st
+                .store
+                .get(&StorageKey::new("", "namespaces"), "", ns)
+                .and_then(|n| n.pointer("/metadata/labels"))
+                .and_then(Value::as_object)
+                .cloned()
+                .unwrap_or_default();
+            let attrs = webhooks::Attributes {
+                operation: if preview.created { "CREATE" } else { "UPDATE" },
+                info: info.clone(),
+                subresource: subresource.into(),
+                namespace: ns.to_string(),
+                name: crate::util::meta_str(&preview.object, "name").to_string(),
+                object: preview.object,
+                old_object: if preview.created { None } else { old },
+                dry_run: opts.dry_run,
+                namespace_labels,
+            };
+            let services: BTreeMap<String, String> = st
+                .store
+                .list(&StorageKey::new("", "services"), None)
+                .into_iter()
+                .filter_map(|svc| {
+                    let ip = svc.pointer("/spec/clusterIP").and_then(Value::as_str)?;
+                    Some((
+                        format!(
+                            "{}/{}",
+                            crate::util::meta_str(svc, "namespace"),
+                            crate::util::meta_str(svc, "name")
+                        ),
+                        ip.to_string(),
+                    ))
+                })
+                .collect();
+            let hooks = webhooks::matching(&configs, &services, &attrs);
+            (!hooks.is_empty()).then_some((hooks, attrs))
+        }
+    };
+    if let Some((hooks, attrs)) = pending {
+        webhooks::admit(&hooks, &attrs).await?;
+    }
+    write(&mut app.lock(), opts)
 }
 
 /// Turn a raw request into a streaming response body (used by watch).

@@ -110,6 +110,24 @@ pub struct ControlPlaneArgs {
     /// (repeatable).
     #[arg(long = "api-url", env = "API_URL_OVERRIDES", value_delimiter = ',')]
     api_urls: Vec<String>,
+    /// Address of the validating admission webhook (HTTPS, `/validate`); none disables it.
+    /// The cross-object checks it makes are in docs/control-plane.md ("Admission").
+    #[arg(long, env = "WEBHOOK_ADDR")]
+    webhook_addr: Option<SocketAddr>,
+    /// PEM certificate chain the webhook serves (e.g. a cert-manager `tls.crt`).
+    #[arg(
+        long,
+        env = "WEBHOOK_CERT_FILE",
+        default_value = "/tmp/k8s-webhook-server/serving-certs/tls.crt"
+    )]
+    webhook_cert_file: std::path::PathBuf,
+    /// PEM private key of the webhook's certificate.
+    #[arg(
+        long,
+        env = "WEBHOOK_KEY_FILE",
+        default_value = "/tmp/k8s-webhook-server/serving-certs/tls.key"
+    )]
+    webhook_key_file: std::path::PathBuf,
 }
 
 struct Health {
@@ -205,6 +223,24 @@ pub async fn run(args: ControlPlaneArgs) -> anyhow::Result<()> {
     let client = Client::try_default()
         .await
         .context("connecting to Kubernetes (KUBECONFIG or in-cluster)")?;
+    if let Some(addr) = args.webhook_addr {
+        let cfg = crate::webhook::WebhookConfig {
+            addr,
+            cert: args.webhook_cert_file.clone(),
+            key: args.webhook_key_file.clone(),
+        };
+        // A webhook that cannot start (unreadable certificate, address in use) stops the
+        // operator: with failurePolicy Fail, the API server would refuse every write anyway.
+        let webhook_client = client.clone();
+        let webhook_stop = token.clone();
+        servers.spawn(async move {
+            let r = crate::webhook::serve(cfg, webhook_client, webhook_stop.clone()).await;
+            if r.is_err() {
+                webhook_stop.cancel();
+            }
+            r
+        });
+    }
     let config = Config {
         check_interval: Duration::from_secs(args.check_interval_seconds.max(1)),
         check_timeout: Duration::from_secs(args.check_timeout_seconds.max(1)),
