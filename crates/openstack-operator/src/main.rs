@@ -4,6 +4,7 @@
 mod control_plane;
 mod run;
 mod vk;
+mod vk_tenants;
 
 use std::path::PathBuf;
 
