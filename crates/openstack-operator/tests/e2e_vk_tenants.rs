@@ -365,9 +365,45 @@ async fn body(
             .create(&PostParams::default(), &o)
             .await?;
     }
+    // Tenant A's network puts a security group of its project (by name) on the pods' ports.
+    let neutron_a = openstack::Cloud::from_core(a.core.clone()).network;
+    let group = neutron_a
+        .create_security_group(&openstack::model::SecurityGroupCreate {
+            name: w.ta.clone(),
+            description: Some("e2e_vk_tenants (deleted by the test)".into()),
+            ..Default::default()
+        })
+        .await?;
+    let r = tenants_and_pods(target, w, a, b, &w.ta).await;
+    if let Err(e) = neutron_a.delete_security_group(&group.id).await
+        && !e.is_not_found()
+    {
+        eprintln!("cleanup: deleting security group {} failed: {e}", group.id);
+    }
+    let ports_groups = r?;
+    assert_eq!(
+        ports_groups,
+        vec![group.id.clone()],
+        "tenant A's pod port carries the group its network names"
+    );
+    Ok(())
+}
+
+/// Runs the tenants and their pods; returns the security groups of tenant A's pod's port.
+async fn tenants_and_pods(
+    target: &e2e::target::Target,
+    w: &World,
+    a: &TenantCloud,
+    b: &TenantCloud,
+    group_a: &str,
+) -> anyhow::Result<Vec<String>> {
+    let client = &w.client;
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &w.ns_sec);
     let tenants: Api<ZunTenant> = Api::all(client.clone());
-    for (t, c, ns) in [(&w.ta, a, &w.ns_a), (&w.tb, b, &w.ns_b)] {
+    for (t, c, ns, groups) in [
+        (&w.ta, a, &w.ns_a, vec![group_a]),
+        (&w.tb, b, &w.ns_b, vec![]),
+    ] {
         let s: Secret = serde_json::from_value(json!({
             "metadata": {"name": t},
             "stringData": {"auth_url": "http://127.0.0.1:5000/v3",
@@ -379,7 +415,7 @@ async fn body(
             "apiVersion": "virtual-kubelet.sunet.se/v1alpha1", "kind": "ZunTenant",
             "metadata": {"name": t},
             "spec": {"credentials": {"secretRef": {"namespace": w.ns_sec, "name": t}},
-                     "networks": [{"name": "pods", "network": c.network}],
+                     "networks": [{"name": "pods", "network": c.network, "securityGroups": groups}],
                      "namespaces": [ns]}
         }))?;
         tenants.create(&PostParams::default(), &zt).await?;
@@ -521,6 +557,7 @@ async fn body(
         "a Warning Event names the refusal"
     );
 
+    let mut groups_a = Vec::new();
     // Each pod's container is in its own tenant's project (listed as that tenant, invisible
     // to the other) and its port on its tenant's network in that project.
     for (own, other, pod, node) in [(a, b, &pa, &w.ta), (b, a, &pb, &w.tb)] {
@@ -547,6 +584,9 @@ async fn body(
         assert_eq!(ports[0].network_id, own.network_id);
         assert_eq!(ports[0].project_id, own.project_id);
         assert_eq!(ports[0].device_id, mine[0].uuid, "bound to the container");
+        if *node == w.ta {
+            groups_a = ports[0].security_groups.clone();
+        }
     }
     // The refused pod never reached Zun or Neutron, in either project.
     let stray_uid = stray.uid().unwrap_or_default();
@@ -579,5 +619,5 @@ async fn body(
         .await
         .with_context(|| vk.tail())?;
     }
-    Ok(())
+    Ok(groups_a)
 }
