@@ -10,6 +10,7 @@ pub mod naming;
 pub mod network;
 pub mod project;
 pub mod reference;
+pub mod tenant;
 pub mod validation;
 
 pub use common::{CommonStatus, Condition, ConditionStatus, DeletionPolicy, Phase};
@@ -18,6 +19,7 @@ pub use flavor::{OpenstackFlavor, OpenstackFlavorSpec, OpenstackFlavorStatus};
 pub use image::{OpenstackImage, OpenstackImageSpec, OpenstackImageStatus};
 pub use network::{OpenstackNetwork, OpenstackNetworkSpec, OpenstackNetworkStatus};
 pub use project::{OpenstackProject, OpenstackProjectSpec, OpenstackProjectStatus};
+pub use tenant::{ZunTenant, ZunTenantSpec, ZunTenantStatus};
 pub use validation::{FieldError, Validate};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -39,6 +41,12 @@ pub fn all_crds() -> Vec<CustomResourceDefinition> {
         OpenstackNetwork::crd(),
         OpenstackProject::crd(),
     ]
+}
+
+/// The CRDs of the Zun virtual kubelet (`virtual-kubelet.sunet.se`), installed with it, not
+/// with the resource operator.
+pub fn vk_crds() -> Vec<CustomResourceDefinition> {
+    vec![ZunTenant::crd()]
 }
 
 /// Renders one CRD as a YAML document.

@@ -118,3 +118,31 @@ fn seed_compatibility_surface() {
         assert_eq!(shown, columns, "{name} printer columns");
     }
 }
+
+#[test]
+fn committed_vk_crds_match_generated() {
+    let regen = "regenerate with `cargo run -p openstack-operator -- crds --virtual-kubelet-out-dir deploy/crds-virtual-kubelet`";
+    for crd in api::vk_crds() {
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        let path = deploy_dir()
+            .join("../crds-virtual-kubelet")
+            .join(format!("{name}.yaml"));
+        let committed = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("{}: {e}; {regen}", path.display()));
+        assert!(
+            committed == api::crd_yaml(&crd).expect("CRD renders as YAML"),
+            "{} drifted from the Rust types; {regen}",
+            path.display()
+        );
+        // Cluster-scoped, with a status subresource the node writes through.
+        assert_eq!(crd.spec.scope, "Cluster");
+        assert_eq!(crd.spec.group, api::tenant::VK_GROUP);
+        assert!(
+            crd.spec.versions[0]
+                .subresources
+                .as_ref()
+                .and_then(|s| s.status.as_ref())
+                .is_some()
+        );
+    }
+}

@@ -68,3 +68,33 @@ fn readme_gateway_spelling_is_kept() {
     let subnets = net.spec.subnets.unwrap();
     assert_eq!(subnets[0].effective_gateway(), Some("192.168.1.1"));
 }
+
+#[test]
+fn the_vk_tenant_example_is_accepted() {
+    use kube::CustomResourceExt as _;
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples/virtual-kubelet/tenants.yaml");
+    let text = std::fs::read_to_string(&path).expect("readable example");
+    let mut tenants = 0;
+    for doc in api::manifest::documents(&text).unwrap() {
+        if doc["kind"] != "ZunTenant" {
+            continue;
+        }
+        assert_eq!(
+            doc["apiVersion"],
+            api::ZunTenant::api_resource().api_version
+        );
+        let t: api::ZunTenant = serde_json::from_value(doc.clone()).unwrap();
+        let lost = api::manifest::lost_fields(&doc, &serde_json::to_value(&t).unwrap());
+        assert!(lost.is_empty(), "fields not in the schema: {lost:?}");
+        let name = t.metadata.name.clone().unwrap();
+        let errors = t.spec.validate(&name);
+        assert!(
+            errors.is_empty(),
+            "{name}: {}",
+            api::validation::summarize(&errors)
+        );
+        tenants += 1;
+    }
+    assert_eq!(tenants, 2);
+}

@@ -4,6 +4,7 @@
 mod control_plane;
 mod run;
 mod vk;
+mod vk_tenants;
 mod webhook;
 
 use std::path::PathBuf;
@@ -43,6 +44,10 @@ enum Command {
         /// Write the control-plane CRDs (`controlplane.sunet.se`) into this directory.
         #[arg(long)]
         control_plane_out_dir: Option<PathBuf>,
+        /// Write the Zun virtual kubelet's CRDs (`virtual-kubelet.sunet.se`: `ZunTenant`)
+        /// into this directory.
+        #[arg(long)]
+        virtual_kubelet_out_dir: Option<PathBuf>,
     },
 }
 
@@ -52,7 +57,8 @@ fn main() -> anyhow::Result<()> {
         Command::Crds {
             out_dir,
             control_plane_out_dir,
-        } => print_crds(out_dir, control_plane_out_dir),
+            virtual_kubelet_out_dir,
+        } => print_crds(out_dir, control_plane_out_dir, virtual_kubelet_out_dir),
         Command::Run(args) => {
             let rt = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
@@ -80,8 +86,9 @@ fn main() -> anyhow::Result<()> {
 fn print_crds(
     out_dir: Option<PathBuf>,
     control_plane_out_dir: Option<PathBuf>,
+    virtual_kubelet_out_dir: Option<PathBuf>,
 ) -> anyhow::Result<()> {
-    if out_dir.is_none() && control_plane_out_dir.is_none() {
+    if out_dir.is_none() && control_plane_out_dir.is_none() && virtual_kubelet_out_dir.is_none() {
         print!("{}", api::all_crds_yaml().context("rendering the CRDs")?);
         print!(
             "{}",
@@ -94,6 +101,9 @@ fn print_crds(
     }
     if let Some(dir) = control_plane_out_dir {
         write_crds(&dir, controlplane_api::all_crds())?;
+    }
+    if let Some(dir) = virtual_kubelet_out_dir {
+        write_crds(&dir, api::vk_crds())?;
     }
     Ok(())
 }

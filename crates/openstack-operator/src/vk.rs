@@ -106,6 +106,11 @@ pub struct VkArgs {
     /// Do not serve the kubelet API (logs, exec, stats).
     #[arg(long)]
     pub no_kubelet_api: bool,
+    /// Serve every `ZunTenant` (virtual-kubelet.sunet.se/v1alpha1) as its own node, with the
+    /// credentials of its Secret, its networks and namespaces, instead of one node with the
+    /// process's credentials (--node-name, --network and --project-id are then not used).
+    #[arg(long, env = "VK_TENANTS", conflicts_with_all = ["network", "project_id"])]
+    pub tenants: bool,
     /// Log filter (overridden by RUST_LOG).
     #[arg(long, env = "LOG_LEVEL", default_value = "info")]
     pub log_level: String,
@@ -115,7 +120,7 @@ pub struct VkArgs {
 }
 
 /// `kubernetes.io/arch` of this build.
-fn arch() -> &'static str {
+pub(crate) fn arch() -> &'static str {
     match std::env::consts::ARCH {
         "x86_64" => "amd64",
         "aarch64" => "arm64",
@@ -128,6 +133,12 @@ pub async fn run(args: VkArgs) -> anyhow::Result<()> {
     init_logging_with(args.log_format, &args.log_level)?;
     let token = CancellationToken::new();
     shutdown_on_signal(token.clone());
+    if args.tenants {
+        let client = Client::try_default()
+            .await
+            .context("connecting to Kubernetes (KUBECONFIG or in-cluster)")?;
+        return crate::vk_tenants::run(args, client, token).await;
+    }
     let selector = CloudSelector::from_env();
     let options = ClientOptions::from_env()?;
     let mut metrics_registry = prometheus_client::registry::Registry::default();
@@ -152,6 +163,7 @@ pub async fn run(args: VkArgs) -> anyhow::Result<()> {
         default_memory_mib: args.default_memory_mib,
         availability_zone: args.availability_zone.clone(),
         host_ip: args.internal_ip.clone(),
+        tenant: None,
     };
     let provider = Arc::new(
         ZunProvider::new(zun, cfg, project_id.clone(), UnlimitedCapacity::default())
@@ -161,33 +173,7 @@ pub async fn run(args: VkArgs) -> anyhow::Result<()> {
     let client = Client::try_default()
         .await
         .context("connecting to Kubernetes (KUBECONFIG or in-cluster)")?;
-    let node = NodeConfig {
-        identity: Identity {
-            name: args.node_name.clone(),
-            labels: BTreeMap::new(),
-            taints: vec![Taint {
-                key: "virtual-kubelet.io/provider".into(),
-                value: Some("openstack".into()),
-                effect: "NoSchedule".into(),
-                ..Default::default()
-            }],
-            kubelet_port: args.kubelet_port,
-            version: format!("v1.36.0-vk-openstack-zun-{}", env!("CARGO_PKG_VERSION")),
-            os: "linux".into(),
-            arch: arch().into(),
-            internal_ip: args.internal_ip.clone(),
-            hostname: args.hostname.clone(),
-        },
-        lease_duration_s: 40,
-        lease_renew: Duration::from_secs(10),
-        status_interval: Duration::from_secs(args.status_interval_seconds.max(1)),
-        status_max_age: Duration::from_secs(60),
-        poll_interval: Duration::from_secs(args.poll_interval_seconds.max(1)),
-        on_shutdown: match args.on_shutdown {
-            ShutdownMode::NotReady => OnShutdown::NotReady,
-            ShutdownMode::Delete => OnShutdown::Delete,
-        },
-    };
+    let node = node_config(&args, &args.node_name, BTreeMap::new(), Vec::new());
     if !args.no_kubelet_api {
         start_kubelet_api(
             &args,
@@ -204,6 +190,45 @@ pub async fn run(args: VkArgs) -> anyhow::Result<()> {
         .await
         .context("running the node")?;
     Ok(())
+}
+
+/// The node `name` as the flags configure it, with `labels` and `taints` besides the
+/// provider's taint.
+pub(crate) fn node_config(
+    args: &VkArgs,
+    name: &str,
+    labels: BTreeMap<String, String>,
+    taints: Vec<Taint>,
+) -> NodeConfig {
+    let mut all = vec![Taint {
+        key: "virtual-kubelet.io/provider".into(),
+        value: Some("openstack".into()),
+        effect: "NoSchedule".into(),
+        ..Default::default()
+    }];
+    all.extend(taints);
+    NodeConfig {
+        identity: Identity {
+            name: name.to_string(),
+            labels,
+            taints: all,
+            kubelet_port: args.kubelet_port,
+            version: format!("v1.36.0-vk-openstack-zun-{}", env!("CARGO_PKG_VERSION")),
+            os: "linux".into(),
+            arch: arch().into(),
+            internal_ip: args.internal_ip.clone(),
+            hostname: args.hostname.clone(),
+        },
+        lease_duration_s: 40,
+        lease_renew: Duration::from_secs(10),
+        status_interval: Duration::from_secs(args.status_interval_seconds.max(1)),
+        status_max_age: Duration::from_secs(60),
+        poll_interval: Duration::from_secs(args.poll_interval_seconds.max(1)),
+        on_shutdown: match args.on_shutdown {
+            ShutdownMode::NotReady => OnShutdown::NotReady,
+            ShutdownMode::Delete => OnShutdown::Delete,
+        },
+    }
 }
 
 /// Serve the kubelet API on `--kubelet-address:--kubelet-port` until `stop`.

@@ -9,6 +9,7 @@
 //! - [`downward`]: env `fieldRef`/`resourceFieldRef` as the kubelet resolves them (pure).
 //! - [`network`]: the pod's Neutron network (annotation, `OpenstackProject`, flag).
 //! - [`pod_port`]: the pod's own Neutron port (name, find-before-create, sweep).
+//! - [`tenant`]: a `ZunTenant`'s node: namespaces admitted, the pod's tenant network.
 //! - [`labels`], [`quantity`]: ownership labels and resource quantities.
 
 pub mod downward;
@@ -19,6 +20,7 @@ pub mod pod_port;
 pub mod provider;
 pub mod quantity;
 pub mod status;
+pub mod tenant;
 pub mod translate;
 
 pub use provider::{UnlimitedCapacity, ZunProvider};

@@ -155,8 +155,9 @@ impl ZunProvider {
         let port_name = pod_port::name(&self.cfg.node_name, uid);
         let description = pod_port::description(&self.cfg.node_name, ns, name, uid);
         let exposed = pod_port::exposed(pod);
-        let security_groups = match (&self.neutron, exposed.is_empty()) {
-            (Some(neutron), false) => Some(vec![
+        let mut groups = self.tenant_groups(pod).await?;
+        if let (Some(neutron), false) = (&self.neutron, exposed.is_empty()) {
+            groups.push(
                 pod_port::ensure_group(
                     neutron.as_ref(),
                     self.project_id.as_deref(),
@@ -166,9 +167,10 @@ impl ZunProvider {
                 )
                 .await
                 .map_err(|e| format!("creating the pod's security group {port_name:?}: {e}"))?,
-            ]),
-            _ => None,
-        };
+            );
+        }
+        // None: Neutron puts the project's `default` group on the port.
+        let security_groups = (!groups.is_empty()).then_some(groups);
         let port = pod_port::ensure(
             ports,
             self.project_id.as_deref(),
@@ -193,6 +195,58 @@ impl ZunProvider {
         };
         self.mem().pod_ports.insert(uid.to_string(), p.clone());
         Ok(Some(p))
+    }
+
+    /// The IDs of the security groups the pod's tenant network lists (none outside tenant
+    /// mode), names resolved in the project once per node.
+    async fn tenant_groups(&self, pod: &Pod) -> Result<Vec<String>, String> {
+        let Some(t) = &self.cfg.tenant else {
+            return Ok(Vec::new());
+        };
+        let net = t.network_for(pod).map_err(|e| e.to_string())?;
+        let mut out = Vec::new();
+        for g in &net.security_groups {
+            let key = format!("security group {g}");
+            if let Some(id) = self.mem().network_ids.get(&key).cloned() {
+                out.push(id);
+                continue;
+            }
+            let Some(neutron) = &self.neutron else {
+                return Err(format!(
+                    "ZunTenant {:?} network {:?} lists security group {g:?} but this node has no Neutron client",
+                    t.name, net.name
+                ));
+            };
+            let found = neutron
+                .list_security_groups(&SecurityGroupFilter {
+                    project_id: self.project_id.clone(),
+                    ..Default::default()
+                })
+                .await
+                .map_err(|e| format!("listing security groups for {g:?}: {e}"))?;
+            let hits: Vec<_> = found
+                .iter()
+                .filter(|s| &s.id == g || &s.name == g)
+                .collect();
+            let id = match hits.as_slice() {
+                [one] => one.id.clone(),
+                [] => {
+                    return Err(format!(
+                        "security group {g:?} of ZunTenant {:?} network {:?} is not in the project",
+                        t.name, net.name
+                    ));
+                }
+                _ => {
+                    return Err(format!(
+                        "security group name {g:?} of ZunTenant {:?} network {:?} is ambiguous in the project: give its ID",
+                        t.name, net.name
+                    ));
+                }
+            };
+            self.mem().network_ids.insert(key, id.clone());
+            out.push(id);
+        }
+        Ok(out)
     }
 
     /// Deletes the pod's port (the containers are gone); `true` once no port of the pod is
@@ -515,8 +569,17 @@ impl ZunProvider {
         let mut pass = Pass::default();
         let mut events = Vec::new();
         let deleting = pod.metadata.deletion_timestamp.is_some();
+        // A pod of a namespace its tenant does not list fails before anything reaches
+        // OpenStack; one whose containers exist already (the namespace was unbound after they
+        // were made) is left to its owner to delete, as a kubelet keeps running pods.
+        let refused = match (&self.cfg.tenant, observed.is_empty()) {
+            (Some(t), true) => t.admit(&update.namespace).err(),
+            _ => None,
+        };
         if !deleting && !status::is_terminal(pod) {
-            if let Err(e) = translate::validate(pod) {
+            if let Some(m) = refused {
+                pass.failure = Some((crate::tenant::NOT_BOUND.into(), m));
+            } else if let Err(e) = translate::validate(pod) {
                 pass.failure = Some((PROVIDER_FAILED.into(), e.to_string()));
             } else if let Some(v) = pod.spec.as_ref().and_then(|s| s.volumes.as_ref())
                 && let Some(sa) = v

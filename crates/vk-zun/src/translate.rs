@@ -40,6 +40,9 @@ pub struct Config {
     pub availability_zone: Option<String>,
     /// The node's IP (`status.hostIP`, `fieldRef: status.hostIP`).
     pub host_ip: String,
+    /// The `ZunTenant` the node serves: its namespaces and networks replace `network` and
+    /// the annotations' free choice.
+    pub tenant: Option<crate::tenant::Tenant>,
 }
 
 impl Default for Config {
@@ -53,6 +56,7 @@ impl Default for Config {
             default_memory_mib: 512,
             availability_zone: None,
             host_ip: "127.0.0.1".into(),
+            tenant: None,
         }
     }
 }
@@ -532,6 +536,9 @@ pub fn pod_network(
         .namespace
         .clone()
         .unwrap_or_else(|| "default".into());
+    if let Some(t) = &cfg.tenant {
+        return Ok(Some(t.network_for(pod)?.network.clone()));
+    }
     Ok(match network::choice(pod, cfg.network.as_deref())? {
         Choice::Neutron(n) => Some(n),
         Choice::Project(r) => Some(network::resolve(&r, &ns, refs.projects.get(&r.project))?),

@@ -9,7 +9,7 @@ use super::metrics::Metrics;
 use crate::error::{Error, Result};
 
 /// Which `clouds.yaml` entry to connect to.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub enum CloudSelector {
     /// `OS_CLIENT_CONFIG_FILE` (else the standard search path: `./clouds.yaml`,
     /// `~/.config/openstack/`, `/etc/openstack/`) and `OS_CLOUD` (default
@@ -26,6 +26,17 @@ pub enum CloudSelector {
     /// `OS_USERNAME`, `OS_PASSWORD`, `OS_PROJECT_NAME`, `OS_DOMAIN_ID`, ...),
     /// without any clouds.yaml (the virtual kubelet seed's configuration).
     OsVariables,
+    /// An application credential given directly (a virtual-kubelet tenant's Secret), no file.
+    ApplicationCredential {
+        /// Keystone's URL (`.../v3`).
+        auth_url: String,
+        /// The credential's ID.
+        id: String,
+        /// Its secret.
+        secret: secrecy::SecretString,
+        /// Region (none: the catalog's only one).
+        region: Option<String>,
+    },
 }
 
 impl CloudSelector {
@@ -114,6 +125,27 @@ fn env_num<T: std::str::FromStr>(name: &str) -> Result<Option<T>> {
 pub(crate) fn load_cloud_config(sel: &CloudSelector) -> Result<(CloudConfig, String)> {
     let (file, cloud, origin) = match sel {
         CloudSelector::OsVariables => return os_variables_config(),
+        CloudSelector::ApplicationCredential {
+            auth_url,
+            id,
+            secret,
+            region,
+        } => {
+            let cfg = CloudConfig {
+                auth: Some(openstack_sdk::config::Auth {
+                    auth_url: Some(auth_url.clone()),
+                    application_credential_id: Some(id.clone()),
+                    application_credential_secret: Some(secret.clone()),
+                    ..Default::default()
+                }),
+                auth_type: Some("v3applicationcredential".into()),
+                interface: Some("public".into()),
+                region_name: region.clone(),
+                name: Some(format!("application credential {id}")),
+                ..Default::default()
+            };
+            return Ok((cfg, format!("application credential {id}")));
+        }
         CloudSelector::File { path, cloud } => (
             ConfigFile::builder()
                 .add_source(path)

@@ -666,3 +666,116 @@ async fn declared_ports_get_the_pods_own_security_group_on_its_port() {
         "deleted with the pod"
     );
 }
+
+fn tenant_provider(
+    z: &FakeZun,
+    ports: &openstack::port::FakePorts,
+    neutron: &openstack::fake::FakeCloud,
+) -> ZunProvider {
+    ports.add_network("pods-net", "net-id-1");
+    ports.add_network("db-net", "net-id-2");
+    let spec: api::ZunTenantSpec = serde_json::from_value(json!({
+        "credentials": {"secretRef": {"namespace": "vk", "name": "a"}},
+        "networks": [{"name": "pods", "network": "pods-net"},
+                     {"name": "db", "network": "db-net", "securityGroups": ["db-clients"]}],
+        "namespaces": ["ns"]
+    }))
+    .unwrap();
+    ZunProvider::new(
+        Arc::new(z.clone()),
+        Config {
+            node_name: "vk".into(),
+            tenant: Some(crate::tenant::Tenant::from_spec("tenant-a", &spec)),
+            ..Default::default()
+        },
+        Some("project".into()),
+        UnlimitedCapacity::default(),
+    )
+    .with_ports(Arc::new(ports.clone()), Arc::new(neutron.clone()))
+}
+
+#[tokio::test]
+async fn a_pod_of_an_unbound_namespace_fails_without_reaching_openstack() {
+    let z = FakeZun::new();
+    let ports = openstack::port::FakePorts::new();
+    let neutron = openstack::fake::FakeCloud::new();
+    let p = tenant_provider(&z, &ports, &neutron);
+    let mut stray = seed_pod();
+    stray.metadata.namespace = Some("team-b".into());
+    let mut pods = vec![stray];
+    let o = NoObjects::default();
+    let u = sync(&p, &mut pods, &o).await;
+    let s = u[0].status.as_ref().unwrap();
+    assert_eq!(s.phase.as_deref(), Some("Failed"));
+    assert_eq!(s.reason.as_deref(), Some(crate::tenant::NOT_BOUND));
+    let m = s.message.as_deref().unwrap();
+    assert!(
+        m.contains("\"team-b\"") && m.contains("ZunTenant \"tenant-a\""),
+        "{m}"
+    );
+    assert_eq!(u[0].events[0].reason, crate::tenant::NOT_BOUND);
+    sync(&p, &mut pods, &o).await;
+    assert_eq!(z.calls("create_container"), 0, "never created in Zun");
+    assert!(ports.ports().is_empty(), "no port made for it");
+}
+
+#[tokio::test]
+async fn a_tenant_pod_gets_the_picked_network_and_its_security_groups() {
+    let z = FakeZun::new();
+    let ports = openstack::port::FakePorts::new();
+    let neutron = openstack::fake::FakeCloud::new();
+    let group = openstack::Network::create_security_group(
+        &neutron,
+        &openstack::model::SecurityGroupCreate {
+            name: "db-clients".into(),
+            project_id: Some("project".into()),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let p = tenant_provider(&z, &ports, &neutron);
+    let mut plain = seed_pod();
+    let mut db = pod(
+        "db-pod",
+        "uid-db",
+        json!({"nodeName": "vk", "containers": [{"name": "c", "image": "busybox"}]}),
+    );
+    db.metadata.annotations = Some(BTreeMap::from([(
+        crate::network::NETWORK_ANNOTATION.to_string(),
+        "db".to_string(),
+    )]));
+    let mut wrong = pod(
+        "wrong",
+        "uid-wrong",
+        json!({"nodeName": "vk", "containers": [{"name": "c", "image": "busybox"}]}),
+    );
+    // A Neutron network name that exists but is not one of the tenant's names.
+    wrong.metadata.annotations = Some(BTreeMap::from([(
+        crate::network::NETWORK_ANNOTATION.to_string(),
+        "db-net".to_string(),
+    )]));
+    plain.metadata.namespace = Some("ns".into());
+    let mut pods = vec![plain, db, wrong];
+    let o = NoObjects::default();
+    let u = sync(&p, &mut pods, &o).await;
+    let by_name = |n: &str| ports.ports().into_iter().find(|p| p.name.ends_with(n));
+    let plain_port = by_name("_uid-1").expect("the plain pod's port");
+    assert_eq!(plain_port.network_id, "net-id-1", "the default network");
+    assert!(
+        plain_port.security_groups.is_empty(),
+        "the project's default"
+    );
+    let db_port = by_name("_uid-db").expect("the db pod's port");
+    assert_eq!(db_port.network_id, "net-id-2", "picked by the annotation");
+    assert_eq!(db_port.security_groups, vec![group.id.clone()]);
+    assert!(by_name("_uid-wrong").is_none());
+    let w = u.iter().find(|u| u.name == "wrong").unwrap();
+    let s = w.status.as_ref().unwrap();
+    assert_eq!(s.reason.as_deref(), Some("ProviderFailed"));
+    assert!(
+        s.message.as_deref().unwrap().contains("it has: pods, db"),
+        "{s:?}"
+    );
+    assert_eq!(z.calls("create_container"), 2);
+}

@@ -1,0 +1,406 @@
+//! `virtual-kubelet --tenants`: one process, one node per `ZunTenant`.
+//!
+//! Every `ZunTenant` becomes a node of its own (`vk_runtime::run` with its own Zun provider
+//! and OpenStack session from the tenant's application-credential Secret), labelled and
+//! tainted `virtual-kubelet.sunet.se/tenant=<tenant>`, whose provider admits only the pods
+//! of the tenant's namespaces and gives them the tenant's networks. The Kubernetes client is
+//! shared. A node is restarted when its tenant's spec or Secret changes (the runtime takes its
+//! pods back without a Zun write) and stopped, as the process stops its node, when the tenant
+//! is deleted. The tenant's status says whether its node runs, and why not.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use api::tenant::{
+    KEY_APP_CRED_ID, KEY_APP_CRED_SECRET, KEY_AUTH_URL, KEY_REGION, TENANT_LABEL, ZunTenant,
+    ZunTenantSpec, ZunTenantStatus,
+};
+use api::{Condition, ConditionStatus};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Node, Secret, Taint};
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::runtime::{WatchStreamExt, reflector, watcher};
+use kube::{Client, ResourceExt};
+use openstack::adapter::{ClientOptions, CloudSelector, ContainerAdapter, Core};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+use vk_zun::tenant::Tenant;
+use vk_zun::{Config, UnlimitedCapacity, ZunProvider};
+
+use crate::vk::{VkArgs, node_config};
+
+/// How often tenants are looked at without an event (a Secret changed, a node failed).
+const RESYNC: Duration = Duration::from_secs(30);
+
+/// A tenant's running node.
+struct Running {
+    /// The spec and the Secret's resourceVersion the node was started with.
+    key: String,
+    node: String,
+    stop: CancellationToken,
+    task: JoinHandle<anyhow::Result<()>>,
+}
+
+/// Runs a node for every `ZunTenant` until `token` is cancelled.
+pub async fn run(args: VkArgs, client: Client, token: CancellationToken) -> anyhow::Result<()> {
+    if !args.no_kubelet_api {
+        // One kubelet endpoint serves one node's pods; per-tenant endpoints are not built yet.
+        warn!("--tenants: the kubelet API (logs, exec, stats) is not served for tenant nodes yet");
+    }
+    let api: Api<ZunTenant> = Api::all(client.clone());
+    let (store, writer) = reflector::store::<ZunTenant>();
+    let wake = Arc::new(tokio::sync::Notify::new());
+    let wake_w = wake.clone();
+    let watch = tokio::spawn(async move {
+        let stream = watcher(api, watcher::Config::default())
+            .default_backoff()
+            .reflect(writer)
+            .touched_objects();
+        futures::pin_mut!(stream);
+        while let Some(ev) = stream.next().await {
+            match ev {
+                Ok(_) => wake_w.notify_one(),
+                Err(e) => warn!(error = %e, "ZunTenant watch error; retrying"),
+            }
+        }
+    });
+    let mut running: BTreeMap<String, Running> = BTreeMap::new();
+    let mut tick = tokio::time::interval(RESYNC);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    info!("serving ZunTenants");
+    loop {
+        tokio::select! {
+            _ = token.cancelled() => break,
+            _ = tick.tick() => {}
+            _ = wake.notified() => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+        if store.wait_until_ready().await.is_err() {
+            continue;
+        }
+        let tenants = store.state();
+        for t in &tenants {
+            reconcile(&args, &client, t, &mut running, &token).await;
+        }
+        let gone: Vec<String> = running
+            .keys()
+            .filter(|n| !tenants.iter().any(|t| &t.name_any() == *n))
+            .cloned()
+            .collect();
+        for name in gone {
+            if let Some(r) = running.remove(&name) {
+                info!(tenant = %name, node = %r.node, "ZunTenant deleted: stopping its node");
+                stop(r).await;
+            }
+        }
+    }
+    watch.abort();
+    for (_, r) in std::mem::take(&mut running) {
+        stop(r).await;
+    }
+    Ok(())
+}
+
+/// Stops a node (it shuts down as the process's `--on-shutdown` says) and waits for it.
+async fn stop(r: Running) {
+    r.stop.cancel();
+    match r.task.await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => {
+            warn!(node = %r.node, error = %format!("{e:#}"), "node stopped with an error")
+        }
+        Err(e) => warn!(node = %r.node, error = %e, "node task failed"),
+    }
+}
+
+/// Brings one tenant's node in line with its spec and Secret, and its status with that.
+async fn reconcile(
+    args: &VkArgs,
+    client: &Client,
+    t: &ZunTenant,
+    running: &mut BTreeMap<String, Running>,
+    token: &CancellationToken,
+) {
+    let name = t.name_any();
+    let generation = t.metadata.generation;
+    let node = t.spec.node_name_or(&name).to_string();
+    let errors = t.spec.validate(&name);
+    if !errors.is_empty() {
+        if let Some(r) = running.remove(&name) {
+            stop(r).await;
+        }
+        let msg = api::validation::summarize(&errors);
+        set_status(client, t, None, None, "InvalidSpec", &msg, false).await;
+        return;
+    }
+    let secret = match read_secret(client, &t.spec).await {
+        Ok(s) => s,
+        Err(msg) => {
+            // A node already running keeps its session; a new one cannot start.
+            if !running.contains_key(&name) {
+                set_status(client, t, None, None, "CredentialsUnavailable", &msg, false).await;
+            }
+            return;
+        }
+    };
+    let key = format!(
+        "{}|{}",
+        serde_json::to_string(&t.spec).unwrap_or_default(),
+        secret.metadata.resource_version.clone().unwrap_or_default()
+    );
+    if let Some(r) = running.get(&name) {
+        if r.key == key && !r.task.is_finished() {
+            return;
+        }
+        if let Some(r) = running.remove(&name) {
+            let old_node = r.node.clone();
+            let failed = r.task.is_finished();
+            stop(r).await;
+            if failed {
+                info!(tenant = %name, node = %old_node, "restarting the tenant's node after it stopped");
+            } else {
+                info!(tenant = %name, node = %old_node, "the tenant changed: restarting its node");
+            }
+            if old_node != node {
+                // The tenant moved to another node name: the old Node goes.
+                let _ = Api::<Node>::all(client.clone())
+                    .delete(&old_node, &DeleteParams::default())
+                    .await;
+            }
+        }
+    }
+    let selector = match selector(&secret, &t.spec) {
+        Ok(s) => s,
+        Err(msg) => {
+            set_status(client, t, None, None, "CredentialsUnavailable", &msg, false).await;
+            return;
+        }
+    };
+    let core = match Core::connect(&selector, ClientOptions::default()).await {
+        Ok(c) => c,
+        Err(e) => {
+            let msg = format!("connecting with the application credential: {e}");
+            set_status(client, t, None, None, "OpenStackUnavailable", &msg, false).await;
+            return;
+        }
+    };
+    let project_id = core.current_project_id();
+    let tenant = Tenant::from_spec(&name, &t.spec);
+    let cfg = Config {
+        node_name: node.clone(),
+        network: None,
+        image_driver: args.image_driver.clone(),
+        send_pull_policy: args.send_image_pull_policy,
+        default_cpu: args.default_cpu,
+        default_memory_mib: args.default_memory_mib,
+        availability_zone: t.spec.availability_zone.clone(),
+        host_ip: args.internal_ip.clone(),
+        tenant: Some(tenant),
+    };
+    let ports = Arc::new(openstack::port::PortAdapter::new(core.clone()));
+    let neutron = openstack::Cloud::from_core(core.clone()).network;
+    let zun = Arc::new(ContainerAdapter::new(core));
+    let provider = Arc::new(
+        ZunProvider::new(zun, cfg, project_id.clone(), UnlimitedCapacity::default())
+            .with_pod_concurrency(args.pod_concurrency)
+            .with_ports(ports, neutron),
+    );
+    let labels = BTreeMap::from([(TENANT_LABEL.to_string(), name.clone())]);
+    let taints = vec![Taint {
+        key: TENANT_LABEL.into(),
+        value: Some(name.clone()),
+        effect: "NoSchedule".into(),
+        ..Default::default()
+    }];
+    let ncfg = node_config(args, &node, labels, taints);
+    let stop_token = token.child_token();
+    let (c, s) = (client.clone(), stop_token.clone());
+    let task = tokio::spawn(async move {
+        vk_runtime::run(c, ncfg, provider, s)
+            .await
+            .map_err(anyhow::Error::from)
+    });
+    info!(tenant = %name, node = %node, project = project_id.as_deref().unwrap_or("?"), generation = ?generation, "started the tenant's node");
+    let msg = format!(
+        "node {node} serves project {} for namespaces {}",
+        project_id.as_deref().unwrap_or("?"),
+        t.spec.namespaces.join(", ")
+    );
+    set_status(
+        client,
+        t,
+        Some(&node),
+        project_id.as_deref(),
+        "NodeRunning",
+        &msg,
+        true,
+    )
+    .await;
+    running.insert(
+        name,
+        Running {
+            key,
+            node,
+            stop: stop_token,
+            task,
+        },
+    );
+}
+
+/// The tenant's credentials Secret, or why it cannot be used.
+async fn read_secret(client: &Client, spec: &ZunTenantSpec) -> Result<Secret, String> {
+    let r = &spec.credentials.secret_ref;
+    Api::<Secret>::namespaced(client.clone(), &r.namespace)
+        .get_opt(&r.name)
+        .await
+        .map_err(|e| {
+            format!(
+                "spec.credentials.secretRef: reading Secret {}/{}: {e}",
+                r.namespace, r.name
+            )
+        })?
+        .ok_or_else(|| {
+            format!(
+                "spec.credentials.secretRef: Secret {}/{} not found",
+                r.namespace, r.name
+            )
+        })
+}
+
+/// The OpenStack session a tenant's Secret describes; a missing key is named.
+fn selector(secret: &Secret, spec: &ZunTenantSpec) -> Result<CloudSelector, String> {
+    let r = &spec.credentials.secret_ref;
+    let data = secret.data.clone().unwrap_or_default();
+    let get = |k: &str| -> Option<String> {
+        data.get(k)
+            .and_then(|v| String::from_utf8(v.0.clone()).ok())
+            .map(|v| v.trim().to_string())
+            .filter(|v| !v.is_empty())
+    };
+    let need = |k: &str| {
+        get(k).ok_or_else(|| {
+            format!(
+                "spec.credentials.secretRef: Secret {}/{} has no key {k:?} (it needs {KEY_AUTH_URL}, {KEY_APP_CRED_ID}, {KEY_APP_CRED_SECRET})",
+                r.namespace, r.name
+            )
+        })
+    };
+    Ok(CloudSelector::ApplicationCredential {
+        auth_url: need(KEY_AUTH_URL)?,
+        id: need(KEY_APP_CRED_ID)?,
+        secret: need(KEY_APP_CRED_SECRET)?.into(),
+        region: get(KEY_REGION),
+    })
+}
+
+/// Writes the tenant's `Ready` condition (transition time kept while the status holds).
+async fn set_status(
+    client: &Client,
+    t: &ZunTenant,
+    node: Option<&str>,
+    project: Option<&str>,
+    reason: &str,
+    message: &str,
+    ready: bool,
+) {
+    let name = t.name_any();
+    let prev = t.status.clone().unwrap_or_default();
+    let mut conditions = prev.conditions.clone();
+    let mut c = Condition::new(
+        "Ready",
+        if ready {
+            ConditionStatus::True
+        } else {
+            ConditionStatus::False
+        },
+        reason,
+        message,
+    );
+    c.observed_generation = t.metadata.generation;
+    let now = jiff::Timestamp::now().to_string();
+    api::common::set_condition(&mut conditions, c, &now);
+    let next = ZunTenantStatus {
+        conditions,
+        node_name: node.map(str::to_string).or(prev.node_name.clone()),
+        project_id: project.map(str::to_string).or(prev.project_id.clone()),
+        observed_generation: t.metadata.generation,
+    };
+    if next == prev {
+        return;
+    }
+    // Said once per change, not on every pass over the tenants.
+    if !ready {
+        warn!(tenant = %name, reason, message, "the tenant's node does not run");
+    }
+    let patch = serde_json::json!({ "status": next });
+    if let Err(e) = Api::<ZunTenant>::all(client.clone())
+        .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        warn!(tenant = %name, error = %e, "writing the tenant's status failed");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::ByteString;
+
+    fn spec() -> ZunTenantSpec {
+        serde_json::from_value(serde_json::json!({
+            "credentials": {"secretRef": {"namespace": "vk", "name": "tenant-a"}},
+            "networks": [{"name": "pods", "network": "n"}]
+        }))
+        .unwrap()
+    }
+
+    fn secret(keys: &[(&str, &str)]) -> Secret {
+        Secret {
+            data: Some(
+                keys.iter()
+                    .map(|(k, v)| (k.to_string(), ByteString(v.as_bytes().to_vec())))
+                    .collect(),
+            ),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_secret_gives_an_application_credential_or_names_the_missing_key() {
+        let s = secret(&[
+            (KEY_AUTH_URL, "http://k:5000/v3"),
+            (KEY_APP_CRED_ID, "id1"),
+            (KEY_APP_CRED_SECRET, "s3cret\n"),
+        ]);
+        match selector(&s, &spec()).unwrap() {
+            CloudSelector::ApplicationCredential {
+                auth_url,
+                id,
+                secret,
+                region,
+            } => {
+                use secrecy::ExposeSecret;
+                assert_eq!(
+                    (
+                        auth_url.as_str(),
+                        id.as_str(),
+                        secret.expose_secret(),
+                        region
+                    ),
+                    ("http://k:5000/v3", "id1", "s3cret", None)
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        let e = selector(
+            &secret(&[(KEY_AUTH_URL, "u"), (KEY_APP_CRED_ID, "id1")]),
+            &spec(),
+        )
+        .unwrap_err();
+        assert!(
+            e.starts_with("spec.credentials.secretRef: Secret vk/tenant-a has no key \"application_credential_secret\""),
+            "{e}"
+        );
+    }
+}

@@ -1,0 +1,623 @@
+//! End to end: `openstack-operator virtual-kubelet --tenants` serving two `ZunTenant`s of the
+//! test cloud (projects `demo` on `ZUN_NETWORK` and `demo2` on `ZUN_NETWORK2`), each with an
+//! application credential made for this test (named `tenants-...`, deleted after), against the
+//! suite's Kubernetes API and real Zun and Neutron. Without Zun or the second tenant the test
+//! says so and does nothing.
+
+mod vk_common;
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use anyhow::Context;
+use api::ZunTenant;
+use e2e::wait::{Check, wait_for};
+use k8s_openapi::api::core::v1::{Event, Namespace, Node, Pod, Secret};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Client, CustomResourceExt, ResourceExt};
+use openstack::adapter::{ClientOptions, CloudSelector, ContainerAdapter, Core, Request, Service};
+use openstack::container::Container;
+use openstack::port::{PortAdapter, PortFilter, Ports};
+use serde_json::json;
+use vk_common::{BIN, LONG, NODE, POD_UID, POLL};
+
+/// One tenant of the test: its cloud entry, network, project and application credential.
+struct TenantCloud {
+    cloud: String,
+    network_id: String,
+    network: String,
+    project_id: String,
+    user_id: String,
+    core: Core,
+    cred_id: String,
+    cred_secret: String,
+}
+
+async fn connect(file: &str, cloud: &str) -> anyhow::Result<Core> {
+    Ok(Core::connect(
+        &CloudSelector::File {
+            path: file.into(),
+            cloud: cloud.into(),
+        },
+        ClientOptions {
+            requests_per_second: 0,
+            ..ClientOptions::default()
+        },
+    )
+    .await?)
+}
+
+impl TenantCloud {
+    /// Makes an application credential `name` for the tenant's user (only the user may).
+    async fn new(
+        file: &str,
+        admin: &Core,
+        cloud: &str,
+        user: &str,
+        network: &str,
+        network_id: &str,
+        name: &str,
+    ) -> anyhow::Result<Self> {
+        let core = connect(file, cloud).await?;
+        let project_id = core.current_project_id().context("the tenant's project")?;
+        let users: Vec<serde_json::Value> = admin
+            .send(&Request::get(Service::Identity, "list_users", "users").query("name", user))
+            .await?
+            .json_at("users")?;
+        let user_id = users
+            .first()
+            .and_then(|u| u["id"].as_str())
+            .with_context(|| format!("user {user} not found"))?
+            .to_string();
+        let made: serde_json::Value = core
+            .send(
+                &Request::post(
+                    Service::Identity,
+                    "create_application_credential",
+                    format!("users/{user_id}/application_credentials"),
+                )
+                .json(&json!({"application_credential": {
+                    "name": name, "description": "e2e_vk_tenants (deleted by the test)"}}))?
+                .non_idempotent(),
+            )
+            .await?
+            .json_at("application_credential")?;
+        Ok(Self {
+            cloud: cloud.into(),
+            network_id: network_id.into(),
+            network: network.into(),
+            project_id,
+            user_id,
+            cred_id: made["id"].as_str().context("credential id")?.into(),
+            cred_secret: made["secret"].as_str().context("credential secret")?.into(),
+            core,
+        })
+    }
+
+    async fn delete_credential(&self) {
+        let r = Request::delete(
+            Service::Identity,
+            "delete_application_credential",
+            format!(
+                "users/{}/application_credentials/{}",
+                self.user_id, self.cred_id
+            ),
+        );
+        if let Err(e) = self.core.send(&r).await {
+            eprintln!(
+                "cleanup: deleting application credential {} failed: {e}",
+                self.cred_id
+            );
+        }
+    }
+
+    fn zun(&self) -> ContainerAdapter {
+        ContainerAdapter::new(self.core.clone())
+    }
+
+    fn ports(&self) -> PortAdapter {
+        PortAdapter::new(self.core.clone())
+    }
+}
+
+/// The `--tenants` process, killed on drop.
+struct Process {
+    child: Child,
+    log: std::path::PathBuf,
+}
+
+impl Process {
+    fn start(kubeconfig: &std::path::Path, name: &str) -> anyhow::Result<Self> {
+        let dir = e2e::operator::log_dir(std::path::Path::new(BIN));
+        std::fs::create_dir_all(&dir)?;
+        let log = dir.join(format!("{name}.log"));
+        let f = File::create(&log)?;
+        let child = Command::new(BIN)
+            .args([
+                "virtual-kubelet",
+                "--tenants",
+                "--no-kubelet-api",
+                "--internal-ip",
+                "127.0.0.1",
+                "--poll-interval-seconds",
+                "1",
+                "--status-interval-seconds",
+                "2",
+                "--log-level",
+                "info,vk_zun=debug,vk_runtime=debug",
+            ])
+            .env("KUBECONFIG", kubeconfig)
+            .env_remove("OS_CLOUD")
+            .env_remove("OS_CLIENT_CONFIG_FILE")
+            .env_remove("OS_AUTH_URL")
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(f.try_clone()?))
+            .stderr(Stdio::from(f))
+            .spawn()
+            .context("spawning the virtual kubelet")?;
+        Ok(Self { child, log })
+    }
+
+    fn tail(&self) -> String {
+        let s = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = s.lines().collect();
+        lines[lines.len().saturating_sub(40)..].join("\n")
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn install_crd(client: &Client) -> anyhow::Result<()> {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let crd = ZunTenant::crd();
+    let name = crd.metadata.name.clone().unwrap_or_default();
+    crds.patch(
+        &name,
+        &PatchParams::apply("e2e").force(),
+        &Patch::Apply(&crd),
+    )
+    .await?;
+    wait_for(LONG, POLL, &format!("CRD {name} Established"), async || {
+        let ok = crds
+            .get(&name)
+            .await?
+            .status
+            .and_then(|s| s.conditions)
+            .unwrap_or_default()
+            .iter()
+            .any(|c| c.type_ == "Established" && c.status == "True");
+        Ok(if ok {
+            Check::Done(())
+        } else {
+            Check::Pending("not established".into())
+        })
+    })
+    .await
+}
+
+fn tenant_pod(name: &str, node: &str, tenant: &str) -> anyhow::Result<Pod> {
+    Ok(serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {
+            "nodeName": node,
+            "terminationGracePeriodSeconds": 1,
+            "tolerations": [
+                {"key": "virtual-kubelet.io/provider", "operator": "Exists", "effect": "NoSchedule"},
+                {"key": api::tenant::TENANT_LABEL, "operator": "Equal", "value": tenant, "effect": "NoSchedule"}],
+            "containers": [{"name": "c", "image": "busybox", "command": ["sh", "-c", "sleep 3600"]}]
+        }
+    }))?)
+}
+
+#[tokio::test]
+async fn two_tenants_run_their_pods_in_their_own_projects_and_refuse_others() -> anyhow::Result<()>
+{
+    let Some(z) = vk_common::zun_env() else {
+        return Ok(());
+    };
+    let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    let (Some(cloud2), Some(net2), Some(net1_id), Some(net2_id)) = (
+        var("ZUN_TENANT2_CLOUD"),
+        var("ZUN_NETWORK2"),
+        var("ZUN_NETWORK_ID"),
+        var("ZUN_NETWORK2_ID"),
+    ) else {
+        eprintln!(
+            "SKIPPED: the test cloud has no second Zun tenant (ZUN_TENANT2_CLOUD, ZUN_NETWORK2, ZUN_NETWORK_ID, ZUN_NETWORK2_ID)"
+        );
+        return Ok(());
+    };
+    let target = e2e::target::Target::from_env().await?;
+    let client = target.client().await?;
+    install_crd(&client).await?;
+    let admin = connect(&z.file, "local-admin").await?;
+    let cred_name = e2e::names::unique("tenants");
+    let a = TenantCloud::new(
+        &z.file, &admin, &z.cloud, "demo", &z.network, &net1_id, &cred_name,
+    )
+    .await?;
+    let b = match TenantCloud::new(
+        &z.file, &admin, &cloud2, "demo2", &net2, &net2_id, &cred_name,
+    )
+    .await
+    {
+        Ok(b) => b,
+        Err(e) => {
+            a.delete_credential().await;
+            return Err(e);
+        }
+    };
+    let w = World {
+        client: client.clone(),
+        ta: e2e::names::unique("tenants-a"),
+        tb: e2e::names::unique("tenants-b"),
+        bad: e2e::names::unique("tenants-bad"),
+        ns_a: e2e::names::unique("tenants-ns-a"),
+        ns_b: e2e::names::unique("tenants-ns-b"),
+        ns_sec: e2e::names::unique("tenants-sec"),
+    };
+    let result = std::panic::AssertUnwindSafe(body(&target, &w, &a, &b))
+        .catch_unwind()
+        .await;
+    w.cleanup(&[&a, &b]).await;
+    a.delete_credential().await;
+    b.delete_credential().await;
+    match result {
+        Ok(r) => r,
+        Err(p) => std::panic::resume_unwind(p),
+    }
+}
+
+use futures::FutureExt;
+
+struct World {
+    client: Client,
+    ta: String,
+    tb: String,
+    bad: String,
+    ns_a: String,
+    ns_b: String,
+    ns_sec: String,
+}
+
+impl World {
+    async fn cleanup(&self, clouds: &[&TenantCloud]) {
+        let dp = DeleteParams {
+            grace_period_seconds: Some(0),
+            ..Default::default()
+        };
+        for ns in [&self.ns_a, &self.ns_b] {
+            let pods: Api<Pod> = Api::namespaced(self.client.clone(), ns);
+            for p in pods
+                .list(&ListParams::default())
+                .await
+                .map(|l| l.items)
+                .unwrap_or_default()
+            {
+                let _ = pods.delete(&p.name_any(), &dp).await;
+            }
+        }
+        let tenants: Api<ZunTenant> = Api::all(self.client.clone());
+        for t in [&self.ta, &self.tb, &self.bad] {
+            let _ = tenants.delete(t, &DeleteParams::default()).await;
+            let _ = Api::<Node>::all(self.client.clone())
+                .delete(t, &DeleteParams::default())
+                .await;
+        }
+        // What the nodes left (a failed test): containers, then ports of both tenant nodes.
+        for c in clouds {
+            let zun = c.zun();
+            for node in [&self.ta, &self.tb] {
+                let ours = BTreeMap::from([(NODE.to_string(), node.to_string())]);
+                let deadline = tokio::time::Instant::now() + LONG;
+                loop {
+                    let left = zun.list_containers(&ours, None).await.unwrap_or_default();
+                    if left.is_empty() || tokio::time::Instant::now() > deadline {
+                        if !left.is_empty() {
+                            eprintln!("cleanup: Zun containers of {node} left in {}", c.cloud);
+                        }
+                        break;
+                    }
+                    for x in left.iter().filter(|x| x.status != "Deleting") {
+                        let _ = zun.delete_container(&x.uuid, true, false).await;
+                    }
+                    tokio::time::sleep(Duration::from_secs(2)).await;
+                }
+                let ports = c.ports();
+                for p in ports
+                    .list_ports(&PortFilter::default())
+                    .await
+                    .unwrap_or_default()
+                {
+                    if vk_zun::pod_port::pod_uid(node, &p.name).is_some() {
+                        let _ = ports.delete_port(&p.id).await;
+                    }
+                }
+            }
+        }
+        for ns in [&self.ns_a, &self.ns_b, &self.ns_sec] {
+            let _ = Api::<Namespace>::all(self.client.clone())
+                .delete(ns, &DeleteParams::default())
+                .await;
+        }
+    }
+}
+
+async fn body(
+    target: &e2e::target::Target,
+    w: &World,
+    a: &TenantCloud,
+    b: &TenantCloud,
+) -> anyhow::Result<()> {
+    let client = &w.client;
+    for ns in [&w.ns_a, &w.ns_b, &w.ns_sec] {
+        let o: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}}))?;
+        Api::<Namespace>::all(client.clone())
+            .create(&PostParams::default(), &o)
+            .await?;
+    }
+    // Tenant A's network puts a security group of its project (by name) on the pods' ports.
+    let neutron_a = openstack::Cloud::from_core(a.core.clone()).network;
+    let group = neutron_a
+        .create_security_group(&openstack::model::SecurityGroupCreate {
+            name: w.ta.clone(),
+            description: Some("e2e_vk_tenants (deleted by the test)".into()),
+            ..Default::default()
+        })
+        .await?;
+    let r = tenants_and_pods(target, w, a, b, &w.ta).await;
+    if let Err(e) = neutron_a.delete_security_group(&group.id).await
+        && !e.is_not_found()
+    {
+        eprintln!("cleanup: deleting security group {} failed: {e}", group.id);
+    }
+    let ports_groups = r?;
+    assert_eq!(
+        ports_groups,
+        vec![group.id.clone()],
+        "tenant A's pod port carries the group its network names"
+    );
+    Ok(())
+}
+
+/// Runs the tenants and their pods; returns the security groups of tenant A's pod's port.
+async fn tenants_and_pods(
+    target: &e2e::target::Target,
+    w: &World,
+    a: &TenantCloud,
+    b: &TenantCloud,
+    group_a: &str,
+) -> anyhow::Result<Vec<String>> {
+    let client = &w.client;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &w.ns_sec);
+    let tenants: Api<ZunTenant> = Api::all(client.clone());
+    for (t, c, ns, groups) in [
+        (&w.ta, a, &w.ns_a, vec![group_a]),
+        (&w.tb, b, &w.ns_b, vec![]),
+    ] {
+        let s: Secret = serde_json::from_value(json!({
+            "metadata": {"name": t},
+            "stringData": {"auth_url": "http://127.0.0.1:5000/v3",
+                           "application_credential_id": c.cred_id,
+                           "application_credential_secret": c.cred_secret}
+        }))?;
+        secrets.create(&PostParams::default(), &s).await?;
+        let zt: ZunTenant = serde_json::from_value(json!({
+            "apiVersion": "virtual-kubelet.sunet.se/v1alpha1", "kind": "ZunTenant",
+            "metadata": {"name": t},
+            "spec": {"credentials": {"secretRef": {"namespace": w.ns_sec, "name": t}},
+                     "networks": [{"name": "pods", "network": c.network, "securityGroups": groups}],
+                     "namespaces": [ns]}
+        }))?;
+        tenants.create(&PostParams::default(), &zt).await?;
+    }
+    // A tenant whose spec cannot work: its status names the field, no node is made.
+    let bad: ZunTenant = serde_json::from_value(json!({
+        "apiVersion": "virtual-kubelet.sunet.se/v1alpha1", "kind": "ZunTenant",
+        "metadata": {"name": w.bad},
+        "spec": {"credentials": {"secretRef": {"namespace": w.ns_sec, "name": w.ta}},
+                 "networks": [{"name": "pods", "network": a.network}],
+                 "defaultNetwork": "web", "namespaces": [w.ns_a]}
+    }))?;
+    tenants.create(&PostParams::default(), &bad).await?;
+
+    let vk = Process::start(target.kubeconfig(), &w.ta)?;
+    let nodes: Api<Node> = Api::all(client.clone());
+    for (t, c) in [(&w.ta, a), (&w.tb, b)] {
+        let st = wait_for(LONG, POLL, &format!("tenant {t} Ready"), async || {
+            let s = tenants.get(t).await?.status.unwrap_or_default();
+            let ready = s
+                .conditions
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.is_true());
+            Ok(if ready {
+                Check::Done(s)
+            } else {
+                Check::Pending(format!("{s:?}"))
+            })
+        })
+        .await
+        .with_context(|| vk.tail())?;
+        assert_eq!(st.node_name.as_deref(), Some(t.as_str()));
+        assert_eq!(st.project_id.as_deref(), Some(c.project_id.as_str()));
+        let node = wait_for(LONG, POLL, &format!("node {t} Ready"), async || {
+            let n = nodes.get_opt(t).await?;
+            let ready = n
+                .as_ref()
+                .and_then(|n| n.status.as_ref()?.conditions.clone())
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True");
+            Ok(match n {
+                Some(n) if ready => Check::Done(n),
+                n => Check::Pending(format!("{:?}", n.and_then(|n| n.status))),
+            })
+        })
+        .await
+        .with_context(|| vk.tail())?;
+        assert_eq!(node.labels()[api::tenant::TENANT_LABEL], *t);
+        let taints = node
+            .spec
+            .clone()
+            .unwrap_or_default()
+            .taints
+            .unwrap_or_default();
+        assert!(
+            taints.iter().any(|x| x.key == api::tenant::TENANT_LABEL
+                && x.value.as_deref() == Some(t.as_str())
+                && x.effect == "NoSchedule"),
+            "{taints:?}"
+        );
+        // Capacity from the project's Zun quota (`containers` → pods).
+        let cap = node.status.unwrap_or_default().capacity.unwrap_or_default();
+        assert!(
+            cap.contains_key("pods") && cap.contains_key("memory"),
+            "{cap:?}"
+        );
+    }
+    let bad_status = wait_for(LONG, POLL, "the bad tenant's InvalidSpec", async || {
+        let s = tenants.get(&w.bad).await?.status.unwrap_or_default();
+        let c = s
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Ready" && c.reason.as_deref() == Some("InvalidSpec"))
+            .cloned();
+        Ok(match c {
+            Some(c) => Check::Done(c),
+            None => Check::Pending(format!("{s:?}")),
+        })
+    })
+    .await?;
+    assert!(
+        bad_status
+            .message
+            .as_deref()
+            .unwrap_or_default()
+            .contains("spec.defaultNetwork"),
+        "{bad_status:?}"
+    );
+    assert!(nodes.get_opt(&w.bad).await?.is_none(), "no node for it");
+
+    // One pod per tenant, each in its tenant's namespace on its node.
+    let pods_a: Api<Pod> = Api::namespaced(client.clone(), &w.ns_a);
+    let pods_b: Api<Pod> = Api::namespaced(client.clone(), &w.ns_b);
+    let pa = pods_a
+        .create(&PostParams::default(), &tenant_pod("pa", &w.ta, &w.ta)?)
+        .await?;
+    let pb = pods_b
+        .create(&PostParams::default(), &tenant_pod("pb", &w.tb, &w.tb)?)
+        .await?;
+    // A pod of tenant A's namespace bound (past the scheduler) to tenant B's node.
+    let stray = pods_a
+        .create(&PostParams::default(), &tenant_pod("stray", &w.tb, &w.tb)?)
+        .await?;
+    for (api, name) in [(&pods_a, "pa"), (&pods_b, "pb")] {
+        wait_for(LONG, POLL, &format!("pod {name} Running"), async || {
+            let s = api.get(name).await?.status.unwrap_or_default();
+            Ok(if s.phase.as_deref() == Some("Running") {
+                Check::Done(())
+            } else {
+                Check::Pending(format!("{s:?}"))
+            })
+        })
+        .await
+        .with_context(|| vk.tail())?;
+    }
+    let st = wait_for(LONG, POLL, "the stray pod refused", async || {
+        let s = pods_a.get("stray").await?.status.unwrap_or_default();
+        Ok(if s.phase.as_deref() == Some("Failed") {
+            Check::Done(s)
+        } else {
+            Check::Pending(format!("{s:?}"))
+        })
+    })
+    .await
+    .with_context(|| vk.tail())?;
+    assert_eq!(st.reason.as_deref(), Some(vk_zun::tenant::NOT_BOUND));
+    let m = st.message.clone().unwrap_or_default();
+    assert!(
+        m.contains(&format!("{:?}", w.ns_a)) && m.contains(&format!("ZunTenant {:?}", w.tb)),
+        "{m}"
+    );
+    let events: Api<Event> = Api::namespaced(client.clone(), &w.ns_a);
+    let ev = events.list(&ListParams::default()).await?.items;
+    assert!(
+        ev.iter()
+            .any(|e| e.reason.as_deref() == Some(vk_zun::tenant::NOT_BOUND)
+                && e.involved_object.name.as_deref() == Some("stray")),
+        "a Warning Event names the refusal"
+    );
+
+    let mut groups_a = Vec::new();
+    // Each pod's container is in its own tenant's project (listed as that tenant, invisible
+    // to the other) and its port on its tenant's network in that project.
+    for (own, other, pod, node) in [(a, b, &pa, &w.ta), (b, a, &pb, &w.tb)] {
+        let uid = pod.uid().unwrap_or_default();
+        let by_uid = BTreeMap::from([(POD_UID.to_string(), uid.clone())]);
+        let mine = own.zun().list_containers(&by_uid, None).await?;
+        assert_eq!(mine.len(), 1, "{} in {}", pod.name_any(), own.cloud);
+        assert_eq!(mine[0].labels[NODE], *node);
+        assert!(
+            other.zun().list_containers(&by_uid, None).await?.is_empty(),
+            "{} is not in {}'s project",
+            pod.name_any(),
+            other.cloud
+        );
+        let port_name = vk_zun::pod_port::name(node, &uid);
+        let ports = own
+            .ports()
+            .list_ports(&PortFilter {
+                name: Some(port_name.clone()),
+                ..Default::default()
+            })
+            .await?;
+        assert_eq!(ports.len(), 1, "{port_name}");
+        assert_eq!(ports[0].network_id, own.network_id);
+        assert_eq!(ports[0].project_id, own.project_id);
+        assert_eq!(ports[0].device_id, mine[0].uuid, "bound to the container");
+        if *node == w.ta {
+            groups_a = ports[0].security_groups.clone();
+        }
+    }
+    // The refused pod never reached Zun or Neutron, in either project.
+    let stray_uid = stray.uid().unwrap_or_default();
+    for c in [a, b] {
+        let by_uid = BTreeMap::from([(POD_UID.to_string(), stray_uid.clone())]);
+        assert!(c.zun().list_containers(&by_uid, None).await?.is_empty());
+        let ports = c.ports().list_ports(&PortFilter::default()).await?;
+        assert!(
+            !ports.iter().any(|p| p.name.ends_with(&stray_uid)),
+            "no port for the refused pod"
+        );
+    }
+
+    // Deleting the pods deletes their containers and ports in their projects.
+    for (api, name) in [(&pods_a, "pa"), (&pods_b, "pb"), (&pods_a, "stray")] {
+        api.delete(name, &DeleteParams::default()).await?;
+    }
+    for (api, name) in [(&pods_a, "pa"), (&pods_b, "pb"), (&pods_a, "stray")] {
+        wait_for(
+            LONG,
+            POLL,
+            &format!("pod {name} removed by its node"),
+            async || {
+                Ok(match api.get_opt(name).await? {
+                    None => Check::Done(()),
+                    Some(p) => Check::Pending(format!("{:?}", p.status.and_then(|s| s.phase))),
+                })
+            },
+        )
+        .await
+        .with_context(|| vk.tail())?;
+    }
+    Ok(groups_a)
+}
