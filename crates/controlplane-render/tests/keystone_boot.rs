@@ -37,22 +37,9 @@ fn mariadb_admin(sql: &str) {
     );
 }
 
+/// The kubelet's atomic Secret-volume update, shared with the booted cloud.
 fn write_repo(dir: &Path, repo: &KeyRepository) {
-    std::fs::create_dir_all(dir).expect("key dir");
-    let files = repo.files();
-    for entry in std::fs::read_dir(dir).expect("read key dir").flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if !files.contains_key(&name) {
-            std::fs::remove_file(entry.path()).expect("remove dropped key");
-        }
-    }
-    // Written under a temporary name and renamed, as the kubelet swaps a Secret volume's
-    // files atomically: a reader never sees half a key.
-    for (name, key) in files {
-        let tmp = dir.join(format!(".{name}.tmp"));
-        std::fs::write(&tmp, key).expect("write key");
-        std::fs::rename(&tmp, dir.join(&name)).expect("rename key");
-    }
+    support::cloud::write_key_repository(dir, repo);
 }
 
 /// Empties memcached, so the next validation decrypts the token with the key repository

@@ -171,14 +171,7 @@ async fn call(
 }
 
 fn spawn(root: &Path, log: &str, what: &'static str, cmd: &[String]) -> Proc {
-    let child = Command::new(&cmd[0])
-        .args(&cmd[1..])
-        .current_dir(root)
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(root.join(log)).expect("log file"))
-        .spawn()
-        .unwrap_or_else(|e| panic!("start {what}: {e}"));
-    Proc(child, what)
+    support::spawn_logged(root, log, what, cmd)
 }
 
 /// Runs a command twice (a retried Job), both to success; returns the second run's stdout.

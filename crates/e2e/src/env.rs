@@ -90,7 +90,11 @@ impl TestEnv {
     /// Target from the environment, CRDs installed, a namespace, an OpenStack connection and
     /// a ready operator.
     pub async fn start(name: &str, opts: EnvOptions) -> anyhow::Result<Self> {
-        let target = Target::from_env().await?;
+        Self::start_on(Target::from_env().await?, name, opts).await
+    }
+
+    /// Like [`TestEnv::start`] on a given target (e.g. [`Target::with_cloud`]).
+    pub async fn start_on(target: Target, name: &str, opts: EnvOptions) -> anyhow::Result<Self> {
         let turn = if target.is_emulated() {
             None
         } else {

@@ -117,7 +117,12 @@ impl Target {
     /// the current Tokio runtime) whose kubeconfig is written to a temporary directory. The
     /// cloud comes from [`CloudEnv::from_env`].
     pub async fn from_env() -> anyhow::Result<Self> {
-        let cloud = CloudEnv::from_env()?;
+        Self::with_cloud(CloudEnv::from_env()?).await
+    }
+
+    /// Like [`Target::from_env`], with `cloud` as the OpenStack side instead of the one the
+    /// environment names (a cloud a test booted itself).
+    pub async fn with_cloud(cloud: CloudEnv) -> anyhow::Result<Self> {
         if let Some(path) = std::env::var_os("E2E_KUBECONFIG").filter(|v| !v.is_empty()) {
             let kubeconfig = PathBuf::from(path);
             anyhow::ensure!(
