@@ -252,6 +252,8 @@ mod tests {
             },
             public_hostname_pattern: None,
             availability_zones: vec![],
+            cinder_backends: vec![],
+            upgrade: None,
         }
     }
 
@@ -312,5 +314,22 @@ mod tests {
         // An unchanged release on UPDATE is not re-judged (it was admitted before).
         let old = spec.clone();
         assert!(check_cluster(&spec, Some(&old), &found(&[])).is_empty());
+    }
+
+    #[test]
+    fn a_release_change_follows_the_version_graph() {
+        assert_eq!(
+            check_release_change("spec.release", "2025.2", "2026.1"),
+            None
+        );
+        // Back along an edge: abandoning an upgrade, which the controller judges.
+        assert_eq!(
+            check_release_change("spec.release", "2026.1", "2025.2"),
+            None
+        );
+        let refused = check_release_change("spec.release", "2026.1", "2027.1")
+            .map(|e| e.message)
+            .unwrap_or_default();
+        assert!(refused.contains("\"2027.1\" is not supported"), "{refused}");
     }
 }
