@@ -80,9 +80,15 @@ async fn every_service_answers_after_reauthentication() {
             .get_project(&project)
             .await
             .expect("Keystone re-authenticates");
-        core.revoke_current_token_for_tests()
-            .await
-            .expect("revoking the fresh token");
+        // What matters is that the fresh token is no longer valid when the service sees it.
+        // Keystone sometimes already refuses to validate it at revocation (observed: 404
+        // "Failed to validate token" on the DELETE, 1 run in 3): that token is just as unusable.
+        match core.revoke_current_token_for_tests().await {
+            Ok(()) => {}
+            Err(openstack::Error::NotFound { what })
+                if what.contains("Failed to validate token") => {}
+            Err(e) => panic!("revoking the fresh token: {e:?}"),
+        }
         let first = match *service {
             "network" => cloud.network.list_networks(&external).await.map(|_| ()),
             "image" => cloud.image.list_images_by_name("x").await.map(|_| ()),
