@@ -358,6 +358,18 @@ const BUILTINS: &[Builtin] = &[
     },
     Builtin {
         group: "",
+        kind: "PersistentVolumeClaim",
+        plural: "persistentvolumeclaims",
+        namespaced: true,
+        short: &["pvc"],
+        categories: &[],
+        status: true,
+        flavor: Flavor::Plain,
+        create_on_update: false,
+        extra_selectors: &[],
+    },
+    Builtin {
+        group: "",
         kind: "Service",
         plural: "services",
         namespaced: true,

@@ -424,3 +424,34 @@ async fn cli_prints_address_and_writes_kubeconfig() {
     child.kill().unwrap();
     child.wait().unwrap();
 }
+
+/// Glance's file store creates a claim and reads it back: the real server serves
+/// `persistentvolumeclaims` (short name `pvc`, namespaced, with a status subresource).
+#[tokio::test]
+async fn persistent_volume_claims_are_served() {
+    use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+    let env = start().await;
+    let api: Api<PersistentVolumeClaim> = Api::namespaced(env.client.clone(), "default");
+    let claim: PersistentVolumeClaim = serde_json::from_value(json!({
+        "metadata": {"name": "images"},
+        "spec": {"accessModes": ["ReadWriteOnce"],
+                 "resources": {"requests": {"storage": "10Gi"}}}
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &claim).await.unwrap();
+    let got = api.get("images").await.unwrap();
+    let spec = got.spec.unwrap_or_default();
+    assert_eq!(spec.access_modes, Some(vec!["ReadWriteOnce".to_string()]));
+    let err = api_err(api.create(&PostParams::default(), &claim).await);
+    assert_eq!((err.code, err.reason.as_str()), (409, "AlreadyExists"));
+    let discovery = Discovery::new(env.client.clone()).run().await.unwrap();
+    let (ar, caps) = discovery
+        .groups()
+        .flat_map(|g| g.recommended_resources())
+        .find(|(ar, _)| ar.plural == "persistentvolumeclaims")
+        .expect("persistentvolumeclaims in discovery");
+    assert_eq!(
+        (ar.kind.as_str(), caps.scope),
+        ("PersistentVolumeClaim", Scope::Namespaced)
+    );
+}
