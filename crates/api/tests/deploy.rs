@@ -1255,6 +1255,112 @@ fn chart_with_control_plane_renders_the_control_plane_base() {
     );
 }
 
+/// The control plane's objects in a render: named after it, or its CRDs.
+fn control_plane_objects(docs: Vec<Value>) -> Vec<Value> {
+    docs.into_iter()
+        .filter(|d| {
+            let name = d["metadata"]["name"].as_str().unwrap_or_default();
+            name.starts_with(CP) || CP_CRDS.contains(&name)
+        })
+        .collect()
+}
+
+#[test]
+fn chart_with_the_webhook_renders_the_webhook_overlay() {
+    let kustomized = without_kinds(
+        kustomize(&repo().join("deploy/kustomize/overlays/control-plane-webhook")),
+        &["Namespace"],
+    );
+    // The overlay's certificate names and CA injection follow the namespace.
+    let text = serde_json::to_string(&kustomized).unwrap();
+    assert!(
+        !text.contains("NAMESPACE/") && !text.contains(".NAMESPACE."),
+        "{text}"
+    );
+    assert_same(
+        kustomized,
+        control_plane_objects(chart(
+            json!({"controlPlane": {"enabled": true, "webhook": {"enabled": true}}}),
+        )),
+        "chart with controlPlane.webhook.enabled vs overlays/control-plane-webhook",
+    );
+    // Off by default: no webhook objects, no webhook listener.
+    let off = serde_json::to_string(&chart(json!({"controlPlane": {"enabled": true}}))).unwrap();
+    for absent in [
+        "ValidatingWebhookConfiguration",
+        "WEBHOOK_ADDR",
+        "cert-manager.io",
+    ] {
+        assert!(
+            !off.contains(absent),
+            "{absent} rendered without the webhook"
+        );
+    }
+}
+
+/// The packaged webhook configuration checks every kind the webhook decides on, and only the
+/// main resources (the operator's status writes must not depend on it).
+#[test]
+fn the_packaged_webhook_matches_every_kind_the_operator_checks() {
+    let docs = kustomize(&repo().join("deploy/kustomize/overlays/control-plane-webhook"));
+    let config = docs
+        .iter()
+        .find(|d| d["kind"] == "ValidatingWebhookConfiguration")
+        .expect("a ValidatingWebhookConfiguration");
+    let hook = &config["webhooks"][0];
+    assert_eq!(hook["failurePolicy"], "Fail");
+    assert_eq!(hook["sideEffects"], "None");
+    assert_eq!(hook["clientConfig"]["service"]["path"], "/validate");
+    assert_eq!(hook["clientConfig"]["service"]["namespace"], NAMESPACE);
+    let resources: Vec<String> = strings(&hook["rules"][0]["resources"]);
+    let mut plural: Vec<String> = CP_CRDS
+        .iter()
+        .map(|c| c.split('.').next().unwrap().to_string())
+        .filter(|p| p != "openstackexternalservices")
+        .collect();
+    plural.sort();
+    let mut got = resources.clone();
+    got.sort();
+    assert_eq!(got, plural, "webhook rules");
+    assert!(resources.iter().all(|r| !r.contains('/')), "{resources:?}");
+    // Every kind the rules send is decided by webhook.rs (none admitted unchecked).
+    let webhook =
+        std::fs::read_to_string(repo().join("crates/openstack-operator/src/webhook.rs")).unwrap();
+    for kind in [
+        "OpenStackCluster",
+        "Keystone",
+        "Placement",
+        "Glance",
+        "Nova",
+        "Neutron",
+        "Cinder",
+        "Horizon",
+    ] {
+        assert!(
+            webhook.contains(&format!("\"{kind}\" =>")),
+            "webhook.rs does not check {kind}"
+        );
+    }
+    // The Deployment listens where the Service sends it, with the certificate where the
+    // operator reads it by default.
+    let dep = docs.iter().find(|d| d["kind"] == "Deployment").unwrap();
+    let c = &dep["spec"]["template"]["spec"]["containers"][0];
+    assert!(
+        c["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["name"] == "WEBHOOK_ADDR" && e["value"] == "0.0.0.0:9443")
+    );
+    assert!(
+        c["volumeMounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["mountPath"] == "/tmp/k8s-webhook-server/serving-certs")
+    );
+}
+
 #[test]
 fn chart_with_virtual_kubelet_renders_the_virtual_kubelet_base() {
     assert_same(

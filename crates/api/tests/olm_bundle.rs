@@ -117,6 +117,45 @@ fn examples() -> Vec<Value> {
         .collect()
 }
 
+/// The control-plane operator's Deployment, which serves the validating webhook.
+const CP_DEPLOYMENT: &str = "openstack-operator-control-plane";
+
+/// The webhook definitions OLM manages (it issues the certificate, injects the CA and renews
+/// both), from the kustomize component's webhook configuration, and the container fields the
+/// component adds to the Deployment.
+fn webhook() -> (Vec<Value>, Value) {
+    let dir = repo().join("deploy/kustomize/components/control-plane-webhook");
+    let read = |f: &str| {
+        let text = std::fs::read_to_string(dir.join(f)).unwrap_or_else(|e| panic!("{f}: {e}"));
+        parse(&text, f).remove(0)
+    };
+    let config = read("validatingwebhookconfiguration.yaml");
+    let patch = read("deployment-patch.yaml");
+    let container = patch["spec"]["template"]["spec"]["containers"][0].clone();
+    let target_port = container["ports"][0]["containerPort"].clone();
+    let hooks = config["webhooks"]
+        .as_array()
+        .expect("webhooks")
+        .iter()
+        .map(|h| {
+            json!({
+                "type": "ValidatingAdmissionWebhook",
+                "generateName": h["name"],
+                "deploymentName": CP_DEPLOYMENT,
+                "containerPort": h["clientConfig"]["service"]["port"],
+                "targetPort": target_port,
+                "webhookPath": h["clientConfig"]["service"]["path"],
+                "admissionReviewVersions": h["admissionReviewVersions"],
+                "sideEffects": h["sideEffects"],
+                "failurePolicy": h["failurePolicy"],
+                "timeoutSeconds": h["timeoutSeconds"],
+                "rules": h["rules"],
+            })
+        })
+        .collect();
+    (hooks, container)
+}
+
 /// The ClusterServiceVersion: both operators' Deployments, cluster-wide and namespaced RBAC
 /// from their kustomize bases, every CRD owned.
 fn csv() -> Value {
@@ -138,8 +177,25 @@ fn csv() -> Value {
             })
             .collect()
     };
+    let (webhooks, webhook_container) = webhook();
     let deployments: Vec<Value> = of_kind(&docs, "Deployment")
-        .map(|d| json!({"name": d["metadata"]["name"], "label": d["metadata"]["labels"], "spec": d["spec"]}))
+        .map(|d| {
+            let mut spec = d["spec"].clone();
+            if d["metadata"]["name"] == CP_DEPLOYMENT {
+                // The webhook listener of the kustomize component; OLM mounts the certificate
+                // itself (where the operator reads it by default), so not the component's volume.
+                let c = &mut spec["template"]["spec"]["containers"][0];
+                for field in ["env", "ports"] {
+                    let mut list = webhook_container[field]
+                        .as_array()
+                        .cloned()
+                        .unwrap_or_default();
+                    list.extend(c[field].as_array().cloned().unwrap_or_default());
+                    c[field] = Value::Array(list);
+                }
+            }
+            json!({"name": d["metadata"]["name"], "label": d["metadata"]["labels"], "spec": spec})
+        })
         .collect();
     let image = deployments[0]["spec"]["template"]["spec"]["containers"][0]["image"].clone();
     let owned: Vec<Value> = crds().iter().map(|(_, c)| owned(c)).collect();
@@ -184,6 +240,7 @@ fn csv() -> Value {
                     "deployments": deployments,
                 },
             },
+            "webhookdefinitions": webhooks,
         },
     })
 }
@@ -326,6 +383,39 @@ fn bundle_says_what_olm_needs() {
         assert!(accounts.contains(sa), "{sa} has cluster permissions");
         assert!(d["spec"]["template"]["metadata"]["namespace"].is_null());
     }
+    // OLM's webhook: a validating one, on the control-plane Deployment, whose container
+    // listens on the target port; no volume of the component's (OLM mounts the certificate).
+    let hooks = spec["webhookdefinitions"].as_array().unwrap();
+    assert_eq!(hooks.len(), 1);
+    let hook = &hooks[0];
+    assert_eq!(hook["type"], "ValidatingAdmissionWebhook");
+    assert_eq!(hook["deploymentName"], CP_DEPLOYMENT);
+    assert_eq!(hook["failurePolicy"], "Fail");
+    let cp = deployments
+        .iter()
+        .find(|d| d["name"] == CP_DEPLOYMENT)
+        .unwrap();
+    let c = &cp["spec"]["template"]["spec"]["containers"][0];
+    assert!(
+        c["ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["containerPort"] == hook["targetPort"])
+    );
+    let addr = c["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "WEBHOOK_ADDR")
+        .expect("WEBHOOK_ADDR");
+    assert!(
+        addr["value"]
+            .as_str()
+            .unwrap()
+            .ends_with(&format!(":{}", hook["targetPort"]))
+    );
+    assert!(cp["spec"]["template"]["spec"]["volumes"].is_null());
     // The CSV's version and name agree with the crate's; the metadata is a registry+v1 bundle.
     assert_eq!(spec["version"], VERSION);
     assert_eq!(csv["metadata"]["name"], format!("{PACKAGE}.v{VERSION}"));

@@ -11,9 +11,14 @@ use std::collections::BTreeMap;
 
 use api::FieldError;
 
+use crate::cinder::CinderSpec;
 use crate::cluster::{OpenStackClusterSpec, ServiceName};
 use crate::external::ServiceKind;
+use crate::glance::GlanceSpec;
+use crate::horizon::HorizonSpec;
 use crate::keystone::KeystoneSpec;
+use crate::neutron::NeutronSpec;
+use crate::nova::NovaSpec;
 use crate::placement::PlacementSpec;
 
 /// Releases the operator accepts at admission. Today the ones it can render configuration
@@ -101,30 +106,116 @@ pub fn cluster_references(spec: &OpenStackClusterSpec) -> Vec<Reference> {
     out
 }
 
-/// The external services a `Keystone` references.
-pub fn keystone_references(spec: &KeystoneSpec) -> Vec<Reference> {
+/// A service kind's spec as admission sees it: its release and its references to external
+/// services. Every service kind (not the cluster, which also checks roles) is checked alike.
+pub trait ServiceAdmission {
+    /// `spec.release`.
+    fn release(&self) -> &str;
+    /// The external services the spec references, by field.
+    fn references(&self) -> Vec<Reference>;
+}
+
+fn database_and_cache(
+    database: &crate::common::ExternalServiceRef,
+    cache: Option<&crate::common::ExternalServiceRef>,
+) -> Vec<Reference> {
     let mut out = vec![reference(
         "spec.database.service",
-        &spec.database.service.name,
+        &database.name,
         ServiceKind::Database,
     )];
-    if let Some(c) = &spec.cache {
+    if let Some(c) = cache {
         out.push(reference("spec.cache", &c.name, ServiceKind::Cache));
     }
     out
 }
 
-/// The external services a `Placement` references.
-pub fn placement_references(spec: &PlacementSpec) -> Vec<Reference> {
-    let mut out = vec![reference(
-        "spec.database.service",
-        &spec.database.service.name,
-        ServiceKind::Database,
-    )];
-    if let Some(c) = &spec.cache {
-        out.push(reference("spec.cache", &c.name, ServiceKind::Cache));
+impl ServiceAdmission for KeystoneSpec {
+    fn release(&self) -> &str {
+        &self.release
     }
-    out
+    fn references(&self) -> Vec<Reference> {
+        database_and_cache(&self.database.service, self.cache.as_ref())
+    }
+}
+
+impl ServiceAdmission for PlacementSpec {
+    fn release(&self) -> &str {
+        &self.release
+    }
+    fn references(&self) -> Vec<Reference> {
+        database_and_cache(&self.database.service, self.cache.as_ref())
+    }
+}
+
+impl ServiceAdmission for GlanceSpec {
+    fn release(&self) -> &str {
+        &self.release
+    }
+    fn references(&self) -> Vec<Reference> {
+        let mut out = database_and_cache(&self.database.service, self.cache.as_ref());
+        if let Some(s3) = &self.storage.s3 {
+            out.push(reference(
+                "spec.storage.s3.objectStorage",
+                &s3.object_storage.name,
+                ServiceKind::ObjectStorage,
+            ));
+        }
+        out
+    }
+}
+
+impl ServiceAdmission for NovaSpec {
+    fn release(&self) -> &str {
+        &self.release
+    }
+    fn references(&self) -> Vec<Reference> {
+        let mut out = database_and_cache(&self.database.service, self.cache.as_ref());
+        out.push(reference(
+            "spec.messaging",
+            &self.messaging.name,
+            ServiceKind::Messaging,
+        ));
+        out
+    }
+}
+
+impl ServiceAdmission for CinderSpec {
+    fn release(&self) -> &str {
+        &self.release
+    }
+    fn references(&self) -> Vec<Reference> {
+        let mut out = database_and_cache(&self.database.service, self.cache.as_ref());
+        out.push(reference(
+            "spec.messaging",
+            &self.messaging.name,
+            ServiceKind::Messaging,
+        ));
+        out
+    }
+}
+
+impl ServiceAdmission for NeutronSpec {
+    fn release(&self) -> &str {
+        &self.release
+    }
+    fn references(&self) -> Vec<Reference> {
+        let mut out = database_and_cache(&self.database.service, self.cache.as_ref());
+        out.push(reference("spec.ovn", &self.ovn.name, ServiceKind::Ovn));
+        out
+    }
+}
+
+impl ServiceAdmission for HorizonSpec {
+    fn release(&self) -> &str {
+        &self.release
+    }
+    fn references(&self) -> Vec<Reference> {
+        self.cache
+            .iter()
+            .map(|c| reference("spec.cache", &c.name, ServiceKind::Cache))
+            .collect()
+    }
 }
 
 /// Refuses each reference whose object was found with another type. `found` maps the names
@@ -204,33 +295,19 @@ pub fn check_cluster(
     out
 }
 
-/// Every cross-object refusal of a `Keystone`.
-pub fn check_keystone(
-    spec: &KeystoneSpec,
-    old: Option<&KeystoneSpec>,
+/// Every cross-object refusal of a service kind: its release (or release change on UPDATE,
+/// `old` being the stored spec) and the types of the referenced external services found.
+pub fn check_service<S: ServiceAdmission>(
+    spec: &S,
+    old: Option<&S>,
     found: &BTreeMap<String, ServiceKind>,
 ) -> Vec<FieldError> {
     let mut out = Vec::new();
     out.extend(match old {
-        Some(o) => check_release_change("spec.release", &o.release, &spec.release),
-        None => check_release("spec.release", &spec.release),
+        Some(o) => check_release_change("spec.release", o.release(), spec.release()),
+        None => check_release("spec.release", spec.release()),
     });
-    out.extend(check_types(&keystone_references(spec), found));
-    out
-}
-
-/// Every cross-object refusal of a `Placement`.
-pub fn check_placement(
-    spec: &PlacementSpec,
-    old: Option<&PlacementSpec>,
-    found: &BTreeMap<String, ServiceKind>,
-) -> Vec<FieldError> {
-    let mut out = Vec::new();
-    out.extend(match old {
-        Some(o) => check_release_change("spec.release", &o.release, &spec.release),
-        None => check_release("spec.release", &spec.release),
-    });
-    out.extend(check_types(&placement_references(spec), found));
+    out.extend(check_types(&spec.references(), found));
     out
 }
 
@@ -331,5 +408,65 @@ mod tests {
             .map(|e| e.message)
             .unwrap_or_default();
         assert!(refused.contains("\"2027.1\" is not supported"), "{refused}");
+    }
+
+    #[test]
+    fn every_service_kind_checks_its_references_and_release() {
+        let nova: NovaSpec = serde_json::from_value(serde_json::json!({
+            "database": {"service": {"name": "db"}}, "messaging": {"name": "db"},
+            "keystone": {"name": "ks"}, "placement": {"name": "pl"}, "cache": {"name": "mq"},
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        let found = found(&[
+            ("db", ServiceKind::Database),
+            ("mq", ServiceKind::Messaging),
+        ]);
+        assert_eq!(
+            api::validation::summarize(&check_service(&nova, None, &found)),
+            "spec.cache: OpenStackExternalService \"mq\" is of type messaging, expected cache; \
+             spec.messaging: OpenStackExternalService \"db\" is of type database, expected messaging"
+        );
+        let neutron: NeutronSpec = serde_json::from_value(serde_json::json!({
+            "release": "2024.1", "database": {"service": {"name": "db"}}, "keystone": {"name": "ks"},
+            "ovn": {"name": "mq"},
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            api::validation::summarize(&check_service(&neutron, None, &found)),
+            format!(
+                "spec.release: release \"2024.1\" is not supported; supported: {}; \
+                 spec.ovn: OpenStackExternalService \"mq\" is of type messaging, expected ovn",
+                supported_releases().join(", ")
+            )
+        );
+        let glance: GlanceSpec = serde_json::from_value(serde_json::json!({
+            "database": {"service": {"name": "db"}}, "keystone": {"name": "ks"},
+            "storage": {"s3": {"objectStorage": {"name": "db"}, "bucket": "images"}},
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            api::validation::summarize(&check_service(&glance, None, &found)),
+            "spec.storage.s3.objectStorage: OpenStackExternalService \"db\" is of type database, expected objectStorage"
+        );
+        let horizon: HorizonSpec = serde_json::from_value(serde_json::json!({
+            "keystone": {"name": "ks"}, "cache": {"name": "db"},
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            api::validation::summarize(&check_service(&horizon, None, &found)),
+            "spec.cache: OpenStackExternalService \"db\" is of type database, expected cache"
+        );
+        let cinder: CinderSpec = serde_json::from_value(serde_json::json!({
+            "database": {"service": {"name": "db"}}, "keystone": {"name": "ks"},
+            "messaging": {"name": "mq"}, "backends": [],
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert!(check_service(&cinder, None, &found).is_empty());
+        // On UPDATE the release follows the graph.
+        let mut old = cinder.clone();
+        old.release = "2025.2".into();
+        let mut new = cinder.clone();
+        new.release = "2024.2".into();
+        assert!(!check_service(&new, Some(&old), &found).is_empty());
     }
 }

@@ -21,12 +21,15 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::{Api, Client, CustomResourceExt};
 use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 use crate::run::{
     LogFormat, healthz, init_logging_with, instance_name, metrics, serve, shutdown_on_signal,
     wait_for_crd,
 };
+
+/// How long stopping controllers may take before they are aborted.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
 
 /// A control-plane controller.
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq, PartialOrd, Ord)]
@@ -223,6 +226,7 @@ pub async fn run(args: ControlPlaneArgs) -> anyhow::Result<()> {
     let client = Client::try_default()
         .await
         .context("connecting to Kubernetes (KUBECONFIG or in-cluster)")?;
+    let webhook_failed = Arc::new(AtomicBool::new(false));
     if let Some(addr) = args.webhook_addr {
         let cfg = crate::webhook::WebhookConfig {
             addr,
@@ -233,9 +237,12 @@ pub async fn run(args: ControlPlaneArgs) -> anyhow::Result<()> {
         // operator: with failurePolicy Fail, the API server would refuse every write anyway.
         let webhook_client = client.clone();
         let webhook_stop = token.clone();
+        let failed = webhook_failed.clone();
         servers.spawn(async move {
             let r = crate::webhook::serve(cfg, webhook_client, webhook_stop.clone()).await;
-            if r.is_err() {
+            if let Err(e) = &r {
+                error!(error = %format!("{e:#}"), "the admission webhook cannot serve; stopping");
+                failed.store(true, Ordering::SeqCst);
                 webhook_stop.cancel();
             }
             r
@@ -255,6 +262,9 @@ pub async fn run(args: ControlPlaneArgs) -> anyhow::Result<()> {
     let ns = args.watch_namespace.clone();
     let mut tasks = tokio::task::JoinSet::new();
     for kind in kinds {
+        if token.is_cancelled() {
+            break;
+        }
         let crd = match kind {
             CpKind::ExternalService => controlplane_api::OpenStackExternalService::crd(),
             CpKind::Keystone => controlplane_api::Keystone::crd(),
@@ -395,17 +405,42 @@ pub async fn run(args: ControlPlaneArgs) -> anyhow::Result<()> {
         health.started.fetch_add(1, Ordering::SeqCst);
         info!(?kind, "control-plane controller started");
     }
-    while let Some(res) = tasks.join_next().await {
-        if let Err(e) = res {
-            warn!(error = %e, "a control-plane controller task failed");
-            health.failed.store(true, Ordering::SeqCst);
+    // Once stopping, the controllers get a bounded grace period to finish their reconciles
+    // (within the pod's terminationGracePeriodSeconds, 30 s); one that does not stop (seen
+    // with a controller started after the stop was signalled) is aborted, so the process
+    // always exits.
+    let grace = async {
+        token.cancelled().await;
+        tokio::time::sleep(SHUTDOWN_GRACE).await;
+    };
+    tokio::pin!(grace);
+    loop {
+        tokio::select! {
+            res = tasks.join_next() => {
+                let Some(res) = res else { break };
+                if let Err(e) = res {
+                    warn!(error = %e, "a control-plane controller task failed");
+                    health.failed.store(true, Ordering::SeqCst);
+                }
+                token.cancel();
+            }
+            () = &mut grace => {
+                warn!(grace = ?SHUTDOWN_GRACE, "controllers still running after the grace period; aborting them");
+                tasks.abort_all();
+                while tasks.join_next().await.is_some() {}
+                break;
+            }
         }
-        token.cancel();
     }
     while let Some(res) = servers.join_next().await {
         if let Ok(Err(e)) = res {
             warn!(error = %e, "server stopped with an error");
         }
+    }
+    // A non-zero exit makes the failure visible (CrashLoopBackOff, the container's last
+    // state) instead of a silent, clean stop.
+    if webhook_failed.load(Ordering::SeqCst) {
+        anyhow::bail!("the admission webhook could not serve (see the error above)");
     }
     info!("stopped");
     Ok(())

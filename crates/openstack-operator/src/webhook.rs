@@ -11,6 +11,7 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use anyhow::Context as _;
 use axum::Json;
@@ -19,13 +20,18 @@ use axum::extract::State;
 use axum::routing::post;
 use controlplane_api::admission as checks;
 use controlplane_api::{
-    KeystoneSpec, OpenStackClusterSpec, OpenStackExternalService, PlacementSpec, ServiceKind,
+    CinderSpec, GlanceSpec, HorizonSpec, KeystoneSpec, NeutronSpec, NovaSpec, OpenStackClusterSpec,
+    OpenStackExternalService, PlacementSpec, ServiceKind,
 };
 use kube::{Api, Client};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
+
+/// How often the certificate files are compared with the certificate served. The kubelet
+/// itself refreshes a Secret volume only every minute or so.
+const CERT_RELOAD_EVERY: std::time::Duration = std::time::Duration::from_secs(15);
 
 /// Where and with which certificate the webhook listens.
 #[derive(Debug, Clone)]
@@ -50,7 +56,19 @@ pub async fn serve(
 ) -> anyhow::Result<()> {
     let serving = vk_kubelet_api::tls::load_serving(&cfg.cert, &cfg.key)
         .context("--webhook-cert-file/--webhook-key-file")?;
-    let tls = vk_kubelet_api::tls::server_config(serving, None)?;
+    let cert = Arc::new(vk_kubelet_api::serving_cert::ReloadableCert::empty());
+    cert.set(serving)
+        .context("--webhook-cert-file/--webhook-key-file")?;
+    // cert-manager and OLM renew the certificate in the mounted Secret: serve the new one
+    // without a restart (the API server's caBundle is updated by them alongside).
+    tokio::spawn(vk_kubelet_api::serving_cert::follow_files(
+        cfg.cert.clone(),
+        cfg.key.clone(),
+        cert.clone(),
+        CERT_RELOAD_EVERY,
+        stop.clone(),
+    ));
+    let tls = vk_kubelet_api::tls::server_config_with(cert, None)?;
     let listener = tokio::net::TcpListener::bind(cfg.addr)
         .await
         .with_context(|| format!("binding the webhook address {}", cfg.addr))?;
@@ -127,6 +145,21 @@ async fn found_types(
     Ok(found)
 }
 
+/// The refusals of a service kind's object (none when it has no spec, e.g. a DELETE).
+async fn service<S: DeserializeOwned + checks::ServiceAdmission>(
+    client: &Client,
+    ns: &str,
+    object: Option<&Value>,
+    old: Option<&Value>,
+) -> anyhow::Result<Vec<api::FieldError>> {
+    let Some(spec) = spec_of::<S>(object)? else {
+        return Ok(Vec::new());
+    };
+    let old = spec_of::<S>(old)?;
+    let found = found_types(client, ns, &spec.references()).await?;
+    Ok(checks::check_service(&spec, old.as_ref(), &found))
+}
+
 async fn decide(client: &Client, request: &Value) -> anyhow::Result<Decision> {
     let kind = request
         .pointer("/kind/kind")
@@ -147,22 +180,13 @@ async fn decide(client: &Client, request: &Value) -> anyhow::Result<Decision> {
             let found = found_types(client, ns, &checks::cluster_references(&spec)).await?;
             checks::check_cluster(&spec, old.as_ref(), &found)
         }
-        "Keystone" => {
-            let Some(spec) = spec_of::<KeystoneSpec>(object)? else {
-                return Ok(None);
-            };
-            let old = spec_of::<KeystoneSpec>(old)?;
-            let found = found_types(client, ns, &checks::keystone_references(&spec)).await?;
-            checks::check_keystone(&spec, old.as_ref(), &found)
-        }
-        "Placement" => {
-            let Some(spec) = spec_of::<PlacementSpec>(object)? else {
-                return Ok(None);
-            };
-            let old = spec_of::<PlacementSpec>(old)?;
-            let found = found_types(client, ns, &checks::placement_references(&spec)).await?;
-            checks::check_placement(&spec, old.as_ref(), &found)
-        }
+        "Keystone" => service::<KeystoneSpec>(client, ns, object, old).await?,
+        "Placement" => service::<PlacementSpec>(client, ns, object, old).await?,
+        "Glance" => service::<GlanceSpec>(client, ns, object, old).await?,
+        "Nova" => service::<NovaSpec>(client, ns, object, old).await?,
+        "Neutron" => service::<NeutronSpec>(client, ns, object, old).await?,
+        "Cinder" => service::<CinderSpec>(client, ns, object, old).await?,
+        "Horizon" => service::<HorizonSpec>(client, ns, object, old).await?,
         // Registered for kinds this version does not check: admit rather than block them.
         _ => return Ok(None),
     };

@@ -72,6 +72,20 @@ fn certificates() -> anyhow::Result<(String, String, String)> {
     Ok((ca_cert.pem(), cert.pem(), key.serialize_pem()))
 }
 
+/// The repository's ValidatingWebhookConfiguration, pointed at `url` and trusting `ca`.
+fn packaged_config(url: &str, ca: &str) -> anyhow::Result<ValidatingWebhookConfiguration> {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../deploy/kustomize/components/control-plane-webhook/validatingwebhookconfiguration.yaml"
+    );
+    let mut config: Value = serde_saphyr::from_str(&std::fs::read_to_string(path)?)?;
+    config["webhooks"][0]["clientConfig"] = json!({
+        "url": url,
+        "caBundle": serde_json::to_value(ByteString(ca.as_bytes().to_vec()))?,
+    });
+    Ok(serde_json::from_value(config)?)
+}
+
 async fn create_err(api: &Api<DynamicObject>, o: &DynamicObject) -> Option<kube::core::Status> {
     match api.create(&PostParams::default(), o).await {
         Ok(_) => None,
@@ -189,24 +203,9 @@ async fn webhook_refuses_cross_object_errors_with_their_message() -> anyhow::Res
     .await?;
 
     let url = format!("https://127.0.0.1:{port}/validate");
-    let config: ValidatingWebhookConfiguration = serde_json::from_value(json!({
-        "metadata": {"name": "openstack-operator-control-plane"},
-        "webhooks": [{
-            "name": HOOK,
-            "admissionReviewVersions": ["v1"],
-            "sideEffects": "None",
-            "failurePolicy": "Fail",
-            "timeoutSeconds": 5,
-            "clientConfig": {"url": url, "caBundle": serde_json::to_value(ByteString(ca.into_bytes()))?},
-            "rules": [{
-                "apiGroups": ["controlplane.sunet.se"],
-                "apiVersions": ["v1alpha1"],
-                "resources": ["openstackclusters", "keystones", "placements"],
-                "operations": ["CREATE", "UPDATE"],
-                "scope": "Namespaced",
-            }],
-        }],
-    }))?;
+    // The packaged configuration (kustomize component, Helm chart, OLM bundle), reached by URL
+    // instead of through the in-cluster Service.
+    let config = packaged_config(&url, &ca)?;
     let configs: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
     configs.create(&PostParams::default(), &config).await?;
 
@@ -278,6 +277,57 @@ async fn webhook_refuses_cross_object_errors_with_their_message() -> anyhow::Res
         "{err}"
     );
 
+    // Every service kind is checked: a Nova whose messaging names the database.
+    let novas = api(&client, ns, "Nova", "novas");
+    let s = create_err(
+        &novas,
+        &obj(
+            "Nova",
+            "nova",
+            json!({"database": {"service": {"name": "db"}}, "messaging": {"name": "db"},
+                   "keystone": {"name": "ks"}, "placement": {"name": "pl"}}),
+        ),
+    )
+    .await
+    .expect("a Nova with a database as messaging was admitted");
+    assert_eq!(
+        s.message,
+        format!(
+            "admission webhook \"{HOOK}\" denied the request: spec.messaging: \
+             OpenStackExternalService \"db\" is of type database, expected messaging"
+        )
+    );
+
+    // Renewal (as cert-manager or OLM do it): a new CA and certificate in the files and the
+    // new CA in the configuration. The running webhook serves the new certificate without a
+    // restart; until it does, the API server cannot verify it and the call fails.
+    let (ca2, cert2, key2) = certificates()?;
+    std::fs::write(dir.join("tls.key"), &key2)?;
+    std::fs::write(dir.join("tls.crt"), &cert2)?;
+    configs
+        .replace(
+            "openstack-operator-control-plane",
+            &PostParams::default(),
+            &{
+                let mut c = packaged_config(&url, &ca2)?;
+                c.metadata.resource_version = configs
+                    .get("openstack-operator-control-plane")
+                    .await?
+                    .metadata
+                    .resource_version;
+                c
+            },
+        )
+        .await?;
+    wait_for(WAIT, POLL, "the renewed certificate served", async || {
+        let s = create_err(&clusters, &wrong).await;
+        Ok(match s {
+            Some(s) if s.code == 403 => Check::Done(()),
+            other => Check::Pending(format!("{other:?}")),
+        })
+    })
+    .await?;
+
     // Webhook down, failurePolicy Fail: every matching write is refused, naming the webhook.
     drop(op.take());
     let s = create_err(
@@ -323,6 +373,42 @@ async fn webhook_refuses_cross_object_errors_with_their_message() -> anyhow::Res
         ),
     )
     .await;
+
+    // A webhook that cannot serve (no certificate) stops the operator with a failure exit,
+    // so the pod restarts visibly instead of running without its webhook.
+    let mut broken = Proc(
+        Command::new(BIN)
+            .args([
+                "control-plane",
+                "--controllers",
+                "external-service",
+                "--health-addr",
+                &format!("127.0.0.1:{}", free_port()),
+                "--metrics-addr",
+                &format!("127.0.0.1:{}", free_port()),
+                "--watch-namespace",
+                ns,
+                "--webhook-addr",
+                &format!("127.0.0.1:{}", free_port()),
+                "--webhook-cert-file",
+            ])
+            .arg(dir.join("missing.crt"))
+            .arg("--webhook-key-file")
+            .arg(dir.join("missing.key"))
+            .env("KUBECONFIG", &kubeconfig)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?,
+    );
+    let status = wait_for(WAIT, POLL, "the operator exits", async || {
+        Ok(match broken.0.try_wait()? {
+            Some(status) => Check::Done(status),
+            None => Check::Pending("running".into()),
+        })
+    })
+    .await?;
+    assert!(!status.success(), "exit {status:?}");
+
     emulator.shutdown().await;
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())

@@ -166,7 +166,12 @@ impl ReloadableCert {
             .key_provider
             .load_private_key(serving.key)
             .map_err(|e| TlsError::Config(format!("serving key: {e}")))?;
-        let ck = Arc::new(CertifiedKey::new(serving.chain, key));
+        let ck = CertifiedKey::new(serving.chain, key);
+        // A key that does not belong to the certificate would fail every handshake: keep
+        // serving the previous pair instead (e.g. a half-replaced pair of files).
+        ck.keys_match()
+            .map_err(|e| TlsError::Config(format!("serving key and certificate: {e}")))?;
+        let ck = Arc::new(ck);
         *self.current.write().unwrap_or_else(|e| e.into_inner()) = Some(ck);
         Ok(())
     }
@@ -187,6 +192,41 @@ impl ResolvesServerCert for ReloadableCert {
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+}
+
+/// Keeps `target` serving the pair in the `cert` and `key` files (e.g. a cert-manager or OLM
+/// Secret mounted as a volume): reads them every `every` and swaps in a changed pair from the
+/// next handshake on, so a renewed certificate is served without a restart. Content, not
+/// mtime, is compared: the kubelet replaces a Secret volume's files by a symlink swap. A pair
+/// that does not load (unreadable, or a key of another certificate) is logged and the
+/// previous one kept. The first pair is the caller's to load (a start without one fails).
+pub async fn follow_files(
+    cert: std::path::PathBuf,
+    key: std::path::PathBuf,
+    target: Arc<ReloadableCert>,
+    every: Duration,
+    stop: CancellationToken,
+) {
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(every) => {}
+        }
+        // The leaf in the file against the leaf served: nothing to remember between reads,
+        // and a pair that failed to load is retried until it is whole.
+        let on_disk = crate::tls::load_certs(&cert, "certificate")
+            .ok()
+            .and_then(|c| c.into_iter().next());
+        if on_disk.is_none() || on_disk == target.leaf() {
+            continue;
+        }
+        match crate::tls::load_serving(&cert, &key).and_then(|s| target.set(s)) {
+            Ok(()) => info!(cert = %cert.display(), "serving certificate reloaded"),
+            Err(e) => {
+                warn!(error = %e, cert = %cert.display(), "keeping the previous serving certificate")
+            }
+        }
     }
 }
 
@@ -362,6 +402,75 @@ pub async fn keep_current(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn pair(name: &str) -> (String, String) {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec![name.to_string()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        (cert.pem(), key.serialize_pem())
+    }
+
+    fn leaf_of(pem: &str) -> CertificateDer<'static> {
+        CertificateDer::from_pem_slice(pem.as_bytes()).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_renewed_certificate_is_served_and_a_broken_pair_is_not() {
+        let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+        let dir = std::env::temp_dir().join(format!("follow-files-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (cert, key) = (dir.join("tls.crt"), dir.join("tls.key"));
+        let (a_crt, a_key) = pair("a.example");
+        std::fs::write(&cert, &a_crt).unwrap();
+        std::fs::write(&key, &a_key).unwrap();
+        let target = Arc::new(ReloadableCert::empty());
+        target
+            .set(crate::tls::load_serving(&cert, &key).unwrap())
+            .unwrap();
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(follow_files(
+            cert.clone(),
+            key.clone(),
+            target.clone(),
+            Duration::from_millis(20),
+            stop.clone(),
+        ));
+        let served = async |want: &CertificateDer<'static>| {
+            for _ in 0..500 {
+                if target.leaf().as_ref() == Some(want) {
+                    return true;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            false
+        };
+        // Renewal: the new pair is served from the next handshake on.
+        let (b_crt, b_key) = pair("b.example");
+        std::fs::write(&key, &b_key).unwrap();
+        std::fs::write(&cert, &b_crt).unwrap();
+        assert!(
+            served(&leaf_of(&b_crt)).await,
+            "renewed certificate not served"
+        );
+        // A certificate whose key is not in the key file: the previous pair stays.
+        let (c_crt, _) = pair("c.example");
+        std::fs::write(&cert, &c_crt).unwrap();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(target.leaf(), Some(leaf_of(&b_crt)));
+        // ...until the matching key arrives.
+        let (d_crt, d_key) = pair("d.example");
+        std::fs::write(&key, &d_key).unwrap();
+        std::fs::write(&cert, &d_crt).unwrap();
+        assert!(
+            served(&leaf_of(&d_crt)).await,
+            "whole pair not served after a broken one"
+        );
+        stop.cancel();
+        task.await.unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn the_request_names_the_node_and_its_addresses() {
