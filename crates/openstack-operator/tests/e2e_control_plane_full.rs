@@ -401,8 +401,9 @@ async fn control_plane_full_example_cluster_end_to_end() -> anyhow::Result<()> {
         "the example's override: {settings}"
     );
     let boot = Instant::now();
+    let ks_origin = ks_url.clone();
     let mut horizon = tokio::task::spawn_blocking(move || {
-        HorizonPod::prepare(&dep, &config, horizon_port, (&ks_internal, &ks_url))
+        HorizonPod::prepare(&dep, &config, horizon_port, (&ks_internal, &ks_origin))
     })
     .await??;
     horizon.start()?;
