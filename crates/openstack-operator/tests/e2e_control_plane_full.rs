@@ -41,10 +41,10 @@ use serde_json::{Value, json};
 const CLUSTER: &str = "cloud";
 const CHILDREN: [(&str, &str, &str); 7] = [
     ("Keystone", "keystones", "cloud-keystone"),
-    ("Placement", "placements", "cloud-placement"),
     ("Glance", "glances", "cloud-glance"),
-    ("Neutron", "neutrons", "cloud-neutron"),
+    ("Placement", "placements", "cloud-placement"),
     ("Nova", "novas", "cloud-nova"),
+    ("Neutron", "neutrons", "cloud-neutron"),
     ("Cinder", "cinders", "cloud-cinder"),
     ("Horizon", "horizons", "cloud-horizon"),
 ];
@@ -439,7 +439,9 @@ async fn control_plane_full_example_cluster_end_to_end() -> anyhow::Result<()> {
         let (_, m) = wait_cond(&dyn_api(&client, &ns, kind, plural), name, ct::READY, WAIT).await?;
         let probe = match kind {
             "Keystone" => format!("{ks_url} issued a token"),
-            "Placement" => "http://127.0.0.1:8778/ answered an authenticated request".into(),
+            "Placement" => {
+                "http://127.0.0.1:8778/resource_providers answered an authenticated request".into()
+            }
             "Glance" => "http://127.0.0.1:9292/v2/images answered an authenticated request".into(),
             "Neutron" => {
                 "http://127.0.0.1:9696/v2.0/networks answered an authenticated request".into()
