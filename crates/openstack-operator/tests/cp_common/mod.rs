@@ -364,3 +364,25 @@ pub fn secret_text(s: &Secret, key: &str) -> String {
         .map(|b| String::from_utf8_lossy(&b.0).into_owned())
         .unwrap_or_default()
 }
+
+/// Waits until `api/name` has condition `type_` True for its current generation (the status
+/// observed the spec): its (reason, message).
+pub async fn wait_cond(
+    api: &Api<kube::api::DynamicObject>,
+    name: &str,
+    type_: &str,
+    timeout: Duration,
+) -> anyhow::Result<(String, String)> {
+    wait_for(timeout, POLL, &format!("{name} {type_}"), async || {
+        let o = get(api, name).await?;
+        Ok(match cond(&o, type_) {
+            Some((true, r, m))
+                if o["status"]["observedGeneration"] == o["metadata"]["generation"] =>
+            {
+                Check::Done((r, m))
+            }
+            _ => Check::Pending(format!("{}", o["status"]["conditions"])),
+        })
+    })
+    .await
+}
