@@ -45,7 +45,11 @@ fn run_script(zones: &[AvailabilityZone]) -> Output {
 /// The `cp-az-proof-*` aggregates: name → (zone, hosts).
 fn ours() -> Vec<(String, String)> {
     let out = openstack(&["aggregate", "list", "--long", "-f", "json"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let v: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).expect("json");
     let mut r: Vec<(String, String)> = v
         .iter()
@@ -54,7 +58,10 @@ fn ours() -> Vec<(String, String)> {
             name.starts_with("cp-az-proof-").then(|| {
                 (
                     name.to_string(),
-                    a["Availability Zone"].as_str().unwrap_or_default().to_string(),
+                    a["Availability Zone"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string(),
                 )
             })
         })
@@ -87,7 +94,11 @@ fn the_aggregate_script_converges_on_a_real_nova() {
     let _cleanup = Cleanup;
     // An aggregate of the third zone's name without a zone: the script corrects it.
     let pre = openstack(&["aggregate", "create", ZONES[2]]);
-    assert!(pre.status.success(), "{}", String::from_utf8_lossy(&pre.stderr));
+    assert!(
+        pre.status.success(),
+        "{}",
+        String::from_utf8_lossy(&pre.stderr)
+    );
 
     let zones: Vec<_> = ZONES.iter().map(|z| zone(z, &[])).collect();
     let first = run_script(&zones);
@@ -97,8 +108,14 @@ fn the_aggregate_script_converges_on_a_real_nova() {
         "{log}{}",
         String::from_utf8_lossy(&first.stderr)
     );
-    assert!(log.contains("aggregate cp-az-proof-1 created in zone cp-az-proof-1"), "{log}");
-    assert!(log.contains("aggregate cp-az-proof-3 moved to zone cp-az-proof-3"), "{log}");
+    assert!(
+        log.contains("aggregate cp-az-proof-1 created in zone cp-az-proof-1"),
+        "{log}"
+    );
+    assert!(
+        log.contains("aggregate cp-az-proof-3 moved to zone cp-az-proof-3"),
+        "{log}"
+    );
     let want: Vec<(String, String)> = ZONES
         .iter()
         .map(|z| (z.to_string(), z.to_string()))
@@ -109,7 +126,10 @@ fn the_aggregate_script_converges_on_a_real_nova() {
     let second = run_script(&zones);
     let log2 = String::from_utf8_lossy(&second.stdout).to_string();
     assert!(second.status.success(), "{log2}");
-    assert!(!log2.contains("created") && !log2.contains("moved"), "{log2}");
+    assert!(
+        !log2.contains("created") && !log2.contains("moved"),
+        "{log2}"
+    );
     assert!(log2.contains("zones ready: cp-az-proof-1, cp-az-proof-2, cp-az-proof-3"));
     assert_eq!(ours(), want);
 
