@@ -54,6 +54,13 @@ pub struct CinderSpec {
     #[schemars(length(min = 1, max = 512))]
     #[x_kube(validation = kube::core::Rule::new("isURL(self) && url(self).getScheme() in ['http', 'https'] && url(self).getHostname() != ''").message("publicEndpoint must be an absolute http:// or https:// URL"))]
     pub public_endpoint: Option<String>,
+    /// Availability zones, in order (the first is the default): one volume Deployment `<name>-volume-<zone>`
+    /// per zone, its pods on the zone's nodes, its volumes in the zone. Set by the
+    /// `OpenStackCluster` from its own list.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    #[x_kube(validation = kube::core::Rule::new(crate::zones::UNIQUE_NAMES_RULE).message("availabilityZones must not repeat a name"))]
+    pub availability_zones: Vec<crate::zones::AvailabilityZone>,
 }
 
 /// One volume backend: exactly one of `rbd` and `nfs`.
@@ -71,6 +78,11 @@ pub struct CinderBackend {
     /// NFS shares.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nfs: Option<NfsBackend>,
+    /// The availability zone whose volume service alone serves the backend (storage local to
+    /// a zone). Default: every zone's volume service serves it, each under its own host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 32))]
+    pub availability_zone: Option<String>,
 }
 
 /// A Ceph RBD backend.

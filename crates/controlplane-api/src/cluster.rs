@@ -121,10 +121,13 @@ pub struct OpenStackClusterSpec {
     #[schemars(length(min = 1, max = 253))]
     #[x_kube(validation = kube::core::Rule::new("self.contains('{service}')").message("publicHostnamePattern must contain {service}"))]
     pub public_hostname_pattern: Option<String>,
-    /// Availability zones, in order; the first is the default zone.
+    /// Availability zones, in order; the first is the default zone (of volumes and of
+    /// compute hosts in no zone). Passed to Nova and Cinder: one cinder-volume and one
+    /// compute configuration and host aggregate per zone; the API pods spread over them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 16), inner(length(min = 1, max = 63)))]
-    pub availability_zones: Vec<String>,
+    #[schemars(length(max = 16))]
+    #[x_kube(validation = kube::core::Rule::new(crate::zones::UNIQUE_NAMES_RULE).message("availabilityZones must not repeat a name"))]
+    pub availability_zones: Vec<crate::zones::AvailabilityZone>,
     /// Cinder's volume backends (needed when `cinder` is in `services`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 16))]

@@ -19,6 +19,7 @@ pub mod placement;
 pub mod status;
 pub mod upgrade;
 pub mod validation;
+pub mod zones;
 
 pub use cinder::{Cinder, CinderSpec};
 pub use cluster::{OpenStackCluster, OpenStackClusterSpec, ServiceName};
@@ -31,6 +32,7 @@ pub use neutron::{Neutron, NeutronSpec};
 pub use nova::{Nova, NovaSpec};
 pub use placement::{Placement, PlacementSpec};
 pub use status::{Conditioned, JobRecord, ServiceStatus};
+pub use zones::AvailabilityZone;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;

@@ -80,6 +80,14 @@ pub struct NovaSpec {
     #[serde(default = "default_compute_driver")]
     #[schemars(length(min = 1, max = 128), regex(pattern = r"^[A-Za-z0-9_.]+$"))]
     pub compute_driver: String,
+    /// Availability zones, in order (the first is the default): one compute configuration Secret
+    /// `<name>-compute-config-<zone>` and one host aggregate (with the zone's `computeHosts`)
+    /// per zone. Set by the
+    /// `OpenStackCluster` from its own list.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    #[x_kube(validation = kube::core::Rule::new(crate::zones::UNIQUE_NAMES_RULE).message("availabilityZones must not repeat a name"))]
+    pub availability_zones: Vec<crate::zones::AvailabilityZone>,
 }
 
 /// A reference to another service CR of the same namespace.

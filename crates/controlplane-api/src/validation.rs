@@ -527,6 +527,10 @@ impl Validate for NovaSpec {
                 ),
             );
         }
+        e.0.extend(crate::zones::validate(
+            "spec.availabilityZones",
+            &self.availability_zones,
+        ));
         e.0
     }
 }
@@ -592,8 +596,33 @@ impl Validate for CinderSpec {
             );
         }
         e.0.extend(cinder_backends("spec.backends", &self.backends));
+        e.0.extend(crate::zones::validate(
+            "spec.availabilityZones",
+            &self.availability_zones,
+        ));
+        e.0.extend(backend_zones(
+            "spec.backends",
+            &self.backends,
+            &self.availability_zones,
+        ));
         e.0
     }
+}
+
+/// Checks that each backend's `availabilityZone` is one of `zones`.
+pub fn backend_zones(
+    path: &str,
+    backends: &[crate::cinder::CinderBackend],
+    zones: &[crate::zones::AvailabilityZone],
+) -> Vec<FieldError> {
+    backends
+        .iter()
+        .enumerate()
+        .filter_map(|(i, b)| {
+            let z = b.availability_zone.as_deref()?;
+            crate::zones::known(&format!("{path}[{i}].availabilityZone"), z, zones)
+        })
+        .collect()
 }
 
 /// Django settings the operator renders for Horizon itself: overriding them would break
@@ -946,14 +975,15 @@ impl Validate for OpenStackClusterSpec {
                 );
             }
         }
-        for (i, z) in self.availability_zones.iter().enumerate() {
-            if self.availability_zones[..i].contains(z) {
-                e.add(
-                    format!("spec.availabilityZones[{i}]"),
-                    format!("{z:?} is listed twice"),
-                );
-            }
-        }
+        e.0.extend(crate::zones::validate(
+            "spec.availabilityZones",
+            &self.availability_zones,
+        ));
+        e.0.extend(backend_zones(
+            "spec.cinderBackends",
+            &self.cinder_backends,
+            &self.availability_zones,
+        ));
         e.0
     }
 }

@@ -17,7 +17,7 @@ use controlplane_render::cinder::{
 };
 use controlplane_render::objects::{self, Check, ComponentParams};
 use k8s_openapi::api::core::v1::{Volume, VolumeMount};
-use kube::{Api, ResourceExt};
+use kube::{Api, Resource, ResourceExt};
 
 use crate::runtime::{self, Ctx, Error, State};
 use crate::service::{Pass, ServiceKind, Watched, or_state};
@@ -59,6 +59,13 @@ pub fn backends(spec: &[CinderBackend]) -> Vec<Backend> {
                 kind,
             })
         })
+        .collect()
+}
+
+/// Each backend's name and zone (pure).
+pub fn backend_zones(spec: &[CinderBackend]) -> Vec<(String, Option<String>)> {
+    spec.iter()
+        .map(|b| (b.name.clone(), b.availability_zone.clone()))
         .collect()
 }
 
@@ -184,7 +191,17 @@ async fn pass(p: &mut Pass<'_, Cinder>) -> Result<State, Error> {
         listen: format!("0.0.0.0:{}", render::PORT),
         workers: 2,
     };
-    let files = render::config_files(&inputs);
+    let mut files = render::config_files(&inputs);
+    // Availability zones: the first is the API's and scheduler's default; each zone's volume
+    // service reads its own file after cinder.conf.
+    let zones = &spec.availability_zones;
+    let zone_volumes = render::zones::volumes(&name, zones, &backend_zones(&spec.backends));
+    if let Some(c) = files.get_mut("cinder.conf") {
+        *c = render::zones::with_default_zone(c, zones);
+    }
+    for z in &zone_volumes {
+        files.insert(z.file_name(), z.conf());
+    }
     let conf = files.get("cinder.conf").cloned().unwrap_or_default();
     let config_hash = render::config_hash(&image, &files);
     runtime::apply(
@@ -241,7 +258,7 @@ async fn pass(p: &mut Pass<'_, Cinder>) -> Result<State, Error> {
     let mut volume_mounts = volumes.clone();
     volume_mounts.extend(keyring_volumes(&spec.backends));
     let nfs = spec.backends.iter().any(|b| b.nfs.is_some());
-    let components = [
+    let mut components = vec![
         (
             "api",
             vec![
@@ -256,6 +273,7 @@ async fn pass(p: &mut Pass<'_, Cinder>) -> Result<State, Error> {
             },
             want,
             volumes.clone(),
+            None,
         ),
         (
             "scheduler",
@@ -263,6 +281,7 @@ async fn pass(p: &mut Pass<'_, Cinder>) -> Result<State, Error> {
             Check::None,
             want,
             volumes.clone(),
+            None,
         ),
         (
             // One replica: every backend belongs to one `backend_host`, and two volume
@@ -272,20 +291,44 @@ async fn pass(p: &mut Pass<'_, Cinder>) -> Result<State, Error> {
             render::volume_command("cinder-volume", &paths),
             Check::None,
             want.min(1),
-            volume_mounts,
+            volume_mounts.clone(),
+            None,
         ),
     ];
+    if !zone_volumes.is_empty() {
+        // One volume service per zone (one replica each, for the same reason) in place of the
+        // zone-less one.
+        components.pop();
+        for z in &zone_volumes {
+            components.push((
+                "volume",
+                z.command("cinder-volume", &paths),
+                Check::None,
+                want.min(1),
+                volume_mounts.clone(),
+                Some(z.zone.clone()),
+            ));
+        }
+    }
     let mut rolled = Vec::new();
-    for (component, command, check, replicas, vols) in components {
-        let dep_name = p.names.n(component);
+    let mut volume_deployments = Vec::new();
+    for (base, command, check, replicas, vols, zone) in components {
+        let component = match &zone {
+            Some(z) => format!("{base}-{}", z.name),
+            None => base.to_string(),
+        };
+        let dep_name = p.names.n(&component);
+        if base == "volume" {
+            volume_deployments.push(dep_name.clone());
+        }
         let service = matches!(check, Check::Http { .. })
-            .then(|| objects::component_service(&p.owner, &dep_name, component, render::PORT));
-        let dep = objects::component_deployment(
+            .then(|| objects::component_service(&p.owner, &dep_name, &component, render::PORT));
+        let mut dep = objects::component_deployment(
             &p.owner,
             &spec.template,
             ComponentParams {
                 name: dep_name,
-                component: component.into(),
+                component: component.clone(),
                 image: image.clone(),
                 command,
                 check,
@@ -293,12 +336,27 @@ async fn pass(p: &mut Pass<'_, Cinder>) -> Result<State, Error> {
                 volumes: vols,
                 replicas,
                 // Mounting NFS shares needs the mount syscall.
-                privileged: component == "volume" && nfs,
+                privileged: base == "volume" && nfs,
             },
         );
+        match &zone {
+            Some(z) => controlplane_render::zones::pin(&mut dep, z),
+            // Zone-wide components spread over the zones (and nodes) when there are zones.
+            None if !zones.is_empty() => controlplane_render::zones::spread(&mut dep),
+            None => {}
+        }
         let applied = p.apply_component(&dep, service.as_ref()).await?;
         rolled.push((applied, replicas));
     }
+    // The volume services of zones no longer listed (or the zone-less one zones replaced).
+    crate::zones::prune(
+        &p.deployments(),
+        &p.names.base,
+        obj.meta().uid.as_deref(),
+        &p.names.n("volume"),
+        &volume_deployments,
+    )
+    .await?;
     let mut available = i32::MAX;
     for (dep, replicas) in &rolled {
         available = available.min(or_state!(

@@ -96,6 +96,7 @@ pub fn nova_spec(c: &OpenStackCluster) -> NovaSpec {
             .map(|p| format!("https://{}", p.replace("{service}", "novncproxy"))),
         discover_hosts_interval_seconds: controlplane_api::nova::DEFAULT_DISCOVER_HOSTS_INTERVAL,
         compute_driver: "libvirt.LibvirtDriver".into(),
+        availability_zones: s.availability_zones.clone(),
     }
 }
 
@@ -118,6 +119,7 @@ pub fn cinder_spec(c: &OpenStackCluster) -> CinderSpec {
         cache: s.external_services.cache.clone(),
         backends: s.cinder_backends.clone(),
         public_endpoint: public_url(c, ServiceName::Cinder),
+        availability_zones: s.availability_zones.clone(),
     }
 }
 
@@ -677,6 +679,57 @@ mod tests {
         assert_eq!(
             cn.public_endpoint.as_deref(),
             Some("https://cinder.example.org")
+        );
+    }
+
+    #[test]
+    fn nova_and_cinder_get_the_cluster_zones() {
+        use controlplane_api::validation::Validate;
+        let zones = serde_json::json!([
+            {"name": "az1", "computeHosts": ["c1"]},
+            {"name": "az2", "topologyValue": "dc-b"},
+            {"name": "az3", "nodeSelector": {"rack": "r3"}}]);
+        let c = cluster(
+            serde_json::json!({"services": ["keystone", "placement", "nova", "cinder"],
+            "externalServices": {"database": {"name": "db"}, "messaging": {"name": "mq"}},
+            "availabilityZones": zones,
+            "cinderBackends": [{"name": "nfs", "availabilityZone": "az3",
+                                "nfs": {"shares": ["nfs:/v"]}}]}),
+        );
+        assert!(c.spec.validate().is_empty(), "{:?}", c.spec.validate());
+        let n = nova_spec(&c);
+        let cn = cinder_spec(&c);
+        assert_eq!(n.availability_zones, c.spec.availability_zones);
+        assert_eq!(cn.availability_zones, c.spec.availability_zones);
+        assert_eq!(cn.backends[0].availability_zone.as_deref(), Some("az3"));
+        let names: Vec<_> = n
+            .availability_zones
+            .iter()
+            .map(|z| z.name.as_str())
+            .collect();
+        assert_eq!(names, ["az1", "az2", "az3"]);
+        assert_eq!(n.availability_zones[0].compute_hosts, ["c1"]);
+        // A backend in a zone the cluster does not list is refused, naming the field, on the
+        // cluster and on the Cinder it would make.
+        let bad = cluster(serde_json::json!({"services": ["keystone", "cinder"],
+            "externalServices": {"database": {"name": "db"}, "messaging": {"name": "mq"}},
+            "availabilityZones": [{"name": "az1"}, {"name": "az1"}],
+            "cinderBackends": [{"name": "nfs", "availabilityZone": "az9",
+                                "nfs": {"shares": ["nfs:/v"]}}]}));
+        let paths = |e: Vec<api::FieldError>| e.into_iter().map(|e| e.path).collect::<Vec<_>>();
+        assert_eq!(
+            paths(bad.spec.validate()),
+            [
+                "spec.availabilityZones[1].name",
+                "spec.cinderBackends[0].availabilityZone"
+            ]
+        );
+        assert_eq!(
+            paths(cinder_spec(&bad).validate()),
+            [
+                "spec.availabilityZones[1].name",
+                "spec.backends[0].availabilityZone"
+            ]
         );
     }
 

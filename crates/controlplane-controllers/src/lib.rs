@@ -21,5 +21,6 @@ pub mod placement;
 pub mod runtime;
 pub mod service;
 pub mod upgrade;
+pub mod zones;
 
 pub use runtime::{Config, Ctx, Metrics};

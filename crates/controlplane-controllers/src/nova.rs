@@ -22,7 +22,7 @@ use controlplane_render::nova::{
 };
 use controlplane_render::objects::{self, Check, ComponentParams};
 use controlplane_render::secrets;
-use kube::{Api, ResourceExt};
+use kube::{Api, Resource, ResourceExt};
 
 use crate::runtime::{self, Ctx, Error, State};
 use crate::service::{Pass, ServiceKind, Watched, or_state, secret_str};
@@ -57,6 +57,27 @@ pub fn metadata_secret_name(name: &str) -> String {
 /// Secret holding the compute nodes' `nova-compute.conf` of Nova CR `name`.
 pub fn compute_config_secret_name(name: &str) -> String {
     format!("{name}-compute-config")
+}
+
+/// The step of the zones' host aggregates (only with availability zones; after
+/// `online-data-migrations`).
+pub const ZONE_STEP: &str = "aggregates";
+/// Key of the zone's name in Secret `<name>-compute-config-<zone>`.
+pub const ZONE_KEY: &str = "availability-zone";
+
+/// Secret holding the compute configuration of zone `zone`'s nodes of Nova CR `name`.
+pub fn zone_compute_config_secret_name(name: &str, zone: &str) -> String {
+    format!("{name}-compute-config-{zone}")
+}
+
+/// The data of a zone's compute configuration Secret (pure): the nodes' `nova-compute.conf`
+/// (Nova has no compute-side option naming the zone: a host's zone is its aggregate, which the
+/// aggregate step maintains) and the zone's name, for what sets the zone's nodes up.
+pub fn zone_compute_config(compute_conf: &str, zone: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (COMPUTE_CONFIG_KEY.to_string(), compute_conf.to_string()),
+        (ZONE_KEY.to_string(), zone.to_string()),
+    ])
 }
 
 /// The Deployments (and the port of the Service of those that listen), by component.
@@ -258,10 +279,15 @@ async fn pass(p: &mut Pass<'_, Nova>) -> Result<State, Error> {
         metadata_listen: format!("0.0.0.0:{}", render::METADATA_PORT),
         workers: 2,
     };
-    let files = match render::config_files(&inputs) {
+    let mut files = match render::config_files(&inputs) {
         Ok(f) => f,
         Err(e) => return Ok(render_state(e)),
     };
+    // Hosts in no zone's aggregate are in the first zone.
+    let zones = &spec.availability_zones;
+    if let Some(c) = files.get_mut(render::NOVA_CONF) {
+        *c = render::zones::with_default_zone(c, zones);
+    }
     let compute = match compute_node_conf(&inputs, &spec.compute_driver) {
         Ok(c) => c,
         Err(e) => return Ok(render_state(e)),
@@ -287,8 +313,33 @@ async fn pass(p: &mut Pass<'_, Nova>) -> Result<State, Error> {
             &p.owner,
             &compute_config_secret_name(&name),
             "compute-config",
-            BTreeMap::from([(COMPUTE_CONFIG_KEY.to_string(), compute)]),
+            BTreeMap::from([(COMPUTE_CONFIG_KEY.to_string(), compute.clone())]),
         ),
+    )
+    .await?;
+    // One compute configuration per zone, labelled with it, for the zone's nodes.
+    let mut compute_secrets = vec![compute_config_secret_name(&name)];
+    for z in zones {
+        let secret_name = zone_compute_config_secret_name(&name, &z.name);
+        let mut secret = objects::secret(
+            &p.owner,
+            &secret_name,
+            "compute-config",
+            zone_compute_config(&compute, &z.name),
+        );
+        secret.metadata.labels.get_or_insert_default().insert(
+            controlplane_render::zones::ZONE_LABEL.into(),
+            z.name.clone(),
+        );
+        runtime::apply(&p.secrets(), &secret).await?;
+        compute_secrets.push(secret_name);
+    }
+    crate::zones::prune(
+        &p.secrets(),
+        &p.names.base,
+        obj.meta().uid.as_deref(),
+        &compute_config_secret_name(&name),
+        &compute_secrets,
     )
     .await?;
     let api_hash = render::config_hash(&image, &conf, own(render::API_UWSGI).as_deref());
@@ -399,7 +450,7 @@ async fn pass(p: &mut Pass<'_, Nova>) -> Result<State, Error> {
             ),
         };
         let dep_name = p.names.n(component);
-        let dep = objects::component_deployment(
+        let mut dep = objects::component_deployment(
             &p.owner,
             &spec.template,
             ComponentParams {
@@ -414,6 +465,10 @@ async fn pass(p: &mut Pass<'_, Nova>) -> Result<State, Error> {
                 privileged: false,
             },
         );
+        if !zones.is_empty() {
+            // Every component serves all zones: spread it over them (and the nodes).
+            controlplane_render::zones::spread(&mut dep);
+        }
         let service =
             port.map(|port| objects::component_service(&p.owner, &dep_name, component, port));
         applied.push(p.apply_component(&dep, service.as_ref()).await?);
@@ -433,6 +488,36 @@ async fn pass(p: &mut Pass<'_, Nova>) -> Result<State, Error> {
         .await?
     {
         return Ok(s);
+    }
+    // The zones' host aggregates, through the deployed API as Nova's service user.
+    if !zones.is_empty() {
+        let env = render::zones::aggregate_env(
+            &ks.internal_url,
+            Nova::SERVICE,
+            "service",
+            &internal,
+            zones,
+        );
+        let hash = render::zones::aggregate_hash(&image, &env, &service_password);
+        let mut env: Vec<_> = env.into_iter().map(|(k, v)| objects::env(&k, v)).collect();
+        env.push(objects::env_from_secret(
+            "OS_PASSWORD",
+            &user_secret,
+            "password",
+        ));
+        if let Some(s) = p
+            .job_step(
+                ZONE_STEP,
+                &hash,
+                &image,
+                render::zones::aggregate_command("python3"),
+                env,
+                vec![],
+            )
+            .await?
+        {
+            return Ok(s);
+        }
     }
     let url = p.operator_url(&internal);
     Ok(p.authenticated_probe(&ks, &url, PROBE_PATH, available)

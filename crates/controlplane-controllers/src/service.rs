@@ -250,6 +250,11 @@ impl<K: ServiceKind> Pass<'_, K> {
         Api::namespaced(self.ctx.client.clone(), &self.ns)
     }
 
+    /// Deployments of the namespace.
+    pub fn deployments(&self) -> Api<Deployment> {
+        Api::namespaced(self.ctx.client.clone(), &self.ns)
+    }
+
     /// Looks again within `d` at the latest.
     pub fn soon(&mut self, d: Duration) {
         self.requeue = self.requeue.min(d);

@@ -22,6 +22,7 @@ pub mod placement;
 pub mod secrets;
 pub mod service_user;
 pub mod uwsgi;
+pub mod zones;
 
 pub use hash::InputHash;
 pub use ini::Ini;

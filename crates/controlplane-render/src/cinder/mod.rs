@@ -21,6 +21,7 @@ use crate::uwsgi::Uwsgi;
 
 pub mod backend;
 pub mod messaging;
+pub mod zones;
 
 pub use backend::{Backend, BackendKind, Nfs, Rbd};
 pub use messaging::{Messaging, MessagingTls};

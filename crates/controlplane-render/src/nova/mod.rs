@@ -16,6 +16,7 @@
 //! endpoint otherwise: see [`Peers`].
 
 pub mod cells;
+pub mod zones;
 
 use std::collections::BTreeMap;
 
