@@ -154,10 +154,8 @@ pub fn issue_serving(
         params.subject_alt_names.push(san);
     }
     params.is_ca = rcgen::IsCa::ExplicitNoCa;
-    params.key_usages = vec![
-        rcgen::KeyUsagePurpose::DigitalSignature,
-        rcgen::KeyUsagePurpose::KeyEncipherment,
-    ];
+    // An ECDSA key (rcgen's default, P-256): signatures only, no key encipherment.
+    params.key_usages = vec![rcgen::KeyUsagePurpose::DigitalSignature];
     params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
     validity(&mut params, now, CERT_LIFETIME_SECS)?;
     let key = rcgen::KeyPair::generate().map_err(gen_err)?;
@@ -265,6 +263,18 @@ pub fn https_url(url: &str) -> String {
     }
 }
 
+/// The host of `url` (a public endpoint's name, for the certificate's SANs).
+pub fn url_host(url: &str) -> Option<String> {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let authority = rest.split('/').next()?;
+    let host = match authority.strip_prefix('[') {
+        // [v6]:port
+        Some(v6) => v6.split(']').next()?,
+        None => authority.rsplit_once(':').map_or(authority, |(h, _)| h),
+    };
+    (!host.is_empty()).then(|| host.to_string())
+}
+
 /// A uwsgi configuration serving HTTPS instead of HTTP: its `http-socket` becomes an
 /// `https-socket` with the certificate and key files (uwsgi's built-in OpenSSL listener, same
 /// worker model, no extra process).
@@ -276,6 +286,22 @@ pub fn uwsgi_https(uwsgi_ini: &str, cert_file: &str, key_file: &str) -> String {
             None => format!("{l}\n"),
         })
         .collect()
+}
+
+/// Environment variable carrying the CA bundle (PEM, public) a Job's Python client verifies
+/// our APIs with: no volume needed, so every service's Job gets it the same way.
+pub const CA_ENV: &str = "OPENSTACK_API_CA_PEM";
+
+/// `script` (Python) preceded by writing [`CA_ENV`] to a file and pointing requests (and so
+/// keystoneauth) at it with `REQUESTS_CA_BUNDLE`.
+pub fn with_env_ca(script: &str) -> String {
+    format!(
+        "import atexit as _ax, os as _os, tempfile as _tf\n\
+         _f = _tf.NamedTemporaryFile('w', suffix='.crt', delete=False)\n\
+         _f.write(_os.environ['{CA_ENV}']); _f.close(); _ax.register(_os.unlink, _f.name)\n\
+         _os.environ['REQUESTS_CA_BUNDLE'] = _f.name\n\
+         {script}"
+    )
 }
 
 /// The files of a serving certificate mounted at `dir`: (certificate, key).
@@ -437,6 +463,30 @@ mod tests {
         assert_ne!(a, config_hash("h", Some("cert2"), Some("ca1")));
         assert_ne!(a, config_hash("h", Some("cert1"), Some("ca2")));
         assert_eq!(a, config_hash("h", Some("cert1"), Some("ca1")));
+    }
+
+    #[test]
+    fn the_script_reads_the_ca_from_the_environment() {
+        let s = with_env_ca("import os, sys\nprint(1)\n");
+        assert!(
+            s.contains(CA_ENV) && s.contains("REQUESTS_CA_BUNDLE"),
+            "{s}"
+        );
+        assert!(s.ends_with("import os, sys\nprint(1)\n"), "{s}");
+    }
+
+    #[test]
+    fn public_hosts() {
+        assert_eq!(
+            url_host("https://keystone.example.org/v3").as_deref(),
+            Some("keystone.example.org")
+        );
+        assert_eq!(
+            url_host("https://k.example.org:8443").as_deref(),
+            Some("k.example.org")
+        );
+        assert_eq!(url_host("http://[::1]:5000/v3").as_deref(), Some("::1"));
+        assert_eq!(url_host("https:///v3"), None);
     }
 
     #[test]
