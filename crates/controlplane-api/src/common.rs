@@ -97,6 +97,22 @@ pub struct ServiceTemplate {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(extend("maxProperties" = 64))]
     pub config_overrides: BTreeMap<String, BTreeMap<String, String>>,
+    /// Serve the API over TLS (public and internal endpoints `https`). Absent: plain HTTP.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<ApiTls>,
+}
+
+/// TLS of a service's API endpoints.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ApiTls {
+    /// A `kubernetes.io/tls` Secret (same namespace) with `tls.crt`, `tls.key` and `ca.crt`,
+    /// e.g. one cert-manager keeps renewed; its certificate must name the Service
+    /// (`<name>-api.<namespace>.svc`) and any public host. Absent: the operator issues
+    /// `<name>-api-tls` from the namespace CA it generates (Secret `openstack-ca`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub secret_name: Option<String>,
 }
 
 /// A reference to an `OpenStackExternalService` in the same namespace.

@@ -14,12 +14,13 @@ use controlplane_api::validation::Validate;
 use controlplane_api::{Keystone, KeystoneSpec, ServiceName};
 use controlplane_render::keystone::{self as render, KeystoneInputs, Paths};
 use controlplane_render::objects::{self, ApiParams};
+use controlplane_render::tls as tls_render;
 use controlplane_render::{InputHash, KeyRepository};
 use kube::{Api, ResourceExt};
 use tracing::info;
 
 use crate::runtime::{self, Ctx, Error, State};
-use crate::service::{Pass, ServiceKind, Watched, or_state, secret_str};
+use crate::service::{Pass, ServiceKind, Watched, issue_token_verified, or_state, secret_str};
 pub use crate::service::{StepState, job_outcome, retry_delay, token_probe};
 
 mod credential_keys;
@@ -274,12 +275,33 @@ async fn pass(p: &mut Pass<'_, Keystone>) -> Result<State, Error> {
         workers: 2,
     };
     let conf = render::keystone_conf(&inputs);
-    let uwsgi = render::uwsgi_ini(&inputs);
-    let config_hash = InputHash::new()
+    let mut uwsgi = render::uwsgi_ini(&inputs);
+    let mut config_hash = InputHash::new()
         .add("keystone.conf", &conf)
         .add("uwsgi.ini", &uwsgi)
         .add("image", &image)
         .short();
+    // TLS: uwsgi serves the certificate; its bytes roll the pods when it is renewed.
+    let serving = match &spec.template.tls {
+        Some(t) => {
+            let extra: Vec<String> = spec
+                .public_endpoint
+                .as_deref()
+                .and_then(tls_render::url_host)
+                .into_iter()
+                .collect();
+            let s = or_state!(
+                crate::tls::serving(&p.ctx.client, &p.ns, &p.owner, &p.names.api(), t, &extra)
+                    .await?
+            );
+            let (crt, key) = tls_render::pod_files(tls_render::POD_TLS_DIR);
+            uwsgi = tls_render::uwsgi_https(&uwsgi, &crt, &key);
+            config_hash = tls_render::config_hash(&config_hash, Some(&s.cert), Some(&s.ca));
+            p.api_ca = Some(s.ca.clone());
+            Some(s)
+        }
+        None => None,
+    };
     let config_secret = objects::secret(
         &p.owner,
         &p.names.config(),
@@ -292,7 +314,10 @@ async fn pass(p: &mut Pass<'_, Keystone>) -> Result<State, Error> {
     runtime::apply(&p.secrets(), &config_secret).await?;
     p.status.config_hash = Some(config_hash.clone());
 
-    let internal = render::internal_url(&obj.name_any(), &p.ns);
+    let mut internal = render::internal_url(&obj.name_any(), &p.ns);
+    if serving.is_some() {
+        internal = tls_render::https_url(&internal);
+    }
     let public = public_url(spec, &internal);
     p.status.endpoint = Some(internal.clone());
 
@@ -366,7 +391,7 @@ async fn pass(p: &mut Pass<'_, Keystone>) -> Result<State, Error> {
     }
 
     // The API.
-    let dep = objects::api_deployment(
+    let mut dep = objects::api_deployment(
         &p.owner,
         &spec.template,
         ApiParams {
@@ -383,6 +408,9 @@ async fn pass(p: &mut Pass<'_, Keystone>) -> Result<State, Error> {
             volumes: vols,
         },
     );
+    if let Some(s) = &serving {
+        tls_render::serve_tls(&mut dep, &s.secret);
+    }
     let applied = p.apply_api(&dep, render::PORT).await?;
     // The credential key cycle runs beside the API: a failing migration blocks the next
     // rotation, never a rollout.
@@ -404,7 +432,9 @@ async fn pass(p: &mut Pass<'_, Keystone>) -> Result<State, Error> {
         return Ok(state);
     }
     let url = operator_url(p.ctx, &p.ns, &obj.name_any(), &internal);
-    match token_probe(&url, &admin_password, p.ctx.config.check_timeout).await {
+    let timeout = p.ctx.config.check_timeout;
+    let probe = issue_token_verified(&url, &admin_password, timeout, p.api_ca.as_deref()).await;
+    match probe.map(|_| ()) {
         Ok(()) => Ok(State::Ready(format!(
             "{available}/{want} pods; {url} issued a token"
         ))),

@@ -20,6 +20,7 @@ pub mod nova;
 pub mod placement;
 pub mod runtime;
 pub mod service;
+pub mod tls;
 pub mod upgrade;
 pub mod zones;
 

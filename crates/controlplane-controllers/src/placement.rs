@@ -10,6 +10,7 @@ use controlplane_api::{Placement, ServiceName, ServiceStatus};
 use controlplane_render::authtoken::KeystoneAuth;
 use controlplane_render::objects::{self, ApiParams};
 use controlplane_render::placement::{self as render, Paths, PlacementInputs};
+use controlplane_render::tls;
 use kube::{Api, ResourceExt};
 
 use crate::runtime::{self, Ctx, Error, State};
@@ -103,17 +104,57 @@ async fn pass(p: &mut Pass<'_, Placement>) -> Result<State, Error> {
         listen: format!("0.0.0.0:{}", render::PORT),
         workers: 2,
     };
-    let files = render::config_files(&inputs);
-    let conf = files.get("placement.conf").cloned().unwrap_or_default();
-    let uwsgi = files.get("uwsgi.ini").cloned().unwrap_or_default();
-    let config_hash = render::config_hash(&image, &conf, &uwsgi);
+    let mut files = render::config_files(&inputs);
+    let mut conf = files.get("placement.conf").cloned().unwrap_or_default();
+    let mut uwsgi = files.get("uwsgi.ini").cloned().unwrap_or_default();
+    let mut config_hash = render::config_hash(&image, &conf, &uwsgi);
+    // TLS: keystonemiddleware verifies Keystone with its CA; the API serves its certificate.
+    if let Some(ca) = &ks.ca {
+        conf = tls::set_client_ca(
+            &conf,
+            &tls::CLIENT_SECTIONS,
+            &format!("{}/{}", render::POD_CONFIG_DIR, tls::CLIENT_CA_FILE),
+        );
+        files.insert("placement.conf".into(), conf.clone());
+        files.insert(tls::CLIENT_CA_FILE.into(), ca.clone());
+    }
+    let serving = match &spec.template.tls {
+        Some(t) => {
+            let extra: Vec<String> = spec
+                .public_endpoint
+                .as_deref()
+                .and_then(tls::url_host)
+                .into_iter()
+                .collect();
+            let s = or_state!(
+                crate::tls::serving(&p.ctx.client, &p.ns, &p.owner, &p.names.api(), t, &extra)
+                    .await?
+            );
+            let (crt, key) = tls::pod_files(tls::POD_TLS_DIR);
+            uwsgi = tls::uwsgi_https(&uwsgi, &crt, &key);
+            files.insert("uwsgi.ini".into(), uwsgi.clone());
+            p.api_ca = Some(s.ca.clone());
+            Some(s)
+        }
+        None => None,
+    };
+    if ks.ca.is_some() || serving.is_some() {
+        config_hash = tls::config_hash(
+            &render::config_hash(&image, &conf, &uwsgi),
+            serving.as_ref().map(|s| s.cert.as_str()),
+            ks.ca.as_deref(),
+        );
+    }
     runtime::apply(
         &p.secrets(),
         &objects::secret(&p.owner, &p.names.config(), "config", files),
     )
     .await?;
     p.status.config_hash = Some(config_hash.clone());
-    let internal = render::internal_url(&obj.name_any(), &p.ns);
+    let mut internal = render::internal_url(&obj.name_any(), &p.ns);
+    if serving.is_some() {
+        internal = tls::https_url(&internal);
+    }
     p.status.endpoint = Some(internal.clone());
     let public = spec
         .public_endpoint
@@ -148,7 +189,7 @@ async fn pass(p: &mut Pass<'_, Placement>) -> Result<State, Error> {
     }
 
     // The API.
-    let dep = objects::api_deployment(
+    let mut dep = objects::api_deployment(
         &p.owner,
         &spec.template,
         ApiParams {
@@ -166,6 +207,9 @@ async fn pass(p: &mut Pass<'_, Placement>) -> Result<State, Error> {
             volumes,
         },
     );
+    if let Some(s) = &serving {
+        tls::serve_tls(&mut dep, &s.secret);
+    }
     let applied = p.apply_api(&dep, render::PORT).await?;
     let want = spec.template.replicas.unwrap_or(1);
     let available = or_state!(p.rollout(&applied, want));

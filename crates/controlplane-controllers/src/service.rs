@@ -219,6 +219,8 @@ pub struct KeystoneAccess {
     pub admin_secret: SecretKeyRef,
     /// The admin password (for the probe; Jobs read it from the Secret).
     pub admin_password: String,
+    /// The CA bundle (PEM) Keystone's certificate verifies with, when it serves TLS.
+    pub ca: Option<String>,
 }
 
 /// The state of one pass over one service CR.
@@ -237,6 +239,9 @@ pub struct Pass<'a, K: ServiceKind> {
     pub status: ServiceStatus,
     /// When to look again at the latest.
     pub requeue: Duration,
+    /// The CA (PEM) the API's own certificate verifies with, when it serves TLS (the
+    /// operator's probe verifies it).
+    pub api_ca: Option<String>,
 }
 
 impl<K: ServiceKind> Pass<'_, K> {
@@ -438,7 +443,15 @@ impl<K: ServiceKind> Pass<'_, K> {
                 ),
             }));
         };
+        let ca = crate::tls::keystone_ca(&self.ctx.client, &ks).await?;
+        if ks.spec.template.tls.is_some() && ca.is_none() {
+            return Ok(Err(State::Blocked {
+                reason: "KeystoneCaMissing".into(),
+                message: format!("Keystone {name} serves TLS but its CA is not readable yet"),
+            }));
+        }
         Ok(Ok(KeystoneAccess {
+            ca,
             public_url: crate::keystone::public_url(&ks.spec, &internal),
             operator_url: crate::keystone::operator_url(self.ctx, &self.ns, name, &internal),
             internal_url: internal,
@@ -690,11 +703,19 @@ impl<K: ServiceKind> Pass<'_, K> {
             password_secret,
             "password",
         ));
+        // Keystone over TLS: the script verifies it with the CA handed over in the environment.
+        let script = match &ks.ca {
+            Some(ca) => {
+                env.push(objects::env(controlplane_render::tls::CA_ENV, ca.clone()));
+                controlplane_render::tls::with_env_ca(service_user::SCRIPT)
+            }
+            None => service_user::SCRIPT.to_string(),
+        };
         self.job_step(
             step,
             &hash,
             image,
-            vec!["python3".into(), "-c".into(), service_user::SCRIPT.into()],
+            vec!["python3".into(), "-c".into(), script],
             env,
             vec![],
         )
@@ -836,7 +857,8 @@ impl<K: ServiceKind> Pass<'_, K> {
         available: i32,
     ) -> State {
         let timeout = self.ctx.config.check_timeout;
-        match authenticated_get(ks, url, path, timeout).await {
+        let ca = self.api_ca.clone();
+        match authenticated_get(ks, url, path, timeout, ca.as_deref()).await {
             Ok(()) => State::Ready(format!(
                 "{available} pods; {url}{path} answered an authenticated request"
             )),
@@ -883,13 +905,20 @@ impl<K: ServiceKind> Pass<'_, K> {
 
 /// Asks Keystone at `url` for a project-scoped token as `admin`; returns the token.
 pub async fn issue_token(url: &str, password: &str, timeout: Duration) -> Result<String, String> {
+    issue_token_verified(url, password, timeout, None).await
+}
+
+/// [`issue_token`] from a Keystone whose certificate verifies with `ca` (PEM), if given.
+pub async fn issue_token_verified(
+    url: &str,
+    password: &str,
+    timeout: Duration,
+    ca: Option<&str>,
+) -> Result<String, String> {
     let body = serde_json::json!({"auth": {"identity": {"methods": ["password"], "password": {"user": {
         "name": "admin", "domain": {"id": "default"}, "password": password}}},
         "scope": {"project": {"name": "admin", "domain": {"id": "default"}}}}});
-    let client = reqwest::Client::builder()
-        .timeout(timeout)
-        .build()
-        .map_err(|e| e.to_string())?;
+    let client = crate::tls::client(timeout, ca)?;
     let resp = client
         .post(format!("{}/auth/tokens", url.trim_end_matches('/')))
         .json(&body)
@@ -917,12 +946,17 @@ async fn authenticated_get(
     url: &str,
     path: &str,
     timeout: Duration,
+    ca: Option<&str>,
 ) -> Result<(), String> {
-    let token = issue_token(&ks.operator_url, &ks.admin_password, timeout).await?;
-    let client = reqwest::Client::builder()
-        .timeout(timeout)
-        .build()
-        .map_err(|e| e.to_string())?;
+    let token = issue_token_verified(
+        &ks.operator_url,
+        &ks.admin_password,
+        timeout,
+        ks.ca.as_deref(),
+    )
+    .await?;
+    // The API is verified with the CA of its own certificate (set by its pass), or Keystone's.
+    let client = crate::tls::client(timeout, ca.or(ks.ca.as_deref()))?;
     let target = format!("{}{path}", url.trim_end_matches('/'));
     let resp = client
         .get(&target)
@@ -972,6 +1006,7 @@ pub async fn reconcile<K: ServiceKind>(cached: Arc<K>, ctx: Arc<Ctx>) -> Result<
         },
         status: before.clone(),
         requeue: ctx.config.resync,
+        api_ca: None,
     };
     let state = match K::pass(&mut p).await {
         Ok(s) => s,

@@ -21,6 +21,7 @@ pub mod objects;
 pub mod placement;
 pub mod secrets;
 pub mod service_user;
+pub mod tls;
 pub mod uwsgi;
 pub mod zones;
 
