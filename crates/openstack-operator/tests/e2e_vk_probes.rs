@@ -202,7 +202,7 @@ async fn readiness_body(c: &Case) -> anyhow::Result<()> {
                 "ports": [{"name": "web", "containerPort": 8080}],
                 "readinessProbe": {"httpGet": {"port": "web", "path": "/ready.html"},
                     "periodSeconds": 1, "failureThreshold": 1},
-                "livenessProbe": {"tcpSocket": {"port": 8080},
+                "livenessProbe": {"tcpSocket": {"port": 8080}, "initialDelaySeconds": 2,
                     "periodSeconds": 1, "failureThreshold": 1}}]}),
     )
     .await?;

@@ -277,26 +277,41 @@ pub fn command(h: &Handler, addr: &str, timeout_s: i64) -> Option<Vec<String>> {
                 host.to_string()
             };
             let url = sh_quote(&format!("{scheme}://{h}:{port}{path}"));
-            let wget_h: String = headers
-                .iter()
-                .map(|(k, v)| format!(" --header {}", sh_quote(&format!("{k}: {v}"))))
-                .collect();
             let curl_h: String = headers
                 .iter()
                 .map(|(k, v)| format!(" -H {}", sh_quote(&format!("{k}: {v}"))))
                 .collect();
-            // wget and curl both fail on a status >= 400 (as the kubelet); the kubelet does
-            // not verify HTTPS certificates, neither do these.
+            let wget_h: String = headers
+                .iter()
+                .map(|(k, v)| format!(" --header {}", sh_quote(&format!("{k}: {v}"))))
+                .collect();
+            // The request for nc: one argument per line of `printf '%s\r\n'`.
+            let mut lines = vec![format!("GET {path} HTTP/1.0"), format!("Host: {h}:{port}")];
+            lines.extend(headers.iter().map(|(k, v)| format!("{k}: {v}")));
+            lines.push(String::new());
+            let req: Vec<String> = lines.iter().map(|l| sh_quote(l)).collect();
+            let req = req.join(" ");
+            let nc_host = sh_quote(host);
+            // curl first; then, for plain HTTP, nc with the status line read here (busybox's
+            // wget crashes in some images, its nc does not); wget last. A status in 200..400
+            // succeeds, as the kubelet counts it; the kubelet does not verify HTTPS certificates,
+            // neither do these.
             format!(
-                "if command -v wget >/dev/null 2>&1; then exec wget -q -O /dev/null -T {t} --no-check-certificate{wget_h} {url}; \
-                 elif command -v curl >/dev/null 2>&1; then exec curl -fsS -k -o /dev/null -m {t}{curl_h} {url}; \
-                 else echo 'httpGet needs wget or curl in the image' >&2; exit 127; fi"
+                "if command -v curl >/dev/null 2>&1; then exec curl -fsS -k -o /dev/null -m {t}{curl_h} {url}; \
+                 elif [ {scheme} = http ] && command -v nc >/dev/null 2>&1; then \
+                 code=$(printf '%s\\r\\n' {req} | nc -w {t} {nc_host} {port} | head -n 1 | cut -d ' ' -f 2); \
+                 if [ \"$code\" -ge 200 ] 2>/dev/null && [ \"$code\" -lt 400 ]; then exit 0; fi; \
+                 echo \"HTTP status: ${{code:-none}}\" >&2; exit 1; \
+                 elif command -v wget >/dev/null 2>&1; then exec wget -q -O /dev/null -T {t} --no-check-certificate{wget_h} {url}; \
+                 else echo 'httpGet needs curl, nc or wget in the image' >&2; exit 127; fi"
             )
         }
         Handler::Tcp { host, port } => {
             let host = sh_quote(host.as_deref().unwrap_or(addr));
             format!(
-                "if command -v nc >/dev/null 2>&1; then exec nc -z -w {t} {host} {port}; \
+                "if command -v nc >/dev/null 2>&1; then \
+                 if nc --help 2>&1 | grep -q -- ' -z'; then exec nc -z -w {t} {host} {port}; fi; \
+                 exec nc -w {t} {host} {port} </dev/null >/dev/null; \
                  elif command -v bash >/dev/null 2>&1; then exec bash -c \"exec 3<>/dev/tcp/\"{host}\"/{port}\"; \
                  else echo 'tcpSocket needs nc or bash in the image' >&2; exit 127; fi"
             )

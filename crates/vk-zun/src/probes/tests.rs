@@ -133,6 +133,11 @@ fn commands_run_in_the_container_against_its_own_address() {
         http[2]
     );
     assert!(http[2].contains("curl -fsS -k -o /dev/null -m 3 -H 'A: b'"));
+    assert!(
+        http[2].contains(r"printf '%s\r\n' 'GET /it'\''s HTTP/1.0' 'Host: 10.0.0.5:80' 'A: b' '' | nc -w 3 '10.0.0.5' 80"),
+        "{}",
+        http[2]
+    );
     let tcp = command(
         &Handler::Tcp {
             host: Some("fd00::1".into()),
