@@ -115,4 +115,15 @@ pub trait Backend: Send + Sync + 'static {
     async fn attach(&self, pod: &Pod, container: &str) -> Result<Session, KubeletError>;
     /// Resource samples of the running containers of `pods`.
     async fn stats(&self, pods: &[Pod]) -> Result<Vec<PodSample>, KubeletError>;
+    /// The logs of the container's previous run (`previous=true`), as
+    /// [`Backend::logs`] gives them; `None` when no earlier run is kept.
+    async fn previous_logs(
+        &self,
+        pod: &Pod,
+        container: &str,
+        q: &LogQuery,
+    ) -> Result<Option<String>, KubeletError> {
+        let _ = (pod, container, q);
+        Ok(None)
+    }
 }

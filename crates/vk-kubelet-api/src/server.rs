@@ -275,7 +275,21 @@ async fn logs_response(
 ) -> Result<Response, KubeletError> {
     let q = LogQuery::parse(query).map_err(|e| KubeletError::bad_request(e.to_string()))?;
     let pod = pod_of(&api, &ns, &name).await?;
-    match container_state(&pod, &container) {
+    let state = container_state(&pod, &container);
+    // A previous run is asked for while the container waits to start again
+    // (CrashLoopBackOff) too, as on a kubelet.
+    if q.previous && state != ContainerState::NotInSpec {
+        return match api.backend.previous_logs(&pod, &container, &q).await? {
+            Some(text) => {
+                let text = trim_logs(&text, None, q.limit_bytes);
+                Ok(([(header::CONTENT_TYPE, "text/plain")], text).into_response())
+            }
+            None => Err(KubeletError::bad_request(format!(
+                "previous terminated container {container:?} in pod {name:?} not found"
+            ))),
+        };
+    }
+    match state {
         ContainerState::NotInSpec => {
             return Err(KubeletError::not_found(format!(
                 "container {container:?} not found in pod {name:?}"
@@ -287,13 +301,6 @@ async fn logs_response(
             )));
         }
         _ => {}
-    }
-    if q.previous {
-        // The backend restarts the same container in place: there is no
-        // earlier instance whose log is kept apart.
-        return Err(KubeletError::bad_request(format!(
-            "previous terminated container {container:?} in pod {name:?} not found"
-        )));
     }
     if !q.follow {
         let text = api.backend.logs(&pod, &container, &q).await?;

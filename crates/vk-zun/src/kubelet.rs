@@ -94,15 +94,82 @@ fn parse_zun_time(s: &str) -> Option<jiff::Timestamp> {
 impl Backend for ZunKubelet {
     async fn logs(&self, pod: &Pod, container: &str, q: &LogQuery) -> Result<String, KubeletError> {
         let c = self.find(pod, container).await?;
+        let since = q.since_unix(jiff::Timestamp::now());
+        // After a restart by this node, the current run's lines only: Docker's log of the
+        // container holds every run ([`crate::run_logs`]).
+        if let Some(start) = crate::run_logs::global().run_start(&c.uuid) {
+            let opts = LogOptions {
+                tail: q.tail_lines.and_then(|t| u64::try_from(t).ok()),
+                timestamps: true,
+                since: Some(since.unwrap_or(0).max(start.as_second())),
+            };
+            let text = self
+                .zun
+                .container_logs(&c.uuid, &opts)
+                .await
+                .map_err(|e| refused("logs", container, e))?;
+            return Ok(crate::run_logs::render(
+                &text,
+                Some(start),
+                None,
+                q.timestamps,
+            ));
+        }
         let opts = LogOptions {
             tail: q.tail_lines.and_then(|t| u64::try_from(t).ok()),
             timestamps: q.timestamps,
-            since: q.since_unix(jiff::Timestamp::now()),
+            since,
         };
         self.zun
             .container_logs(&c.uuid, &opts)
             .await
             .map_err(|e| refused("logs", container, e))
+    }
+
+    async fn previous_logs(
+        &self,
+        pod: &Pod,
+        container: &str,
+        q: &LogQuery,
+    ) -> Result<Option<String>, KubeletError> {
+        let c = self.find(pod, container).await?;
+        let store = crate::run_logs::global();
+        let since = q
+            .since_unix(jiff::Timestamp::now())
+            .and_then(|s| jiff::Timestamp::from_second(s).ok());
+        let tail = q.tail_lines;
+        let waiting = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.container_statuses.as_ref())
+            .and_then(|l| l.iter().find(|s| s.name == container))
+            .and_then(|s| s.state.as_ref())
+            .is_some_and(|s| s.waiting.is_some());
+        if c.status == openstack::container::status::STOPPED && waiting {
+            // Stopped and not started again yet (e.g. CrashLoopBackOff): the run that
+            // ended is the one Docker's log ends with.
+            let start = store.run_start(&c.uuid);
+            let opts = LogOptions {
+                tail: Some(crate::run_logs::MAX_LINES),
+                timestamps: true,
+                since: start.map(|t| t.as_second()),
+            };
+            let text = self
+                .zun
+                .container_logs(&c.uuid, &opts)
+                .await
+                .map_err(|e| refused("logs", container, e))?;
+            let run = crate::run_logs::run_of(&text, start);
+            return Ok(Some(crate::run_logs::render(
+                &run,
+                since,
+                tail,
+                q.timestamps,
+            )));
+        }
+        Ok(store
+            .previous(&c.uuid)
+            .map(|run| crate::run_logs::render(&run, since, tail, q.timestamps)))
     }
 
     async fn exec(

@@ -10,6 +10,8 @@
 //! - [`network`]: the pod's Neutron network (annotation, `OpenstackProject`, flag).
 //! - [`pod_port`]: the pod's own Neutron port (name, find-before-create, sweep).
 //! - [`tenant`]: a `ZunTenant`'s node: namespaces admitted, the pod's tenant network.
+//! - [`probes`] (pure), [`prober`]: liveness, readiness and startup probes, `preStop` hooks.
+//! - [`run_logs`]: the previous run's log (`logs --previous`).
 //! - [`labels`], [`quantity`]: ownership labels and resource quantities.
 
 pub mod downward;
@@ -17,8 +19,11 @@ pub mod kubelet;
 pub mod labels;
 pub mod network;
 pub mod pod_port;
+pub mod prober;
+pub mod probes;
 pub mod provider;
 pub mod quantity;
+pub mod run_logs;
 pub mod status;
 pub mod tenant;
 pub mod translate;

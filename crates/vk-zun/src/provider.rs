@@ -87,6 +87,8 @@ pub struct ZunProvider {
     unlimited: UnlimitedCapacity,
     pod_concurrency: usize,
     memory: Mutex<Memory>,
+    /// Probes and `preStop` hooks ([`crate::prober`]).
+    prober: crate::prober::Prober,
 }
 
 /// Pods whose pass runs at the same time, by default.
@@ -101,6 +103,7 @@ impl ZunProvider {
         unlimited: UnlimitedCapacity,
     ) -> Self {
         Self {
+            prober: crate::prober::Prober::new(zun.clone(), crate::prober::DEFAULT_MAX_CHECKS),
             zun,
             ports: None,
             neutron: None,
@@ -552,6 +555,30 @@ impl ZunProvider {
         }
     }
 
+    /// Starts an exited container again, keeping the ending run's log for
+    /// `logs --previous` first ([`crate::run_logs`]); a log Zun cannot give is
+    /// logged and does not hold the restart back.
+    async fn restart(&self, uid: &str, id: &str) -> openstack::Result<()> {
+        let store = crate::run_logs::global();
+        let since = store.run_start(id);
+        let opts = openstack::container::LogOptions {
+            tail: Some(crate::run_logs::MAX_LINES),
+            timestamps: true,
+            since: since.map(|t| t.as_second()),
+        };
+        let previous = match self.zun.container_logs(id, &opts).await {
+            Ok(text) => crate::run_logs::run_of(&text, since),
+            Err(e) => {
+                warn!(zun = %id, error = %e, "cannot keep the ending run's log");
+                String::new()
+            }
+        };
+        let started = jiff::Timestamp::now();
+        self.zun.start_container(id).await?;
+        store.record_restart(uid, id, previous, started);
+        Ok(())
+    }
+
     async fn sync_pod(
         &self,
         pod: &Pod,
@@ -653,7 +680,7 @@ impl ZunProvider {
                     )
                     .await;
                 }
-                Action::Restart { id, key } => match self.zun.start_container(&id).await {
+                Action::Restart { id, key } => match self.restart(&uid, &id).await {
                     Ok(()) => {
                         events.push(PodEvent {
                             type_: EventType::Normal,
@@ -670,6 +697,26 @@ impl ZunProvider {
                         .find(|c| c.uuid == id)
                         .and_then(|c| c.labels.get(labels::CONTAINER).cloned())
                         .unwrap_or_default();
+                    if self.prober.is_terminating(&id) {
+                        continue;
+                    }
+                    // A container with a preStop hook is stopped in the background: the hook
+                    // may take the whole grace period, which a pass must not wait for.
+                    if let (true, Some(hook), Some(z)) = (
+                        deleting,
+                        crate::prober::pre_stop_of(pod, &name),
+                        observed.iter().find(|c| c.uuid == id),
+                    ) {
+                        self.prober.terminate(&uid, z, &name, Some(hook), grace_s);
+                        events.push(PodEvent {
+                            type_: EventType::Normal,
+                            reason: "Killing".into(),
+                            message: format!(
+                                "Stopping container {name} (preStop hook, then grace period {grace_s}s)"
+                            ),
+                        });
+                        continue;
+                    }
                     match self.zun.stop_container(&id, grace_s).await {
                         Ok(()) => events.push(PodEvent {
                             type_: EventType::Normal,
@@ -739,6 +786,11 @@ impl ZunProvider {
                     },
                 );
             }
+        }
+        let views = self.prober.observe(pod, &observed, &pass.restarted, now);
+        pass.probes = views;
+        for e in self.prober.take_events(&uid) {
+            self.once(&uid, &mut events, e);
         }
         update.events = events;
         if deleting {
@@ -1019,6 +1071,9 @@ impl Provider for ZunProvider {
             m.events.retain(|(uid, _, _)| live.contains(uid));
             m.create_failures.retain(|uid, _| live.contains(uid));
             m.pod_ports.retain(|uid, _| live.contains(uid));
+            drop(m);
+            self.prober.retain_pods(&live);
+            crate::run_logs::global().retain_pods(&live);
         }
         Ok(out)
     }

@@ -298,6 +298,9 @@ pub struct Pass {
     /// The pod's IPs when the node knows them before Zun shows them (the fixed IPs of the
     /// pod's own Neutron port).
     pub pod_ips: Vec<String>,
+    /// `(started, ready)` of the regular containers that have probes, by name
+    /// ([`crate::prober`]); the others are started and ready when running.
+    pub probes: BTreeMap<String, (bool, bool)>,
 }
 
 fn time(t: jiff::Timestamp) -> Time {
@@ -474,13 +477,17 @@ fn container_status(
         Some(_) => waiting("ContainerCreating", None),
     };
     let is_running = state.running.is_some();
+    let (started, ready) = match key.0 {
+        Role::Main => pass.probes.get(&key.1).copied().unwrap_or((true, true)),
+        Role::Init => (true, false),
+    };
     ContainerStatus {
         name: key.1.clone(),
         image: image.to_string(),
         image_id: String::new(),
         container_id: id.or_else(|| prev.and_then(|p| p.container_id.clone())),
-        ready: is_running && key.0 == Role::Main,
-        started: Some(is_running),
+        ready: is_running && key.0 == Role::Main && ready,
+        started: Some(is_running && started),
         restart_count,
         state: Some(state),
         last_state,

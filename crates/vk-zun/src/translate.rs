@@ -383,11 +383,17 @@ pub fn is_service_account_volume(name: &str, projected: bool) -> bool {
 }
 
 fn validate_container(path: &str, c: &Container) -> Result<(), TranslateError> {
+    // Probes and hooks run on regular containers ([`crate::prober`]); the API server
+    // refuses them on init containers (but for sidecars, refused below).
+    let init = path.starts_with("spec.initContainers");
+    if let Err(r) = crate::probes::validate(c) {
+        return Err(unsupported(format!("{path}.{}", r.field), &r.reason));
+    }
     for (field, set) in [
-        ("livenessProbe", c.liveness_probe.is_some()),
-        ("readinessProbe", c.readiness_probe.is_some()),
-        ("startupProbe", c.startup_probe.is_some()),
-        ("lifecycle", c.lifecycle.is_some()),
+        ("livenessProbe", init && c.liveness_probe.is_some()),
+        ("readinessProbe", init && c.readiness_probe.is_some()),
+        ("startupProbe", init && c.startup_probe.is_some()),
+        ("lifecycle", init && c.lifecycle.is_some()),
         ("restartPolicy", c.restart_policy.is_some()),
         (
             "volumeDevices",

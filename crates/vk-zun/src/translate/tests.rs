@@ -267,9 +267,9 @@ fn unsupported_fields_are_named() {
     assert_eq!(
         refused(
             json!({"spec": {"containers": [{"name": "c", "image": "busybox",
-            "livenessProbe": {"exec": {"command": ["true"]}}}]}})
+            "livenessProbe": {"grpc": {"port": 9000}}}]}})
         ),
-        "spec.containers[0].livenessProbe"
+        "spec.containers[0].livenessProbe.grpc"
     );
     assert_eq!(
         refused(
