@@ -10,6 +10,8 @@
 //! - [`network`]: the pod's Neutron network (annotation, `OpenstackProject`, flag).
 //! - [`pod_port`]: the pod's own Neutron port (name, find-before-create, sweep).
 //! - [`tenant`]: a `ZunTenant`'s node: namespaces admitted, the pod's tenant network.
+//! - [`volumes`]: ConfigMap, Secret, downwardAPI, projected and emptyDir volumes as
+//!   files written into the containers (pure).
 //! - [`labels`], [`quantity`]: ownership labels and resource quantities.
 
 pub mod downward;
@@ -22,6 +24,7 @@ pub mod quantity;
 pub mod status;
 pub mod tenant;
 pub mod translate;
+pub mod volumes;
 
 pub use provider::{UnlimitedCapacity, ZunProvider};
 pub use translate::Config;
