@@ -579,8 +579,9 @@ fn payload(
                         "no service account token issued yet for {at}.projected.sources[{j}]"
                     ))
                 })?;
-                // The kubelet writes tokens 0600 unless the pod says otherwise.
-                let m = mode(None, p.default_mode.or(Some(0o600)));
+                // As the kubelet without fsUser/fsGroup (which this node refuses): the
+                // projection's defaultMode.
+                let m = mode(None, p.default_mode);
                 out.insert(t.path.clone(), (m, token.clone().into_bytes()));
             }
         }
@@ -766,11 +767,12 @@ fn split_name(p: &str) -> Result<(&str, &str), PathTooLong> {
 }
 
 fn octal(field: &mut [u8], v: u64) {
-    let s = format!("{v:0width$o}", width = field.len() - 1);
+    let n = field.len() - 1;
+    let s = format!("{v:0n$o}");
     let b = s.as_bytes();
-    let start = b.len().saturating_sub(field.len() - 1);
-    field[..field.len() - 1].copy_from_slice(&b[start..]);
-    field[field.len() - 1] = 0;
+    let start = b.len().saturating_sub(n);
+    field[..n].copy_from_slice(&b[start..]);
+    field[n] = 0;
 }
 
 fn header(

@@ -289,8 +289,8 @@ fn secret_downward_token_and_empty_dir() {
     assert_eq!(read(&f, "/info", "name"), Some((0o644, &b"p"[..])));
     assert_eq!(read(&f, "/info", "mem"), Some((0o644, &b"64"[..])));
     let sa = "/var/run/secrets/kubernetes.io/serviceaccount";
-    assert_eq!(read(&f, sa, "token"), Some((0o600, &b"tok-1"[..])));
-    assert_eq!(read(&f, sa, "namespace"), Some((0o600, &b"ns"[..])));
+    assert_eq!(read(&f, sa, "token"), Some((0o644, &b"tok-1"[..])));
+    assert_eq!(read(&f, sa, "namespace"), Some((0o644, &b"ns"[..])));
     assert!(f.entries.contains(&Entry::Dir {
         path: "/scratch".into(),
         mode: 0o777
