@@ -145,7 +145,7 @@ async fn body(c: &Case) -> anyhow::Result<()> {
             &pp,
             &TokenReview {
                 spec: TokenReviewSpec {
-                    token: Some(token.trim().to_string()),
+                    token: token.trim().to_string(),
                     audiences: None,
                 },
                 ..Default::default()

@@ -97,7 +97,7 @@ async fn token_request_issues_a_bound_token_the_token_review_accepts() {
             &pp,
             &TokenReview {
                 spec: TokenReviewSpec {
-                    token: Some(token.clone()),
+                    token: token.clone(),
                     audiences: None,
                 },
                 ..Default::default()

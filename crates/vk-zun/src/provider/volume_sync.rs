@@ -399,8 +399,10 @@ mod tests {
             u[0].events
         );
         // Once it exists: one archive, then the start.
-        let mut cm = ConfigMap::default();
-        cm.data = Some([("greeting".to_string(), "hello".to_string())].into());
+        let cm = ConfigMap {
+            data: Some([("greeting".to_string(), "hello".to_string())].into()),
+            ..Default::default()
+        };
         objs.config_maps.insert("app".into(), cm);
         p.sync(&pods, &objs, true).await.unwrap();
         let a = z.archives(&id);

@@ -30,13 +30,15 @@ fn refusal(p: &Pod) -> String {
 }
 
 fn cm(name: &str, data: &[(&str, &str)]) -> (String, ConfigMap) {
-    let mut c = ConfigMap::default();
+    let mut c = ConfigMap {
+        data: Some(
+            data.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        ),
+        ..Default::default()
+    };
     c.metadata.name = Some(name.into());
-    c.data = Some(
-        data.iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect(),
-    );
     (name.into(), c)
 }
 
@@ -271,8 +273,10 @@ fn secret_downward_token_and_empty_dir() {
         }]
     );
     let mut s = Src::new();
-    let mut sec = Secret::default();
-    sec.data = Some([("password".to_string(), ByteString(b"hunter2".to_vec()))].into());
+    let sec = Secret {
+        data: Some([("password".to_string(), ByteString(b"hunter2".to_vec()))].into()),
+        ..Default::default()
+    };
     s.secrets.insert("db".into(), sec);
     // No token yet: the container waits.
     assert!(matches!(
