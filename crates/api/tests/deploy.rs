@@ -1593,6 +1593,9 @@ fn virtual_kubelet_calls(node: &'static str, rotate: bool) -> Vec<Call> {
         // `KubeObjects::custom` (a DynamicObject): get_opt of the OpenstackProject named by the
         // pod annotation virtual-kubelet.sunet.se/project-network (vk-zun provider.rs).
         c("sunet.se", "openstackprojects", "get"),
+        // `KubeObjects::service_account_token`: the TokenRequest of a pod's projected
+        // serviceAccountToken volume (vk-zun provider/volume_sync.rs).
+        c("", "serviceaccounts/token", "create"),
         // vk-kubelet-api auth.rs `KubeReviewer`.
         c("authentication.k8s.io", "tokenreviews", "create"),
         c("authorization.k8s.io", "subjectaccessreviews", "create"),
@@ -1742,6 +1745,7 @@ fn call_lists_cover_the_apis_the_parts_use() {
         "ConfigMap",                 // runtime.rs KubeObjects
         "Secret",                    // runtime.rs KubeObjects
         "DynamicObject",             // runtime.rs KubeObjects::custom (OpenstackProject)
+        "ServiceAccount",            // runtime.rs KubeObjects::service_account_token
         "TokenReview",               // auth.rs
         "SubjectAccessReview",       // auth.rs
         "CertificateSigningRequest", // serving_cert.rs

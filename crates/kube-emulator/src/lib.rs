@@ -46,6 +46,7 @@ pub mod schema;
 pub mod selectors;
 pub mod server;
 pub mod store;
+pub mod token_request;
 pub mod typed;
 pub mod util;
 pub mod watch;

@@ -101,6 +101,10 @@ pub fn router(app: Arc<App>) -> Router {
             "/apis/authorization.k8s.io/v1/subjectaccessreviews",
             axum::routing::post(subject_access_review),
         )
+        .route(
+            "/api/v1/namespaces/{ns}/serviceaccounts/{name}/token",
+            axum::routing::post(token_request),
+        )
         .route("/openapi/v3", get(openapi_root))
         .route("/openapi/v3/{*gv}", get(openapi_gv))
         .fallback(api_handler)
@@ -125,6 +129,19 @@ async fn review(
 
 async fn token_review(AxState(app): AxState<Arc<App>>, body: Bytes) -> Response {
     review(&app, &body, crate::review::token_review).await
+}
+
+async fn token_request(
+    AxState(app): AxState<Arc<App>>,
+    axum::extract::Path((ns, name)): axum::extract::Path<(String, String)>,
+    body: Bytes,
+) -> Response {
+    let r = decode_body("application/json", &body)
+        .and_then(|v| crate::token_request::token_request(&app, &ns, &name, v));
+    match r {
+        Ok(v) => json_response(StatusCode::CREATED, &v),
+        Err(e) => e.into_response(),
+    }
 }
 
 async fn subject_access_review(AxState(app): AxState<Arc<App>>, body: Bytes) -> Response {

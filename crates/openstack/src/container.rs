@@ -465,6 +465,14 @@ pub trait Container: Send + Sync {
             "attach to {id}: not offered by this port"
         )))
     }
+    /// Extract a tar archive into a created, running, paused or stopped container at
+    /// `path` (Docker's put_archive through Zun; files of the archive replace those there).
+    async fn put_archive(&self, id: &str, path: &str, tar: &[u8]) -> Result<()> {
+        let _ = (path, tar);
+        Err(crate::error::Error::unexpected(format!(
+            "put archive into {id}: not offered by this port"
+        )))
+    }
 }
 
 /// Whether every `(k, v)` of `want` is in `have`.

@@ -117,6 +117,42 @@ pub trait Objects: Send + Sync {
         namespace: &str,
         name: &str,
     ) -> Result<Option<serde_json::Value>, String>;
+
+    /// A bound service-account token for a pod (the TokenRequest API,
+    /// `POST .../serviceaccounts/{name}/token`), as the kubelet requests one for a
+    /// projected `serviceAccountToken` volume source.
+    async fn service_account_token(
+        &self,
+        namespace: &str,
+        request: &TokenWanted,
+    ) -> Result<IssuedToken, String> {
+        let _ = request;
+        Err(format!(
+            "service account tokens of {namespace}: not offered by this node's API access"
+        ))
+    }
+}
+
+/// What a pod's projected `serviceAccountToken` asks for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TokenWanted {
+    /// The ServiceAccount.
+    pub service_account: String,
+    /// `audience` (none: the API server's own audiences).
+    pub audience: Option<String>,
+    /// `expirationSeconds`.
+    pub expiration_seconds: i64,
+    /// The pod the token is bound to: (name, uid).
+    pub pod: (String, String),
+}
+
+/// A token the API server issued.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IssuedToken {
+    /// The token.
+    pub token: String,
+    /// When it expires (`status.expirationTimestamp`).
+    pub expires: jiff::Timestamp,
 }
 
 /// A virtual kubelet's backend.

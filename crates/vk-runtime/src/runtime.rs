@@ -25,6 +25,7 @@ use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::{
     ConfigMap, Event, EventSource, Namespace, Node, NodeStatus, ObjectReference, Pod, Secret,
+    ServiceAccount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference, Time};
 use kube::api::{
@@ -127,6 +128,47 @@ impl Objects for KubeObjects {
             .map(serde_json::to_value)
             .transpose()
             .map_err(|e| what(&e))
+    }
+
+    async fn service_account_token(
+        &self,
+        ns: &str,
+        w: &crate::provider::TokenWanted,
+    ) -> Result<crate::provider::IssuedToken, String> {
+        use k8s_openapi::api::authentication::v1::{
+            BoundObjectReference, TokenRequest, TokenRequestSpec,
+        };
+        let sa = &w.service_account;
+        let req = TokenRequest {
+            spec: Some(TokenRequestSpec {
+                audiences: w.audience.clone().map(|a| vec![a]),
+                expiration_seconds: Some(w.expiration_seconds),
+                bound_object_ref: Some(BoundObjectReference {
+                    api_version: Some("v1".into()),
+                    kind: Some("Pod".into()),
+                    name: Some(w.pod.0.clone()),
+                    uid: Some(w.pod.1.clone()),
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let answer = Api::<ServiceAccount>::namespaced(self.client.clone(), ns)
+            .create_token_request(sa, &Default::default(), &req)
+            .await
+            .map_err(|e| format!("requesting a token of serviceaccount {ns}/{sa}: {e}"))?;
+        let status = answer
+            .status
+            .ok_or_else(|| format!("token of serviceaccount {ns}/{sa}: no status in the answer"))?;
+        match (status.token, status.expiration_timestamp) {
+            (Some(token), Some(expires)) => Ok(crate::provider::IssuedToken {
+                token,
+                expires: expires.0,
+            }),
+            _ => Err(format!(
+                "token of serviceaccount {ns}/{sa}: no token or expiration in the answer"
+            )),
+        }
     }
 }
 

@@ -12,6 +12,8 @@
 //! - [`tenant`]: a `ZunTenant`'s node: namespaces admitted, the pod's tenant network.
 //! - [`probes`] (pure), [`prober`]: liveness, readiness and startup probes, `preStop` hooks.
 //! - [`run_logs`]: the previous run's log (`logs --previous`).
+//! - [`volumes`]: ConfigMap, Secret, downwardAPI, projected and emptyDir volumes as
+//!   files written into the containers (pure).
 //! - [`labels`], [`quantity`]: ownership labels and resource quantities.
 
 pub mod downward;
@@ -27,6 +29,7 @@ pub mod run_logs;
 pub mod status;
 pub mod tenant;
 pub mod translate;
+pub mod volumes;
 
 pub use provider::{UnlimitedCapacity, ZunProvider};
 pub use translate::Config;

@@ -89,6 +89,7 @@ pub struct ZunProvider {
     memory: Mutex<Memory>,
     /// Probes and `preStop` hooks ([`crate::prober`]).
     prober: crate::prober::Prober,
+    volumes: Mutex<volume_sync::VolumeMemory>,
 }
 
 /// Pods whose pass runs at the same time, by default.
@@ -112,6 +113,7 @@ impl ZunProvider {
             unlimited,
             pod_concurrency: DEFAULT_POD_CONCURRENCY,
             memory: Mutex::new(Memory::default()),
+            volumes: Mutex::default(),
         }
     }
 
@@ -518,7 +520,12 @@ impl ZunProvider {
             if !wanted.contains(&key) {
                 continue;
             }
-            match self.zun.create_container(&p.create).await {
+            let mut req = p.create.clone();
+            // Its volume files are written between create and start (`volume_sync`).
+            if crate::volumes::mounts_volumes(pod, p.role, &p.container) {
+                req.run = false;
+            }
+            match self.zun.create_container(&req).await {
                 Ok(c) => {
                     info!(pod = %pod.metadata.name.as_deref().unwrap_or_default(), container = %p.container, zun = %c.uuid, "created Zun container");
                     events.push(PodEvent {
@@ -608,23 +615,6 @@ impl ZunProvider {
                 pass.failure = Some((crate::tenant::NOT_BOUND.into(), m));
             } else if let Err(e) = translate::validate(pod) {
                 pass.failure = Some((PROVIDER_FAILED.into(), e.to_string()));
-            } else if let Some(v) = pod.spec.as_ref().and_then(|s| s.volumes.as_ref())
-                && let Some(sa) = v
-                    .iter()
-                    .find(|v| translate::is_service_account_volume(&v.name, v.projected.is_some()))
-            {
-                self.once(
-                    &uid,
-                    &mut events,
-                    PodEvent {
-                        type_: EventType::Warning,
-                        reason: "VolumeNotMounted".into(),
-                        message: format!(
-                            "volume {} (the service account token) is not mounted: this node does not mount volumes yet",
-                            sa.name
-                        ),
-                    },
-                );
             }
         }
         let actions = if pass.failure.is_some() {
@@ -742,6 +732,12 @@ impl ZunProvider {
                 },
                 Action::Fail(reason, message) => pass.failure = Some((reason, message)),
             }
+        }
+        if deleting {
+            self.forget_volumes(&uid);
+        } else if pass.failure.is_none() && !status::is_terminal(pod) {
+            self.sync_volumes(pod, &uid, &observed, objects, &mut pass, &mut events, now)
+                .await;
         }
         if tried_create {
             let mut m = self.mem();
@@ -1081,3 +1077,4 @@ impl Provider for ZunProvider {
 
 #[cfg(test)]
 mod tests;
+mod volume_sync;

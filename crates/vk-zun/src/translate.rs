@@ -349,15 +349,7 @@ pub fn validate(pod: &Pod) -> Result<(), TranslateError> {
             ));
         }
     }
-    for v in spec.volumes.iter().flatten() {
-        if is_service_account_volume(&v.name, v.projected.is_some()) {
-            continue;
-        }
-        return Err(unsupported(
-            format!("spec.volumes[{}]", v.name),
-            "volumes are not supported by this node yet",
-        ));
-    }
+    crate::volumes::validate(spec)?;
     for (kind, list) in [
         (
             "initContainers",
@@ -373,13 +365,6 @@ pub fn validate(pod: &Pod) -> Result<(), TranslateError> {
         return Err(unsupported("spec.containers", "the pod has no containers"));
     }
     Ok(())
-}
-
-/// The API server's ServiceAccount admission adds this projected volume to
-/// every pod that automounts a token; the node does not mount it (no
-/// volumes yet) and says so in an Event rather than failing every pod.
-pub fn is_service_account_volume(name: &str, projected: bool) -> bool {
-    projected && name.starts_with("kube-api-access-")
 }
 
 fn validate_container(path: &str, c: &Container) -> Result<(), TranslateError> {
@@ -416,15 +401,6 @@ fn validate_container(path: &str, c: &Container) -> Result<(), TranslateError> {
                 "not implemented by this node",
             ));
         }
-    }
-    for m in c.volume_mounts.iter().flatten() {
-        if m.name.starts_with("kube-api-access-") {
-            continue;
-        }
-        return Err(unsupported(
-            format!("{path}.volumeMounts[{}]", m.name),
-            "volumes are not supported by this node yet",
-        ));
     }
     if let Some(r) = &c.resources
         && r.claims.as_ref().is_some_and(|v| !v.is_empty())

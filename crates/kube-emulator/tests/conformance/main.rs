@@ -16,5 +16,6 @@ mod kubectl;
 mod patching;
 mod pods_kubelet;
 mod reviews;
+mod token_request;
 mod watching;
 mod workloads;

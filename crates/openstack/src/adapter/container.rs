@@ -282,6 +282,22 @@ impl Container for ContainerAdapter {
         let url: String = self.core.send(&self.req(r)?).await?.json()?;
         Ok(ZunSession { url, exec_id: None })
     }
+
+    async fn put_archive(&self, id: &str, path: &str, tar: &[u8]) -> Result<()> {
+        use base64::Engine as _;
+        // From API 1.25 Zun expects the archive base64-encoded in `data`
+        // (python-zunclient's `put_archive`); zun-compute answers synchronously.
+        let data = base64::engine::general_purpose::STANDARD.encode(tar);
+        let r = Request::post(
+            S,
+            "put_archive",
+            format!("containers/{}/put_archive", seg(id)),
+        )
+        .query("path", path)
+        .json(&json!({ "data": data }))?;
+        self.core.send(&self.req(r)?).await?;
+        Ok(())
+    }
 }
 
 /// Parse `GET /containers/{id}/stats` (numbers, or strings of numbers).

@@ -36,6 +36,8 @@ struct State {
     /// Containers the list shows with a stale `status_detail` (as zun-api's list does after
     /// its periodic state sync); a GET shows the real one.
     stale_in_list: BTreeMap<String, String>,
+    /// Archives put into containers: id → (path, tar), in order.
+    archives: BTreeMap<String, Vec<(String, Vec<u8>)>>,
 }
 
 /// The fake Zun. Cheap to clone; clones share state.
@@ -163,6 +165,11 @@ impl FakeZun {
         let mut s = self.lock();
         settle(&mut s);
         s.containers.values().cloned().collect()
+    }
+
+    /// The archives put into a container, in order: (path, tar bytes).
+    pub fn archives(&self, id: &str) -> Vec<(String, Vec<u8>)> {
+        self.lock().archives.get(id).cloned().unwrap_or_default()
     }
 
     /// Every capsule, in id order.
@@ -513,6 +520,34 @@ impl Container for FakeZun {
             disabled: false,
             availability_zone: Some("nova".into()),
         }])
+    }
+
+    async fn put_archive(&self, id: &str, path: &str, tar: &[u8]) -> Result<()> {
+        let mut s = self.enter("put_archive")?;
+        settle(&mut s);
+        let st = s
+            .containers
+            .get(id)
+            .map(|c| c.status.clone())
+            .ok_or_else(|| not_found("Container", id))?;
+        // Zun's `validate_container_state` for put_archive.
+        if ![
+            status::CREATED,
+            status::PAUSED,
+            status::RUNNING,
+            status::STOPPED,
+        ]
+        .contains(&st.as_str())
+        {
+            return Err(Error::conflict(format!(
+                "container put_archive: Cannot put_archive container {id} in {st} state."
+            )));
+        }
+        s.archives
+            .entry(id.to_string())
+            .or_default()
+            .push((path.to_string(), tar.to_vec()));
+        Ok(())
     }
 }
 

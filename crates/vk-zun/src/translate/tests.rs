@@ -256,7 +256,7 @@ fn unsupported_fields_are_named() {
         refused(
             json!({"spec": {"containers": c, "volumes": [{"name": "data", "hostPath": {"path": "/etc"}}]}})
         ),
-        "spec.volumes[data]"
+        "spec.volumes[0].hostPath"
     );
     assert_eq!(
         refused(
@@ -317,7 +317,7 @@ fn unsupported_fields_are_named() {
 }
 
 #[test]
-fn service_account_token_volume_is_tolerated() {
+fn service_account_token_volume_is_accepted() {
     let p = pod(json!({"spec": {
         "volumes": [{"name": "kube-api-access-abcde", "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]}}],
         "containers": [{"name": "c", "image": "busybox",
