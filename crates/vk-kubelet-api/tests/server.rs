@@ -292,6 +292,8 @@ async fn port_forward_with_kube_rs(base: &str) {
     let mut rest = Vec::new();
     s.read_to_end(&mut rest).await.unwrap();
     assert!(rest.is_empty(), "{rest:?}");
+    // kube-rs's forwarder ends once its local streams are gone.
+    drop(s);
     pf.join().await.unwrap();
 }
 
