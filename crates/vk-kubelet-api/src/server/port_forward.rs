@@ -181,9 +181,13 @@ async fn forward(api: Arc<KubeletApi>, pod: Pod, ports: Vec<u16>, socket: WebSoc
         }
     };
     // The client going away ends every connection (their sessions dropped).
+    // After the node's Close, the client's Close completes the handshake.
+    let mut reader = std::pin::pin!(reader);
     tokio::select! {
-        _ = futures::future::join(done, writer) => {}
-        _ = reader => {}
+        _ = futures::future::join(done, writer) => {
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(5), &mut reader).await;
+        }
+        _ = &mut reader => {}
     }
 }
 
