@@ -7,7 +7,8 @@
 #   registry     Debian's docker-registry on 127.0.0.1:5050 *inside* that namespace, dockerd's
 #                mirror for docker.io: `image: busybox` is pulled as in production
 #   netns-fwd    socat pairs that make Keystone and Neutron reachable on 127.0.0.1 inside the
-#                namespace through unix sockets (the namespace has only its own loopback)
+#                namespace through unix sockets (the namespace has only its own loopback), and
+#                Docker's socket on the host's 127.0.0.1:2375 (zun-wsproxy's attach)
 #   kuryr        kuryr-libnetwork (Docker network + IPAM plugin backed by Neutron) inside the
 #                namespace (it creates the veth pairs dockerd moves into containers), serving
 #                the plugin API on the unix socket $RUN/kuryr.sock named by the plugin spec
@@ -186,6 +187,9 @@ for p in 5000 9696; do
   socat UNIX-LISTEN:"$RUN/fwd-\$p.sock",fork,unlink-early TCP:$HOST:\$p &
   nsenter --net="$NETNS" -- socat TCP-LISTEN:\$p,bind=127.0.0.1,fork,reuseaddr UNIX-CONNECT:"$RUN/fwd-\$p.sock" &
 done
+# zun-wsproxy attaches through Docker's TCP API ([docker] docker_remote_api_host:port, i.e.
+# ws://127.0.0.1:2375/.../attach/ws): Docker's socket there, on the host's loopback only.
+socat TCP-LISTEN:2375,bind=127.0.0.1,fork,reuseaddr UNIX-CONNECT:"$DOCKER_SOCK" &
 wait -n
 EOF
   chmod +x "$ETC/zun/netns-fwd.sh"

@@ -1,6 +1,7 @@
 //! End to end: the kubelet API of `openstack-operator virtual-kubelet` (a process) on pods
 //! running in the test cloud's real Zun, through kube-rs's kubelet client
-//! (`Client::kubelet_node_logs` / `kubelet_node_exec` / `kubelet_node_portforward`: the
+//! (`Client::kubelet_node_logs` / `kubelet_node_exec` / `kubelet_node_attach` /
+//! `kubelet_node_portforward`: the
 //! kubelet's own paths, with kube-rs's `AttachedProcess` speaking the WebSocket
 //! `v5.channel.k8s.io` protocol kubectl speaks), as the API server reaches a kubelet.
 //!
@@ -489,13 +490,8 @@ async fn exec_body(c: &Case) -> anyhow::Result<()> {
         .context("a status")?;
     assert_eq!(status.status.as_deref(), Some("Success"), "{status:?}");
 
-    // What the node refuses: port-forward (501), exec into a container the pod lacks (404).
-    let e = admin
-        .kubelet_node_portforward(&pod, &[80])
-        .await
-        .err()
-        .context("port-forward is refused")?;
-    assert_eq!(http_status(&e), Some(501), "{e}");
+    // What the node refuses: exec into a container the pod lacks (404). Port-forward, attach
+    // and TTY resizes: `streams_*` below.
     let e = admin
         .kubelet_node_exec(&pod, "nope", ["true"], &AttachParams::default())
         .await
@@ -633,5 +629,253 @@ async fn follow_body(c: &Case) -> anyhow::Result<()> {
     assert_eq!(stamps.len(), 2, "{stamped:?}");
     // The pod sleeps a second between lines: the stamps are Docker's, not the node's.
     assert!(stamps[1] > stamps[0], "{stamped:?}");
+    Ok(())
+}
+
+/// Reads `from` until what was read contains `want` (or the stream ends), within [`STREAM`].
+async fn read_until(
+    from: &mut (impl tokio::io::AsyncRead + Unpin),
+    want: &str,
+    seen: &mut String,
+) -> anyhow::Result<bool> {
+    let mut buf = [0u8; 4096];
+    tokio::time::timeout(STREAM, async {
+        while !seen.contains(want) {
+            let n = from.read(&mut buf).await?;
+            if n == 0 {
+                return anyhow::Ok(false);
+            }
+            seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+        Ok(true)
+    })
+    .await
+    .with_context(|| format!("waiting for {want:?}; so far {seen:?}"))?
+}
+
+/// Asks the shell on `stdin` for its terminal size (`stty size`) until it answers
+/// `rows cols`: a resize sent on the terminal-size channel is applied by Zun while the shell
+/// runs, so the first answers may still be the old size.
+async fn until_size(
+    stdin: &mut (impl tokio::io::AsyncWrite + Unpin),
+    stdout: &mut (impl tokio::io::AsyncRead + Unpin),
+    rows: u16,
+    cols: u16,
+) -> anyhow::Result<()> {
+    let want = format!("size={rows}x{cols}.");
+    let mut seen = String::new();
+    let mut buf = [0u8; 4096];
+    tokio::time::timeout(STREAM, async {
+        while !seen.contains(&want) {
+            stdin
+                .write_all(b"echo size=$(stty size | tr ' ' x).\n")
+                .await?;
+            stdin.flush().await?;
+            tokio::time::sleep(POLL).await;
+            // Whatever the shell has answered so far (nothing yet is not an end).
+            if let Ok(n) = tokio::time::timeout(POLL, stdout.read(&mut buf)).await {
+                let n = n?;
+                anyhow::ensure!(n > 0, "the session ended; it said {seen:?}");
+                seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        }
+        anyhow::Ok(())
+    })
+    .await
+    .with_context(|| format!("waiting for {want:?}; so far {seen:?}"))?
+}
+
+/// The Docker endpoint zun-wsproxy attaches through (`[docker] docker_remote_api_host:port`,
+/// `127.0.0.1:2375` on the test cloud). A test cloud started before `netns-fwd` forwarded it
+/// has nothing there: the test then forwards it to `TEST_CLOUD_DOCKER_HOST` itself while it
+/// runs.
+struct DockerTcp(Option<std::process::Child>);
+
+impl DockerTcp {
+    fn ensure() -> anyhow::Result<Self> {
+        if std::net::TcpStream::connect("127.0.0.1:2375").is_ok() {
+            return Ok(DockerTcp(None));
+        }
+        let sock = std::env::var("TEST_CLOUD_DOCKER_HOST")
+            .context("TEST_CLOUD_DOCKER_HOST (scripts/test-cloud env)")?;
+        let sock = sock.trim_start_matches("unix://").to_string();
+        let child = std::process::Command::new("socat")
+            .arg("TCP-LISTEN:2375,bind=127.0.0.1,fork,reuseaddr")
+            .arg(format!("UNIX-CONNECT:{sock}"))
+            .spawn()
+            .context("socat (forwarding 127.0.0.1:2375 to Docker for zun-wsproxy's attach)")?;
+        let me = DockerTcp(Some(child));
+        for _ in 0..100 {
+            if std::net::TcpStream::connect("127.0.0.1:2375").is_ok() {
+                return Ok(me);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        anyhow::bail!("socat did not listen on 127.0.0.1:2375")
+    }
+}
+
+impl Drop for DockerTcp {
+    fn drop(&mut self) {
+        if let Some(c) = self.0.as_mut() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+#[tokio::test]
+async fn streams_port_forward_attach_and_tty_resize() -> anyhow::Result<()> {
+    let Some(c) = case("kapi-stream").await? else {
+        return Ok(());
+    };
+    // Clean up whatever the body did, also when it failed or panicked.
+    c.guarded(streams_body(&c)).await
+}
+
+async fn streams_body(c: &Case) -> anyhow::Result<()> {
+    let Some((vk, pki)) = start_node(c)? else {
+        return Ok(());
+    };
+    let _docker = DockerTcp::ensure()?;
+    // An HTTP server bound to the container's localhost only: port-forward reaches it as
+    // the kubelet's does, inside the pod's network namespace.
+    c.create(
+        "web",
+        json!({"containers": [{"name": "c", "image": "busybox",
+            "command": ["sh", "-c", "mkdir -p /www && echo hello-from-pod > /www/index.html && exec httpd -f -p 127.0.0.1:8080 -h /www"],
+            "ports": [{"containerPort": 8080}]}]}),
+    )
+    .await?;
+    // A process reading its stdin (attach without a TTY) and a shell on a TTY (attach with
+    // one, resized).
+    c.create(
+        "talker",
+        json!({"containers": [{"name": "c", "image": "busybox", "stdin": true,
+            "command": ["sh", "-c", "while read l; do echo got:$l; done"]}]}),
+    )
+    .await?;
+    c.create(
+        "term",
+        json!({"containers": [{"name": "c", "image": "busybox", "stdin": true, "tty": true,
+            "command": ["sh"]}]}),
+    )
+    .await?;
+    for pod in ["web", "talker", "term"] {
+        c.wait_pod(pod, "the pod to run", &vk, |s| phase(s) == "Running")
+            .await?;
+    }
+    let admin = kubelet_client(&vk, &pki, As::ApiServer)?;
+
+    // Port-forward (`kubectl port-forward pod/web 8080`): an HTTP request and its answer,
+    // through a relay in the container; 9 is a port nothing listens on: its error channel says so.
+    let started = std::time::Instant::now();
+    let mut pf = admin
+        .kubelet_node_portforward(&at(c, "web"), &[8080, 9])
+        .await
+        .with_context(|| vk.log_tail())?;
+    let mut conn = pf.take_stream(8080).context("the stream of 8080")?;
+    conn.write_all(b"GET /index.html HTTP/1.0\r\nHost: web\r\n\r\n")
+        .await?;
+    let mut answer = Vec::new();
+    tokio::time::timeout(STREAM, conn.read_to_end(&mut answer))
+        .await
+        .with_context(|| format!("the answer through port-forward\n{}", vk.log_tail()))??;
+    let answer = String::from_utf8_lossy(&answer);
+    eprintln!("port-forward: an HTTP answer in {:?}", started.elapsed());
+    assert!(
+        answer.starts_with("HTTP/1.0 200 OK") && answer.ends_with("\r\n\r\nhello-from-pod\n"),
+        "{answer:?}"
+    );
+    let err = tokio::time::timeout(STREAM, pf.take_error(9).context("the error of 9")?)
+        .await
+        .context("an error on port 9's channel")?
+        .context("an error message")?;
+    assert!(
+        err.starts_with("error forwarding port 9 to pod web_") && err.contains("127.0.0.1:9"),
+        "{err}"
+    );
+    drop(conn);
+    tokio::time::timeout(STREAM, pf.join())
+        .await
+        .context("the port-forward to end")??;
+
+    // Exec with a TTY (`kubectl exec -it web -- sh`): a terminal, resized from the
+    // terminal-size channel through Zun's execute_resize.
+    let mut p = admin
+        .kubelet_node_exec(&at(c, "web"), "c", ["sh"], &AttachParams::interactive_tty())
+        .await
+        .with_context(|| vk.log_tail())?;
+    let mut stdin = p.stdin().context("stdin")?;
+    let mut stdout = p.stdout().context("stdout")?;
+    let mut resize = p.terminal_size().context("terminal size")?;
+    stdin
+        .write_all(b"test -t 0 && test -t 1 && echo on-a-terminal\n")
+        .await?;
+    let mut seen = String::new();
+    assert!(
+        read_until(&mut stdout, "\non-a-terminal", &mut seen).await?,
+        "{seen:?}"
+    );
+    for (rows, cols) in [(30, 100), (45, 132)] {
+        futures::SinkExt::send(
+            &mut resize,
+            kube::api::TerminalSize {
+                width: cols,
+                height: rows,
+            },
+        )
+        .await?;
+        until_size(&mut stdin, &mut stdout, rows, cols)
+            .await
+            .with_context(|| vk.log_tail())?;
+    }
+    stdin.write_all(b"exit\n").await?;
+    let status = tokio::time::timeout(STREAM, p.take_status().context("status")?)
+        .await
+        .context("the session to end")?
+        .context("a status")?;
+    assert_eq!(status.status.as_deref(), Some("Success"), "{status:?}");
+
+    // Attach (`kubectl attach -i talker`): stdin reaches the container's main process and
+    // its stdout comes back.
+    let ap = AttachParams::default().stdin(true).stderr(false);
+    let mut a = admin
+        .kubelet_node_attach(&at(c, "talker"), "c", &ap)
+        .await
+        .with_context(|| vk.log_tail())?;
+    let mut stdin = a.stdin().context("stdin")?;
+    let mut stdout = a.stdout().context("stdout")?;
+    stdin.write_all(b"hello\n").await?;
+    let mut seen = String::new();
+    assert!(
+        read_until(&mut stdout, "got:hello", &mut seen)
+            .await
+            .with_context(|| vk.log_tail())?,
+        "{seen:?}"
+    );
+    a.abort();
+
+    // Attach with a TTY (`kubectl attach -it term`): the container's terminal, resized
+    // through Zun's resize.
+    let mut a = admin
+        .kubelet_node_attach(&at(c, "term"), "c", &AttachParams::interactive_tty())
+        .await
+        .with_context(|| vk.log_tail())?;
+    let mut stdin = a.stdin().context("stdin")?;
+    let mut stdout = a.stdout().context("stdout")?;
+    let mut resize = a.terminal_size().context("terminal size")?;
+    futures::SinkExt::send(
+        &mut resize,
+        kube::api::TerminalSize {
+            width: 90,
+            height: 20,
+        },
+    )
+    .await?;
+    until_size(&mut stdin, &mut stdout, 20, 90)
+        .await
+        .with_context(|| vk.log_tail())?;
+    a.abort();
     Ok(())
 }

@@ -473,6 +473,22 @@ pub trait Container: Send + Sync {
             "put archive into {id}: not offered by this port"
         )))
     }
+
+    /// Resize the TTY of an interactive exec (`exec_id` from
+    /// [`Container::exec_interactive`]) to `width` x `height`.
+    async fn exec_resize(&self, id: &str, exec_id: &str, width: u16, height: u16) -> Result<()> {
+        let _ = (exec_id, width, height);
+        Err(crate::error::Error::unexpected(format!(
+            "exec resize in {id}: not offered by this port"
+        )))
+    }
+    /// Resize the TTY of a container created with `tty` (what attach sees).
+    async fn resize_tty(&self, id: &str, width: u16, height: u16) -> Result<()> {
+        let _ = (width, height);
+        Err(crate::error::Error::unexpected(format!(
+            "tty resize of {id}: not offered by this port"
+        )))
+    }
 }
 
 /// Whether every `(k, v)` of `want` is in `have`.

@@ -78,7 +78,14 @@ pub type SessionOutput = Pin<Box<dyn Stream<Item = Result<Bytes, KubeletError>> 
 /// Bytes to a live session's stdin.
 pub type SessionInput = Pin<Box<dyn Sink<Bytes, Error = KubeletError> + Send>>;
 
-/// An interactive session (exec with stdin, or attach).
+/// Resizes a session's terminal to `(width, height)` (the kubelet's
+/// `TerminalSize`); answers once the backend has applied it.
+pub type Resizer = std::sync::Arc<
+    dyn Fn(u16, u16) -> futures::future::BoxFuture<'static, Result<(), KubeletError>> + Send + Sync,
+>;
+
+/// An interactive session (exec with stdin, attach, or a forwarded port's
+/// connection).
 pub struct Session {
     /// The process's output.
     pub output: SessionOutput,
@@ -86,6 +93,8 @@ pub struct Session {
     pub input: SessionInput,
     /// Whether the session is a TTY (stdin end is sent as Ctrl-D).
     pub tty: bool,
+    /// How to resize its terminal, if it has one the backend can resize.
+    pub resize: Option<Resizer>,
 }
 
 /// Per-container operations of the backend. `pod` is bound to this node and
@@ -125,5 +134,17 @@ pub trait Backend: Send + Sync + 'static {
     ) -> Result<Option<String>, KubeletError> {
         let _ = (pod, container, q);
         Ok(None)
+    }
+
+    /// A TCP connection to `port` on the pod's localhost, as the kubelet's
+    /// port-forward makes it inside the pod's network namespace: `output` is
+    /// what the pod sends and ends when it closes the connection, `input`
+    /// is what the client sends. Backends without one refuse with 501.
+    async fn port_forward(&self, pod: &Pod, port: u16) -> Result<Session, KubeletError> {
+        let _ = (pod, port);
+        Err(KubeletError {
+            status: 501,
+            message: "port forwarding is not supported by this node".into(),
+        })
     }
 }

@@ -4,7 +4,7 @@
 //! authentication (client certificates, TokenReview) and authorisation
 //! (SubjectAccessReview on `nodes/<subresource>`).
 //!
-//! - [`attrs`], [`query`], [`summary`]: the pure parts.
+//! - [`attrs`], [`query`], [`summary`], [`channel`]: the pure parts.
 //! - [`backend`]: what a provider implements ([`backend::Backend`]) and the
 //!   pods of the node ([`backend::Pods`]).
 //! - [`auth`]: who is asking and whether they may.
@@ -15,6 +15,7 @@
 pub mod attrs;
 pub mod auth;
 pub mod backend;
+pub mod channel;
 pub mod kube_pods;
 pub mod query;
 pub mod server;

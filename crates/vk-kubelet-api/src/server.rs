@@ -1,7 +1,7 @@
 //! The kubelet's HTTPS paths on axum: authentication and authorisation in
 //! front of everything, then logs, exec/attach over WebSocket
-//! (`v5.channel.k8s.io`, `v4.channel.k8s.io`), the port-forward refusal,
-//! health, stats and metrics.
+//! (`v5.channel.k8s.io`, `v4.channel.k8s.io`, terminal resizes), port-forward
+//! over WebSocket ([`port_forward`]), health, stats and metrics.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -27,6 +27,7 @@ use tracing::{debug, warn};
 use crate::attrs;
 use crate::auth::{Reviewer, forbidden_message};
 use crate::backend::{Backend, ExecResult, KubeletError, Pods, Session};
+use crate::channel::terminal_size;
 use crate::query::{LogQuery, StreamQuery, trim_logs};
 use crate::summary::{self, CpuRates};
 use crate::tls::PeerIdentity;
@@ -97,8 +98,11 @@ impl KubeletApi {
             .route("/exec/{ns}/{pod}/{uid}/{container}", any(exec_uid))
             .route("/attach/{ns}/{pod}/{container}", any(attach))
             .route("/attach/{ns}/{pod}/{uid}/{container}", any(attach_uid))
-            .route("/portForward/{ns}/{pod}", any(port_forward))
-            .route("/portForward/{ns}/{pod}/{uid}", any(port_forward))
+            .route("/portForward/{ns}/{pod}", any(port_forward::port_forward))
+            .route(
+                "/portForward/{ns}/{pod}/{uid}",
+                any(port_forward::port_forward_uid),
+            )
             .route("/run/{ns}/{pod}/{container}", any(run_refused))
             .route("/run/{ns}/{pod}/{uid}/{container}", any(run_refused))
             .route("/stats/summary", get(stats_summary))
@@ -563,7 +567,7 @@ const STDIN: u8 = 0;
 const STDOUT: u8 = 1;
 const STDERR: u8 = 2;
 const ERROR: u8 = 3;
-const RESIZE: u8 = 4;
+const RESIZE: u8 = crate::channel::RESIZE_CHANNEL;
 const CLOSE: u8 = 255;
 
 fn frame(channel: u8, data: &[u8]) -> Message {
@@ -638,6 +642,7 @@ async fn pump(
         mut output,
         mut input,
         tty,
+        resize,
     } = session;
     let (mut ws_tx, mut ws_rx) = socket.split();
     let out_channel = STDOUT;
@@ -657,7 +662,15 @@ async fn pump(
                     }
                     let _ = input.close().await;
                 }
-                Some(&RESIZE) => {}
+                // Applied before the stdin that follows it, so what the
+                // client types after a resize sees the new size.
+                Some(&RESIZE) => {
+                    if let (Some(r), Some((w, h))) = (resize.as_ref(), terminal_size(&b[1..]))
+                        && let Err(e) = r(w, h).await
+                    {
+                        debug!(error = %e, width = w, height = h, "terminal resize failed");
+                    }
+                }
                 _ => {}
             }
         }
@@ -697,13 +710,6 @@ async fn pump(
         r = writer => r,
         r = reader => r,
     }
-}
-
-async fn port_forward() -> Response {
-    error(KubeletError {
-        status: 501,
-        message: "port forwarding is not supported by this node: pods run as OpenStack Zun containers on a tenant network this node does not reach".into(),
-    })
 }
 
 async fn run_refused() -> Response {
@@ -779,5 +785,6 @@ async fn pods_list(State(api): State<Arc<KubeletApi>>) -> Response {
     }
 }
 
+mod port_forward;
 #[cfg(test)]
 mod tests;

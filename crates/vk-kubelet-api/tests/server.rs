@@ -88,6 +88,23 @@ impl Backend for Fake {
     async fn attach(&self, _: &Pod, _: &str) -> Result<Session, KubeletError> {
         Err(KubeletError::bad_request("no"))
     }
+    /// Port 7 echoes what it gets, upper-cased, and closes after a `.`; others refuse.
+    async fn port_forward(&self, _: &Pod, port: u16) -> Result<Session, KubeletError> {
+        use futures::{SinkExt, StreamExt};
+        if port != 7 {
+            return Err(KubeletError::internal("connection refused"));
+        }
+        let (tx, rx) = futures::channel::mpsc::channel::<bytes::Bytes>(4);
+        let output = rx
+            .take_while(|b| futures::future::ready(b.as_ref() != b"."))
+            .map(|b| Ok(bytes::Bytes::from(b.to_ascii_uppercase())));
+        Ok(Session {
+            output: Box::pin(output),
+            input: Box::pin(tx.sink_map_err(|e| KubeletError::internal(e.to_string()))),
+            tty: false,
+            resize: None,
+        })
+    }
     async fn stats(&self, pods: &[Pod]) -> Result<Vec<PodSample>, KubeletError> {
         Ok(pods
             .iter()
@@ -216,13 +233,9 @@ async fn auth_logs_errors_and_stats_over_tls() {
         .send()
         .await
         .unwrap();
-    assert_eq!(r.status(), 501);
-    assert!(
-        r.text()
-            .await
-            .unwrap()
-            .contains("not supported by this node")
-    );
+    // Port-forward is a WebSocket (SPDY is not spoken here).
+    assert_eq!(r.status(), 400);
+    assert!(r.text().await.unwrap().contains("WebSocket"));
     // The viewer may read stats (nodes/stats) but not exec.
     let r = get("/stats/summary", Some("t-viewer")).await.unwrap();
     assert_eq!(r.status(), 200);
@@ -241,8 +254,49 @@ async fn auth_logs_errors_and_stats_over_tls() {
             .contains("vk_kubelet_api_requests_total")
     );
     exec_with_kube_rs(&base).await;
+    port_forward_with_kube_rs(&base).await;
     stop.cancel();
     emu.shutdown().await;
+}
+
+/// kube-rs's `kubelet_node_portforward` (its `Portforwarder`: port prefixes,
+/// data and error channels) against the kubelet port.
+async fn port_forward_with_kube_rs(base: &str) {
+    use kube::core::kubelet_debug::KubeletDebugParams;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut cfg = kube::Config::new(base.parse().unwrap());
+    cfg.accept_invalid_certs = true;
+    cfg.headers.push((
+        http::header::AUTHORIZATION,
+        "Bearer t-admin".parse().unwrap(),
+    ));
+    let client = kube::Client::try_from(cfg).unwrap();
+    let at = KubeletDebugParams {
+        name: "myapp-pod",
+        namespace: "default",
+        pod_uid: None,
+    };
+    let mut pf = client.kubelet_node_portforward(&at, &[7, 9]).await.unwrap();
+    let mut s = pf.take_stream(7).unwrap();
+    s.write_all(b"hello").await.unwrap();
+    let mut buf = [0u8; 5];
+    s.read_exact(&mut buf).await.unwrap();
+    assert_eq!(&buf, b"HELLO");
+    let err = pf.take_error(9).unwrap().await.unwrap();
+    assert_eq!(
+        err,
+        "error forwarding port 9 to pod myapp-pod_default, uid u1: connection refused"
+    );
+    // The pod's side closing ends the connection, and with it the WebSocket.
+    s.write_all(b".").await.unwrap();
+    let mut rest = Vec::new();
+    s.read_to_end(&mut rest).await.unwrap();
+    assert!(rest.is_empty(), "{rest:?}");
+    // kube-rs's forwarder ends once its local streams are gone. It answers the node's Close
+    // with its own Close after the socket is closed (`SendAfterClosing`), as it does against
+    // a kubelet, which also closes first once every forward has ended: not an error here.
+    drop(s);
+    let _ = pf.join().await;
 }
 
 /// kube-rs's kubelet client (`Client::kubelet_node_exec`, its

@@ -1,7 +1,9 @@
 //! The kubelet API's [`Backend`] on Zun: each pod container is a plain Zun
 //! container (named by [`labels::zun_name`], labelled with the pod's uid and
 //! container name), so logs, exec, stats and top are Zun's own endpoints;
-//! interactive exec and attach go through zun-wsproxy's WebSocket.
+//! interactive exec and attach go through zun-wsproxy's WebSocket (their
+//! terminal resized through Zun's `execute_resize` and `resize`), and
+//! port-forward is a relay in the container ([`port_forward`]).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -13,11 +15,12 @@ use futures::{SinkExt, StreamExt};
 use k8s_openapi::api::core::v1::Pod;
 use openstack::container::{Container, LogOptions, ZunContainer};
 use tokio_tungstenite::tungstenite::Message;
-use vk_kubelet_api::backend::{Backend, ExecResult, KubeletError, Session};
+use vk_kubelet_api::backend::{Backend, ExecResult, KubeletError, Resizer, Session};
 use vk_kubelet_api::query::LogQuery;
 use vk_kubelet_api::summary::{ContainerSample, PodSample};
 
 use crate::labels;
+use crate::port_forward;
 
 /// Zun behind the kubelet API of node `node`.
 pub struct ZunKubelet {
@@ -205,7 +208,14 @@ impl Backend for ZunKubelet {
             .exec_interactive(&c.uuid, command)
             .await
             .map_err(|e| refused("exec", container, e))?;
-        connect(&s.url, container).await
+        let resize = s.exec_id.clone().map(|exec_id| {
+            let (zun, uuid) = (self.zun.clone(), c.uuid.clone());
+            resizer(move |w, h| {
+                let (zun, uuid, exec_id) = (zun.clone(), uuid.clone(), exec_id.clone());
+                async move { zun.exec_resize(&uuid, &exec_id, w, h).await }
+            })
+        });
+        connect(&s.url, container, resize).await
     }
 
     async fn attach(&self, pod: &Pod, container: &str) -> Result<Session, KubeletError> {
@@ -215,7 +225,22 @@ impl Backend for ZunKubelet {
             .attach(&c.uuid)
             .await
             .map_err(|e| refused("attach", container, e))?;
-        connect(&s.url, container).await
+        // Only a container created with a TTY (the pod's `tty: true`, which
+        // the node maps to Zun's) has one to resize.
+        let tty = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.containers.iter().find(|x| x.name == container))
+            .and_then(|x| x.tty)
+            .unwrap_or(false);
+        let resize = tty.then(|| {
+            let (zun, uuid) = (self.zun.clone(), c.uuid.clone());
+            resizer(move |w, h| {
+                let (zun, uuid) = (zun.clone(), uuid.clone());
+                async move { zun.resize_tty(&uuid, w, h).await }
+            })
+        });
+        connect(&s.url, container, resize).await
     }
 
     async fn stats(&self, pods: &[Pod]) -> Result<Vec<PodSample>, KubeletError> {
@@ -286,6 +311,36 @@ impl Backend for ZunKubelet {
         }
         Ok(out)
     }
+
+    async fn port_forward(&self, pod: &Pod, port: u16) -> Result<Session, KubeletError> {
+        let container = port_forward::container_for_port(pod, port)
+            .ok_or_else(|| KubeletError::not_found("the pod has no containers"))?;
+        let c = self.find(pod, &container).await?;
+        let s = self
+            .zun
+            .exec_interactive(&c.uuid, &port_forward::relay_command(port))
+            .await
+            .map_err(|e| refused("port-forward", &container, e))?;
+        let session = connect(&s.url, &container, None).await?;
+        port_forward::relay(session, port).await
+    }
+}
+
+/// A [`Resizer`] calling Zun (its errors as the kubelet's).
+fn resizer<F, Fut>(f: F) -> Resizer
+where
+    F: Fn(u16, u16) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Result<(), openstack::Error>> + Send + 'static,
+{
+    Arc::new(move |w, h| {
+        let fut = f(w, h);
+        let resized: futures::future::BoxFuture<'static, Result<(), KubeletError>> =
+            Box::pin(async move {
+                fut.await
+                    .map_err(|e| KubeletError::internal(format!("terminal resize: {e}")))
+            });
+        resized
+    })
 }
 
 /// A zun-wsproxy session that broke. zun-wsproxy accepts the WebSocket and
@@ -308,7 +363,11 @@ pub fn session_error(cause: &str, seen_output: bool) -> KubeletError {
 
 /// A session on zun-wsproxy (always a TTY: Zun starts interactive execs
 /// with `tty=True`).
-async fn connect(url: &str, container: &str) -> Result<Session, KubeletError> {
+async fn connect(
+    url: &str,
+    container: &str,
+    resize: Option<Resizer>,
+) -> Result<Session, KubeletError> {
     let (ws, _) = tokio_tungstenite::connect_async(url).await.map_err(|e| {
         KubeletError::internal(format!(
             "connecting to zun-wsproxy for container {container:?}: {e}"
@@ -343,6 +402,7 @@ async fn connect(url: &str, container: &str) -> Result<Session, KubeletError> {
         output: Box::pin(output),
         input: Box::pin(input),
         tty: true,
+        resize,
     })
 }
 

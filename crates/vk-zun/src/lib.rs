@@ -5,7 +5,8 @@
 //! - [`status`]: what to do on Zun and the pod status to show (pure).
 //! - [`provider`]: the [`vk_runtime::provider::Provider`] on the Zun port:
 //!   one list per pass, the actions, the node's capacity from the quota.
-//! - [`kubelet`]: the kubelet API's backend (logs, exec, attach, stats).
+//! - [`kubelet`]: the kubelet API's backend (logs, exec, attach, stats);
+//!   [`port_forward`]: its port-forward relay in the container.
 //! - [`downward`]: env `fieldRef`/`resourceFieldRef` as the kubelet resolves them (pure).
 //! - [`network`]: the pod's Neutron network (annotation, `OpenstackProject`, flag).
 //! - [`pod_port`]: the pod's own Neutron port (name, find-before-create, sweep).
@@ -23,6 +24,7 @@ pub mod network;
 pub mod pod_port;
 pub mod prober;
 pub mod probes;
+pub mod port_forward;
 pub mod provider;
 pub mod quantity;
 pub mod run_logs;

@@ -298,6 +298,28 @@ impl Container for ContainerAdapter {
         self.core.send(&self.req(r)?).await?;
         Ok(())
     }
+
+    async fn exec_resize(&self, id: &str, exec_id: &str, width: u16, height: u16) -> Result<()> {
+        // Docker waits (up to 10 s) for an exec zun-wsproxy has not started yet.
+        let r = Request::post(
+            S,
+            "exec_resize",
+            format!("containers/{}/execute_resize", seg(id)),
+        )
+        .query("exec_id", exec_id)
+        .query("h", height.to_string())
+        .query("w", width.to_string());
+        self.core.send(&self.req(r)?).await?;
+        Ok(())
+    }
+
+    async fn resize_tty(&self, id: &str, width: u16, height: u16) -> Result<()> {
+        let r = Request::post(S, "resize_tty", format!("containers/{}/resize", seg(id)))
+            .query("h", height.to_string())
+            .query("w", width.to_string());
+        self.core.send(&self.req(r)?).await?;
+        Ok(())
+    }
 }
 
 /// Parse `GET /containers/{id}/stats` (numbers, or strings of numbers).
