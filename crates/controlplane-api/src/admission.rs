@@ -130,6 +130,19 @@ fn database_and_cache(
     out
 }
 
+/// Nova and Cinder also name their message queue.
+fn with_messaging(
+    mut refs: Vec<Reference>,
+    messaging: &crate::common::ExternalServiceRef,
+) -> Vec<Reference> {
+    refs.push(reference(
+        "spec.messaging",
+        &messaging.name,
+        ServiceKind::Messaging,
+    ));
+    refs
+}
+
 impl ServiceAdmission for KeystoneSpec {
     fn release(&self) -> &str {
         &self.release
@@ -170,13 +183,10 @@ impl ServiceAdmission for NovaSpec {
         &self.release
     }
     fn references(&self) -> Vec<Reference> {
-        let mut out = database_and_cache(&self.database.service, self.cache.as_ref());
-        out.push(reference(
-            "spec.messaging",
-            &self.messaging.name,
-            ServiceKind::Messaging,
-        ));
-        out
+        with_messaging(
+            database_and_cache(&self.database.service, self.cache.as_ref()),
+            &self.messaging,
+        )
     }
 }
 
@@ -185,13 +195,10 @@ impl ServiceAdmission for CinderSpec {
         &self.release
     }
     fn references(&self) -> Vec<Reference> {
-        let mut out = database_and_cache(&self.database.service, self.cache.as_ref());
-        out.push(reference(
-            "spec.messaging",
-            &self.messaging.name,
-            ServiceKind::Messaging,
-        ));
-        out
+        with_messaging(
+            database_and_cache(&self.database.service, self.cache.as_ref()),
+            &self.messaging,
+        )
     }
 }
 

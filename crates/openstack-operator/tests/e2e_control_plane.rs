@@ -11,177 +11,26 @@
 //! issued a real token to the operator. (The rendered configuration itself is booted for real
 //! by controlplane-render's `keystone_boot` test.)
 
+mod cp_common;
+
 use std::collections::{BTreeMap, BTreeSet};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Context as _;
 use controlplane_api::condition_types as ct;
+use cp_common::*;
 use e2e::{Check, Target, wait_for};
-use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
-use kube::{Api, Client, ResourceExt};
+use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 
-const BIN: &str = env!("CARGO_BIN_EXE_openstack-operator");
-const WAIT: Duration = Duration::from_secs(90);
-const POLL: Duration = Duration::from_millis(300);
 /// `--secret-propagation-seconds` of the operator under test (180 in production).
 const PROPAGATION_SECONDS: i64 = 3;
-
-struct Proc(Child);
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn mariadb(sql: &str) -> anyhow::Result<()> {
-    let out = Command::new("mariadb")
-        .args(["-h", "127.0.0.1", "-P", "13306", "-u", "root", "-e", sql])
-        .output()
-        .context("running mariadb (is the test cloud up?)")?;
-    anyhow::ensure!(
-        out.status.success(),
-        "mariadb: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Ok(())
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap_or(0)
-}
-
-/// The admin password and identity URL of the test cloud's Keystone (from its clouds.yaml).
-fn test_cloud_keystone() -> anyhow::Result<(String, String)> {
-    let path = std::env::var("OS_CLIENT_CONFIG_FILE")
-        .unwrap_or_else(|_| "/var/cache/openstack-operator/test-cloud/clouds.yaml".into());
-    let text = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
-    let v: Value = serde_saphyr::from_str(&text).context("parsing clouds.yaml")?;
-    let auth = &v["clouds"]["local-admin"]["auth"];
-    let password = auth["password"]
-        .as_str()
-        .context("no local-admin password in clouds.yaml")?;
-    let url = auth["auth_url"]
-        .as_str()
-        .context("no local-admin auth_url in clouds.yaml")?;
-    Ok((password.to_string(), url.trim_end_matches('/').to_string()))
-}
-
-fn secret(name: &str, data: &[(&str, &str)]) -> Secret {
-    Secret {
-        metadata: kube::api::ObjectMeta {
-            name: Some(name.into()),
-            ..Default::default()
-        },
-        data: Some(
-            data.iter()
-                .map(|(k, v)| (k.to_string(), ByteString(v.as_bytes().to_vec())))
-                .collect(),
-        ),
-        ..Default::default()
-    }
-}
-
-fn cond(obj: &Value, type_: &str) -> Option<(bool, String, String)> {
-    obj["status"]["conditions"]
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == type_)
-        .map(|c| {
-            (
-                c["status"] == "True",
-                c["reason"].as_str().unwrap_or("").to_string(),
-                c["message"].as_str().unwrap_or("").to_string(),
-            )
-        })
-}
-
-/// What the test, as the controller manager, does to Jobs of a step.
-#[derive(Default)]
-struct Kubelet {
-    fail_steps: BTreeSet<String>,
-    completed: Vec<String>,
-    failed: Vec<String>,
-}
-
-async fn play_controller_manager(client: Client, ns: String, state: Arc<Mutex<Kubelet>>) {
-    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
-    let deps: Api<Deployment> = Api::namespaced(client.clone(), &ns);
-    loop {
-        if let Ok(list) = jobs.list(&ListParams::default()).await {
-            for j in list.items {
-                if j.status
-                    .as_ref()
-                    .and_then(|s| s.conditions.as_ref())
-                    .is_some_and(|c| !c.is_empty())
-                {
-                    continue;
-                }
-                let step = j
-                    .labels()
-                    .get("controlplane.sunet.se/step")
-                    .cloned()
-                    .unwrap_or_default();
-                let fail = state
-                    .lock()
-                    .map(|s| s.fail_steps.contains(&step))
-                    .unwrap_or(false);
-                let status = if fail {
-                    json!({"failed": 3, "conditions": [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded",
-                        "message": "Job has reached the specified backoff limit"}]})
-                } else {
-                    json!({"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]})
-                };
-                if jobs
-                    .patch_status(
-                        &j.name_any(),
-                        &PatchParams::default(),
-                        &Patch::Merge(json!({"status": status})),
-                    )
-                    .await
-                    .is_ok()
-                    && let Ok(mut s) = state.lock()
-                {
-                    if fail {
-                        s.failed.push(j.name_any())
-                    } else {
-                        s.completed.push(j.name_any())
-                    }
-                }
-            }
-        }
-        if let Ok(list) = deps.list(&ListParams::default()).await {
-            for d in list.items {
-                let generation = d.metadata.generation.unwrap_or(0);
-                let replicas = d.spec.replicas.unwrap_or(1);
-                if d.status.as_ref().and_then(|s| s.observed_generation) == Some(generation) {
-                    continue;
-                }
-                let status = json!({"observedGeneration": generation, "replicas": replicas, "updatedReplicas": replicas,
-                    "readyReplicas": replicas, "availableReplicas": replicas});
-                let _ = deps
-                    .patch_status(
-                        &d.name_any(),
-                        &PatchParams::default(),
-                        &Patch::Merge(json!({"status": status})),
-                    )
-                    .await;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
 
 /// A Secret's data as file name → bytes.
 fn secret_files(s: &Secret) -> BTreeMap<String, Vec<u8>> {
@@ -232,130 +81,6 @@ async fn migrate_jobs(jobs: &Api<Job>) -> anyhow::Result<Vec<Job>> {
         .items;
     list.sort_by_key(|j| j.metadata.creation_timestamp.as_ref().map(|t| t.0));
     Ok(list)
-}
-
-fn job_env(j: &Job, name: &str) -> Option<String> {
-    j.spec
-        .as_ref()?
-        .template
-        .spec
-        .as_ref()?
-        .containers
-        .first()?
-        .env
-        .as_ref()?
-        .iter()
-        .find(|e| e.name == name)
-        .and_then(|e| e.value.clone())
-}
-
-async fn install_crds(client: &Client) -> anyhow::Result<()> {
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    for crd in controlplane_api::all_crds() {
-        let name = crd.metadata.name.clone().unwrap_or_default();
-        crds.patch(
-            &name,
-            &PatchParams::apply("e2e").force(),
-            &Patch::Apply(&crd),
-        )
-        .await?;
-        wait_for(WAIT, POLL, &format!("CRD {name} Established"), async || {
-            let c = crds.get(&name).await?;
-            let ok = c
-                .status
-                .and_then(|s| s.conditions)
-                .unwrap_or_default()
-                .iter()
-                .any(|c| c.type_ == "Established" && c.status == "True");
-            Ok(if ok {
-                Check::Done(())
-            } else {
-                Check::Pending("not established".into())
-            })
-        })
-        .await?;
-    }
-    Ok(())
-}
-
-async fn get(api: &Api<kube::api::DynamicObject>, name: &str) -> anyhow::Result<Value> {
-    Ok(serde_json::to_value(api.get(name).await?)?)
-}
-
-fn dyn_api(client: &Client, ns: &str, kind: &str, plural: &str) -> Api<kube::api::DynamicObject> {
-    let ar = kube::api::ApiResource {
-        group: "controlplane.sunet.se".into(),
-        version: "v1alpha1".into(),
-        api_version: "controlplane.sunet.se/v1alpha1".into(),
-        kind: kind.into(),
-        plural: plural.into(),
-    };
-    Api::namespaced_with(client.clone(), ns, &ar)
-}
-
-async fn create_namespace(client: &Client) -> anyhow::Result<String> {
-    let ns = format!("cp-e2e-{}", e2e::names::random_suffix());
-    let nss: Api<Namespace> = Api::all(client.clone());
-    nss.create(
-        &PostParams::default(),
-        &Namespace {
-            metadata: kube::api::ObjectMeta {
-                name: Some(ns.clone()),
-                ..Default::default()
-            },
-            ..Default::default()
-        },
-    )
-    .await?;
-    Ok(ns)
-}
-
-/// A database admin account of the test's own on the test cloud's MariaDB: (user, password).
-fn db_admin_user() -> anyhow::Result<(String, String)> {
-    let admin_user = format!("cpe2e_{}", e2e::names::random_suffix().replace('-', "_"));
-    let admin_pw = controlplane_render::secrets::password(24);
-    mariadb(&format!(
-        "CREATE USER '{admin_user}'@'127.0.0.1' IDENTIFIED BY '{admin_pw}'; GRANT ALL ON *.* TO '{admin_user}'@'127.0.0.1' WITH GRANT OPTION"
-    ))?;
-    Ok((admin_user, admin_pw))
-}
-
-/// Starts `openstack-operator control-plane` on namespace `ns` with short intervals and
-/// `extra` flags: (process, log file, metrics port).
-fn start_operator(
-    target: &Target,
-    ns: &str,
-    extra: &[String],
-) -> anyhow::Result<(Proc, std::path::PathBuf, u16)> {
-    let log_path = std::env::temp_dir().join(format!("e2e_control_plane-{ns}.log"));
-    let log = std::fs::File::create(&log_path)?;
-    let metrics_port = free_port();
-    let op = Proc(
-        Command::new(BIN)
-            .args([
-                "control-plane",
-                "--health-addr",
-                &format!("127.0.0.1:{}", free_port()),
-                "--metrics-addr",
-                &format!("127.0.0.1:{metrics_port}"),
-                "--watch-namespace",
-                ns,
-                "--check-interval-seconds",
-                "5",
-                "--job-retry-base-seconds",
-                "2",
-                "--job-retry-max-seconds",
-                "4",
-                "--resync-seconds",
-                "5",
-            ])
-            .args(extra)
-            .env("KUBECONFIG", target.kubeconfig())
-            .stdout(Stdio::from(log.try_clone()?))
-            .stderr(Stdio::from(log))
-            .spawn()?,
-    );
-    Ok((op, log_path, metrics_port))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1122,42 +847,6 @@ async fn control_plane_keystone_end_to_end() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The config-hash annotation of a Deployment's pod template.
-fn config_hash(d: &Deployment) -> String {
-    d.spec
-        .template
-        .metadata
-        .as_ref()
-        .and_then(|m| m.annotations.as_ref())
-        .and_then(|a| a.get("controlplane.sunet.se/config-hash"))
-        .cloned()
-        .unwrap_or_default()
-}
-
-/// Names of the Jobs of service `service` (the `app.kubernetes.io/name` label).
-async fn service_jobs(jobs: &Api<Job>, service: &str) -> anyhow::Result<BTreeSet<String>> {
-    Ok(jobs
-        .list(&ListParams::default().labels(&format!("app.kubernetes.io/name={service}")))
-        .await?
-        .items
-        .iter()
-        .map(|j| j.name_any())
-        .collect())
-}
-
-fn secret_text(s: &Secret, key: &str) -> String {
-    s.data
-        .as_ref()
-        .and_then(|d| d.get(key))
-        .map(|b| String::from_utf8_lossy(&b.0).into_owned())
-        .unwrap_or_default()
-}
-
-/// Placement on the shared pipeline: it waits for its Keystone, runs db-init, db-sync and
-/// service-user, rolls its API, and is Ready only once the API (the test cloud's real
-/// Placement, through `--api-url`) answers a request authenticated with a token the real
-/// Keystone issued. An override re-runs exactly db-sync and rolls the Deployment; a db-sync
-/// failing twice is retried under new names with the reason in status, then recovers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn control_plane_placement_end_to_end() -> anyhow::Result<()> {
     let target = Target::from_env().await?;

@@ -72,6 +72,39 @@ fn certificates() -> anyhow::Result<(String, String, String)> {
     Ok((ca_cert.pem(), cert.pem(), key.serialize_pem()))
 }
 
+/// The control-plane operator with its external-service controller and its webhook on `port`
+/// serving the `cert`/`key` files.
+fn operator(
+    ns: &str,
+    port: u16,
+    cert: &std::path::Path,
+    key: &std::path::Path,
+    kubeconfig: &std::path::Path,
+) -> std::io::Result<Child> {
+    Command::new(BIN)
+        .args([
+            "control-plane",
+            "--controllers",
+            "external-service",
+            "--health-addr",
+            &format!("127.0.0.1:{}", free_port()),
+            "--metrics-addr",
+            &format!("127.0.0.1:{}", free_port()),
+            "--watch-namespace",
+            ns,
+            "--webhook-addr",
+            &format!("127.0.0.1:{port}"),
+            "--webhook-cert-file",
+        ])
+        .arg(cert)
+        .arg("--webhook-key-file")
+        .arg(key)
+        .env("KUBECONFIG", kubeconfig)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+}
+
 /// The repository's ValidatingWebhookConfiguration, pointed at `url` and trusting `ca`.
 fn packaged_config(url: &str, ca: &str) -> anyhow::Result<ValidatingWebhookConfiguration> {
     let path = concat!(
@@ -168,30 +201,13 @@ async fn webhook_refuses_cross_object_errors_with_their_message() -> anyhow::Res
     std::fs::write(dir.join("tls.crt"), &cert)?;
     std::fs::write(dir.join("tls.key"), &key)?;
     let port = free_port();
-    let mut op = Some(Proc(
-        Command::new(BIN)
-            .args([
-                "control-plane",
-                "--controllers",
-                "external-service",
-                "--health-addr",
-                &format!("127.0.0.1:{}", free_port()),
-                "--metrics-addr",
-                &format!("127.0.0.1:{}", free_port()),
-                "--watch-namespace",
-                ns,
-                "--webhook-addr",
-                &format!("127.0.0.1:{port}"),
-                "--webhook-cert-file",
-            ])
-            .arg(dir.join("tls.crt"))
-            .arg("--webhook-key-file")
-            .arg(dir.join("tls.key"))
-            .env("KUBECONFIG", &kubeconfig)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()?,
-    ));
+    let mut op = Some(Proc(operator(
+        ns,
+        port,
+        &dir.join("tls.crt"),
+        &dir.join("tls.key"),
+        &kubeconfig,
+    )?));
     wait_for(WAIT, POLL, "webhook listening", async || {
         Ok(
             match tokio::net::TcpStream::connect(("127.0.0.1", port)).await {
@@ -376,30 +392,13 @@ async fn webhook_refuses_cross_object_errors_with_their_message() -> anyhow::Res
 
     // A webhook that cannot serve (no certificate) stops the operator with a failure exit,
     // so the pod restarts visibly instead of running without its webhook.
-    let mut broken = Proc(
-        Command::new(BIN)
-            .args([
-                "control-plane",
-                "--controllers",
-                "external-service",
-                "--health-addr",
-                &format!("127.0.0.1:{}", free_port()),
-                "--metrics-addr",
-                &format!("127.0.0.1:{}", free_port()),
-                "--watch-namespace",
-                ns,
-                "--webhook-addr",
-                &format!("127.0.0.1:{}", free_port()),
-                "--webhook-cert-file",
-            ])
-            .arg(dir.join("missing.crt"))
-            .arg("--webhook-key-file")
-            .arg(dir.join("missing.key"))
-            .env("KUBECONFIG", &kubeconfig)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()?,
-    );
+    let mut broken = Proc(operator(
+        ns,
+        free_port(),
+        &dir.join("missing.crt"),
+        &dir.join("missing.key"),
+        &kubeconfig,
+    )?);
     let status = wait_for(WAIT, POLL, "the operator exits", async || {
         Ok(match broken.0.try_wait()? {
             Some(status) => Check::Done(status),
