@@ -369,6 +369,57 @@ fn missing(m: String) -> TranslateError {
     TranslateError::MissingReference(m)
 }
 
+/// A ConfigMap's keys as files, for a `configMap` volume or projected source alike; a missing
+/// ConfigMap is nothing when `optional`, else the container waits for it.
+fn config_map_items(
+    src: &Sources,
+    name: &str,
+    items: Option<&[KeyToPath]>,
+    optional: Option<bool>,
+    default_mode: Option<i32>,
+    out: &mut Payload,
+) -> Result<(), TranslateError> {
+    let optional = optional == Some(true);
+    match src.config_maps.get(name) {
+        Some(cm) => key_items(
+            "configmap",
+            name,
+            &config_map_data(cm),
+            items,
+            optional,
+            default_mode,
+            out,
+        ),
+        None if optional => Ok(()),
+        None => Err(missing(format!("configmap {name:?} not found"))),
+    }
+}
+
+/// A Secret's keys as files, for a `secret` volume or projected source alike.
+fn secret_items(
+    src: &Sources,
+    name: &str,
+    items: Option<&[KeyToPath]>,
+    optional: Option<bool>,
+    default_mode: Option<i32>,
+    out: &mut Payload,
+) -> Result<(), TranslateError> {
+    let optional = optional == Some(true);
+    match src.secrets.get(name) {
+        Some(sec) => key_items(
+            "secret",
+            name,
+            &secret_data(sec),
+            items,
+            optional,
+            default_mode,
+            out,
+        ),
+        None if optional => Ok(()),
+        None => Err(missing(format!("secret {name:?} not found"))),
+    }
+}
+
 fn key_items(
     what: &str,
     name: &str,
@@ -491,36 +542,24 @@ fn payload(
     let at = format!("spec.volumes[{i}]");
     let mut out = Payload::new();
     if let Some(c) = &v.config_map {
-        let optional = c.optional == Some(true);
-        match src.config_maps.get(&c.name) {
-            Some(cm) => key_items(
-                "configmap",
-                &c.name,
-                &config_map_data(cm),
-                c.items.as_deref(),
-                optional,
-                c.default_mode,
-                &mut out,
-            )?,
-            None if optional => {}
-            None => return Err(missing(format!("configmap {:?} not found", c.name))),
-        }
+        config_map_items(
+            src,
+            &c.name,
+            c.items.as_deref(),
+            c.optional,
+            c.default_mode,
+            &mut out,
+        )?;
     } else if let Some(s) = &v.secret {
-        let name = s.secret_name.clone().unwrap_or_default();
-        let optional = s.optional == Some(true);
-        match src.secrets.get(&name) {
-            Some(sec) => key_items(
-                "secret",
-                &name,
-                &secret_data(sec),
-                s.items.as_deref(),
-                optional,
-                s.default_mode,
-                &mut out,
-            )?,
-            None if optional => {}
-            None => return Err(missing(format!("secret {name:?} not found"))),
-        }
+        let name = s.secret_name.as_deref().unwrap_or_default();
+        secret_items(
+            src,
+            name,
+            s.items.as_deref(),
+            s.optional,
+            s.default_mode,
+            &mut out,
+        )?;
     } else if let Some(d) = &v.downward_api {
         downward_items(
             &format!("{at}.downwardAPI"),
@@ -534,35 +573,23 @@ fn payload(
     } else if let Some(p) = &v.projected {
         for (j, s) in p.sources.iter().flatten().enumerate() {
             if let Some(c) = &s.config_map {
-                let optional = c.optional == Some(true);
-                match src.config_maps.get(&c.name) {
-                    Some(cm) => key_items(
-                        "configmap",
-                        &c.name,
-                        &config_map_data(cm),
-                        c.items.as_deref(),
-                        optional,
-                        p.default_mode,
-                        &mut out,
-                    )?,
-                    None if optional => {}
-                    None => return Err(missing(format!("configmap {:?} not found", c.name))),
-                }
+                config_map_items(
+                    src,
+                    &c.name,
+                    c.items.as_deref(),
+                    c.optional,
+                    p.default_mode,
+                    &mut out,
+                )?;
             } else if let Some(c) = &s.secret {
-                let optional = c.optional == Some(true);
-                match src.secrets.get(&c.name) {
-                    Some(sec) => key_items(
-                        "secret",
-                        &c.name,
-                        &secret_data(sec),
-                        c.items.as_deref(),
-                        optional,
-                        p.default_mode,
-                        &mut out,
-                    )?,
-                    None if optional => {}
-                    None => return Err(missing(format!("secret {:?} not found", c.name))),
-                }
+                secret_items(
+                    src,
+                    &c.name,
+                    c.items.as_deref(),
+                    c.optional,
+                    p.default_mode,
+                    &mut out,
+                )?;
             } else if let Some(d) = &s.downward_api {
                 downward_items(
                     &format!("{at}.projected.sources[{j}].downwardAPI"),
