@@ -15,6 +15,7 @@ mod scenarios;
 mod stats;
 mod vk;
 mod vk_report;
+mod vk_tenants;
 mod world;
 
 use std::path::{Path, PathBuf};
@@ -106,10 +107,18 @@ struct Args {
     /// vk: the node's --poll-interval-seconds (its default is 5).
     #[arg(long, default_value_t = 5)]
     vk_poll_interval_seconds: u64,
+    /// vk: run the virtual kubelet in --tenants mode with this many ZunTenants (the test
+    /// cloud offers 2), pods spread over them, instead of one single-tenant node (0).
+    #[arg(long, default_value_t = 0)]
+    vk_tenants: usize,
     /// Internal: run the virtual kubelet on the in-memory Zun as node NODE (the vk
     /// measurement starts this executable so).
     #[arg(long, value_name = "NODE", hide = true)]
     fake_zun_node: Option<String>,
+    /// Internal: run one node per NODE=NAMESPACE pair (comma-separated) on in-memory Zun and
+    /// Neutron, as `virtual-kubelet --tenants` does (the vk measurement with --vk-tenants).
+    #[arg(long, value_name = "NODE=NAMESPACE,...", hide = true)]
+    fake_zun_tenants: Option<String>,
 }
 
 impl Args {
@@ -447,21 +456,42 @@ async fn run(args: Args) -> anyhow::Result<(Report, PathBuf)> {
             poll_interval_s: args.vk_poll_interval_seconds,
         };
         journal.update(|rep| rep.virtual_kubelet = Some(Default::default()));
-        if args.pods > 0 {
-            let real = vk::real(&bench, &operator, &opts, &token, &mut problems).await;
-            journal.update(|rep| {
-                if let Some(v) = rep.virtual_kubelet.as_mut() {
-                    v.real = real;
-                }
-            });
-        }
-        if args.fake_pods > 0 {
-            let fake = vk::fake(&bench, &opts, &token, &mut problems).await;
-            journal.update(|rep| {
-                if let Some(v) = rep.virtual_kubelet.as_mut() {
-                    v.fake = fake;
-                }
-            });
+        if args.vk_tenants > 0 {
+            if args.pods > 0 {
+                let real =
+                    vk_tenants::real(&bench, &opts, args.vk_tenants, &token, &mut problems).await;
+                journal.update(|rep| {
+                    if let Some(v) = rep.virtual_kubelet.as_mut() {
+                        v.tenants = real;
+                    }
+                });
+            }
+            if args.fake_pods > 0 {
+                let fake =
+                    vk_tenants::fake(&bench, &opts, args.vk_tenants, &token, &mut problems).await;
+                journal.update(|rep| {
+                    if let Some(v) = rep.virtual_kubelet.as_mut() {
+                        v.fake_tenants = fake;
+                    }
+                });
+            }
+        } else {
+            if args.pods > 0 {
+                let real = vk::real(&bench, &operator, &opts, &token, &mut problems).await;
+                journal.update(|rep| {
+                    if let Some(v) = rep.virtual_kubelet.as_mut() {
+                        v.real = real;
+                    }
+                });
+            }
+            if args.fake_pods > 0 {
+                let fake = vk::fake(&bench, &opts, &token, &mut problems).await;
+                journal.update(|rep| {
+                    if let Some(v) = rep.virtual_kubelet.as_mut() {
+                        v.fake = fake;
+                    }
+                });
+            }
         }
     }
     if let Err(e) = bench.delete_namespace().await {
@@ -508,6 +538,9 @@ async fn main() -> anyhow::Result<()> {
     let mut args = Args::parse();
     if let Some(node) = args.fake_zun_node.take() {
         return fake_node::run(node, args.vk_poll_interval_seconds).await;
+    }
+    if let Some(spec) = args.fake_zun_tenants.take() {
+        return fake_node::run_tenants(&spec, args.vk_poll_interval_seconds).await;
     }
     if let Some(run) = args.sweep.take() {
         return sweep(run).await;

@@ -19,6 +19,9 @@ pub const DEBUG_ADAPTER_FILTER: &str = "info,openstack_sdk=warn,openstack::adapt
 pub struct OsRequest {
     /// When the line was written: the response had arrived.
     pub logged_at: Timestamp,
+    /// The OpenStack service (`identity`, `network`, `container`, ...), as in the call
+    /// counter's `service` label.
+    pub service: String,
     /// The port method (`create_project`, ...), as in the call counter's `operation` label.
     pub operation: String,
     /// HTTP method (one port method may send several requests: Neutron creates are a POST
@@ -61,6 +64,7 @@ pub fn parse_line(line: &str) -> Option<OsRequest> {
     };
     Some(OsRequest {
         logged_at: v["timestamp"].as_str()?.parse().ok()?,
+        service: v["service"].as_str().unwrap_or_default().to_string(),
         operation: v["operation"].as_str()?.to_string(),
         method: v["method"].as_str().unwrap_or_default().to_string(),
         status: text(&v["status"]).unwrap_or_default(),

@@ -78,7 +78,7 @@ fn ms_since(t0: Timestamp, t: Timestamp) -> f64 {
 }
 
 /// Where the node's Zun calls are read.
-enum Counter {
+pub(crate) enum Counter {
     /// `/metrics` of its kubelet API, with a bearer token the emulator accepts.
     Metrics {
         http: reqwest::Client,
@@ -124,14 +124,14 @@ impl Counter {
 }
 
 /// A window over the node's calls: a scrape and a log position at its start.
-struct Window {
+pub(crate) struct Window {
     started: Instant,
     before: Option<BTreeMap<String, f64>>,
     cursor: LogCursor,
 }
 
 impl Window {
-    async fn open(counter: &Counter, log: &Path) -> anyhow::Result<Self> {
+    pub(crate) async fn open(counter: &Counter, log: &Path) -> anyhow::Result<Self> {
         Ok(Window {
             cursor: LogCursor::at_end(log)?,
             before: counter.scrape().await?,
@@ -139,11 +139,15 @@ impl Window {
         })
     }
 
-    async fn close(mut self, counter: &Counter) -> anyhow::Result<Calls> {
+    pub(crate) async fn close(mut self, counter: &Counter) -> anyhow::Result<Calls> {
         let seconds = self.started.elapsed().as_secs_f64();
         let after = counter.scrape().await?;
         let reqs = oplog::parse(&self.cursor.read_new()?);
         let http_requests = oplog::count_by_request(&reqs);
+        let mut by_service: BTreeMap<String, u64> = BTreeMap::new();
+        for r in &reqs {
+            *by_service.entry(r.service.clone()).or_default() += 1;
+        }
         let mut attempts: BTreeMap<String, f64> = BTreeMap::new();
         for r in &reqs {
             *attempts.entry(r.operation.clone()).or_default() += 1.0;
@@ -159,13 +163,14 @@ impl Window {
             by_operation,
             total,
             http_requests,
+            by_service,
             retried_requests: retried.max(0.0) as u64,
         })
     }
 }
 
 /// Waits until node `name` is Ready.
-async fn node_ready(bench: &Bench, name: &str, timeout: Duration) -> anyhow::Result<()> {
+pub(crate) async fn node_ready(bench: &Bench, name: &str, timeout: Duration) -> anyhow::Result<()> {
     let nodes: Api<Node> = Api::all(bench.client.clone());
     wait_for(
         timeout,
@@ -197,7 +202,7 @@ fn phase(p: &Pod) -> &str {
 }
 
 /// Creates the pods (8 at a time) and returns when each was sent.
-async fn create_pods(
+pub(crate) async fn create_pods(
     pods: &Api<Pod>,
     manifests: Vec<Pod>,
 ) -> anyhow::Result<BTreeMap<String, Instant>> {
@@ -218,7 +223,7 @@ async fn create_pods(
 
 /// Polls until every pod of `sent` is Running (or Failed); returns, per pod, seconds from its
 /// send until seen Running, and the failed ones with their reason.
-async fn wait_running(
+pub(crate) async fn wait_running(
     pods: &Api<Pod>,
     run: &str,
     sent: &BTreeMap<String, Instant>,
@@ -573,7 +578,7 @@ pub async fn real(
 }
 
 /// Deletes Zun containers the node left (after a clean run there are none: each is reported).
-async fn sweep_containers(tenant: &ZunTenant, node: &str, clean: bool) -> Vec<String> {
+pub(crate) async fn sweep_containers(tenant: &ZunTenant, node: &str, clean: bool) -> Vec<String> {
     let mut problems = Vec::new();
     let zun = match tenant.client().await {
         Ok(z) => z,
@@ -645,7 +650,13 @@ pub async fn fake(
     let node = format!("bench-{}-fake", bench.run);
     let dir = e2e::operator::log_dir(&bench.binary);
     let out_path = dir.join(format!("bench-{}-fake.out", bench.run));
-    let child = spawn_fake(bench, &node, &dir, &out_path, opts.poll_interval_s);
+    let child = spawn_fake(
+        bench,
+        &["--fake-zun-node", &node],
+        &dir,
+        &out_path,
+        opts.poll_interval_s,
+    );
     let mut child = match child {
         Ok(c) => c,
         Err(e) => {
@@ -694,9 +705,9 @@ pub async fn fake(
     ok.then_some(f)
 }
 
-fn spawn_fake(
+pub(crate) fn spawn_fake(
     bench: &Bench,
-    node: &str,
+    mode: &[&str],
     dir: &Path,
     out_path: &Path,
     poll_interval_s: u64,
@@ -706,12 +717,8 @@ fn spawn_fake(
         .with_context(|| format!("creating {}", out_path.display()))?;
     let me = std::env::current_exe().context("locating this executable")?;
     std::process::Command::new(me)
-        .args([
-            "--fake-zun-node",
-            node,
-            "--vk-poll-interval-seconds",
-            &poll_interval_s.to_string(),
-        ])
+        .args(mode)
+        .args(["--vk-poll-interval-seconds", &poll_interval_s.to_string()])
         .env("KUBECONFIG", bench.target.kubeconfig())
         .env_remove("RUST_LOG")
         .stdin(std::process::Stdio::null())
@@ -720,7 +727,7 @@ fn spawn_fake(
         .context("starting the fake-Zun node")
 }
 
-async fn stop_child(child: &mut std::process::Child) -> anyhow::Result<()> {
+pub(crate) async fn stop_child(child: &mut std::process::Child) -> anyhow::Result<()> {
     let pid = libc::pid_t::try_from(child.id()).context("process id out of range")?;
     // SAFETY: signalling our own child, not yet reaped.
     unsafe { libc::kill(pid, libc::SIGTERM) };
@@ -739,7 +746,7 @@ async fn stop_child(child: &mut std::process::Child) -> anyhow::Result<()> {
     }
 }
 
-fn read_fake_calls(path: &Path) -> anyhow::Result<BTreeMap<String, u64>> {
+pub(crate) fn read_fake_calls(path: &Path) -> anyhow::Result<BTreeMap<String, u64>> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     let line = text

@@ -14,6 +14,72 @@ pub struct VkRun {
     pub real: Option<RealRun>,
     /// The provider with the in-memory Zun, for the pod count real Zun cannot hold here.
     pub fake: Option<FakeRun>,
+    /// The binary in `--tenants` mode against real Zun and Neutron (`--vk-tenants`).
+    pub tenants: Option<TenantsRun>,
+    /// Several tenant nodes in one process on in-memory Zun and Neutron (`--vk-tenants`).
+    pub fake_tenants: Option<FakeTenantsRun>,
+}
+
+/// N pods spread over the tenants of one `--tenants` process, against real Zun and Neutron.
+#[derive(Debug, Default, Serialize)]
+pub struct TenantsRun {
+    /// The tenants' nodes (one per `ZunTenant`).
+    pub nodes: Vec<String>,
+    /// The clouds.yaml entries the tenants' application credentials came from.
+    pub clouds: Vec<String>,
+    /// Pods, spread evenly.
+    pub pods: u32,
+    /// The process's `--poll-interval-seconds`.
+    pub poll_interval_s: u64,
+    /// The process's memory: its nodes Ready with no pod, 5 s after.
+    pub memory_idle: Memory,
+    /// From sending the first pod until the bench saw the last Running, in seconds.
+    pub start_s: f64,
+    /// `pods / start_s × 60`.
+    pub start_pods_per_minute: f64,
+    /// Median of the per-pod seconds from sending it until seen Running.
+    pub running_median_s: f64,
+    /// 99th percentile (nearest rank) of the same.
+    pub running_p99_s: f64,
+    /// OpenStack requests from the first pod sent until the last seen Running.
+    pub start_calls: Calls,
+    /// With the pods Running, 5 s after the last.
+    pub memory_running: Memory,
+    /// OpenStack requests while the pods ran untouched.
+    pub steady_calls: Calls,
+    /// From the delete requests until the last pod object was gone, in seconds.
+    pub delete_s: f64,
+    /// `pods / delete_s × 60`.
+    pub delete_pods_per_minute: f64,
+    /// OpenStack requests while deleting.
+    pub delete_calls: Calls,
+    /// After the pods were deleted.
+    pub memory_after_delete: Memory,
+    /// Pods that ended `Failed`, with their reason.
+    pub failed_pods: Vec<String>,
+}
+
+/// Tenant nodes in one process on the in-memory Zun and Neutron.
+#[derive(Debug, Default, Serialize)]
+pub struct FakeTenantsRun {
+    /// The tenants' nodes.
+    pub nodes: Vec<String>,
+    /// Pods, spread evenly.
+    pub pods: u32,
+    /// What ran.
+    pub note: String,
+    /// Nodes Ready with no pod, 5 s after.
+    pub memory_idle: Memory,
+    /// The pods Running, 5 s after the last.
+    pub memory_running: Memory,
+    /// After they were deleted.
+    pub memory_after_delete: Memory,
+    /// From the first pod sent until all seen Running, in seconds.
+    pub start_s: f64,
+    /// From the delete requests until all were gone, in seconds.
+    pub delete_s: f64,
+    /// The fakes' call counters at exit (all tenants), by operation.
+    pub calls: BTreeMap<String, u64>,
 }
 
 /// Zun calls over a window, from the node's own counters.
@@ -28,6 +94,9 @@ pub struct Calls {
     pub total: f64,
     /// HTTP requests to OpenStack by `"<operation> <METHOD>"` (every attempt), from the log.
     pub http_requests: BTreeMap<String, u64>,
+    /// HTTP requests to OpenStack by service (`container` = Zun, `network` = Neutron, ...),
+    /// every attempt, from the log.
+    pub by_service: BTreeMap<String, u64>,
     /// Requests the client retried in the window (from the log: attempts beyond calls).
     pub retried_requests: u64,
 }
@@ -219,6 +288,45 @@ pub fn render(o: &mut String, v: &VkRun) {
             let _ = writeln!(o, "  pods that failed: {}", r.failed_pods.join("; "));
         }
     }
+    if let Some(t) = &v.tenants {
+        render_tenants(o, t);
+    }
+    if let Some(f) = &v.fake_tenants {
+        let _ = writeln!(
+            o,
+            "\nZun virtual kubelet --tenants, in-memory Zun and Neutron: {} pods over {} tenant nodes ({})",
+            f.pods,
+            f.nodes.len(),
+            f.note
+        );
+        let _ = writeln!(
+            o,
+            "  memory (RSS): no pod {}, {} pods Running {}, after deleting them {}; peak (VmHWM) {:.1} MiB; {:.1} KiB per pod",
+            mem(&f.memory_idle),
+            f.pods,
+            mem(&f.memory_running),
+            mem(&f.memory_after_delete),
+            mib(f.memory_after_delete.hwm_kib),
+            per(
+                f.memory_running.rss_kib as f64 - f.memory_idle.rss_kib as f64,
+                f.pods
+            )
+        );
+        let _ = writeln!(
+            o,
+            "  {} pods Running in {:.1} s = {:.0} pods/min, deleted in {:.1} s; fake calls: {}",
+            f.pods,
+            f.start_s,
+            f64::from(f.pods) / f.start_s.max(f64::MIN_POSITIVE) * 60.0,
+            f.delete_s,
+            f.calls
+                .iter()
+                .filter(|(_, n)| **n > 0)
+                .map(|(op, n)| format!("{op} {n}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
     if let Some(f) = &v.fake {
         let _ = writeln!(
             o,
@@ -251,5 +359,76 @@ pub fn render(o: &mut String, v: &VkRun) {
                 .collect::<Vec<_>>()
                 .join(", ")
         );
+    }
+}
+
+/// Requests per pod by service: `Zun 4.00, Neutron 3.00, identity 0.02`.
+fn services(c: &Calls, pods: f64) -> String {
+    let name = |s: &str| match s {
+        "container" => "Zun".to_string(),
+        "network" => "Neutron".to_string(),
+        other => other.to_string(),
+    };
+    let parts: Vec<String> = c
+        .by_service
+        .iter()
+        .map(|(s, n)| format!("{} {:.2}", name(s), *n as f64 / pods))
+        .collect();
+    if parts.is_empty() {
+        "none".into()
+    } else {
+        parts.join(", ")
+    }
+}
+
+fn render_tenants(o: &mut String, t: &TenantsRun) {
+    let n = f64::from(t.pods.max(1));
+    let _ = writeln!(
+        o,
+        "\nZun virtual kubelet --tenants, real Zun and Neutron: {} pods (busybox sleep) over {} tenants ({}; nodes {}), --poll-interval-seconds {}; requests from the process's log",
+        t.pods,
+        t.nodes.len(),
+        t.clouds.join(", "),
+        t.nodes.join(", "),
+        t.poll_interval_s
+    );
+    let _ = writeln!(
+        o,
+        "  start:  {} pods Running in {:.1} s = {:.1} pods/min; per pod Running after {:.1} s median, {:.1} s p99",
+        t.pods, t.start_s, t.start_pods_per_minute, t.running_median_s, t.running_p99_s
+    );
+    let _ = writeln!(
+        o,
+        "          requests per pod to start: {} ({})",
+        services(&t.start_calls, n),
+        ops(&t.start_calls, n)
+    );
+    let minutes = (t.steady_calls.seconds / 60.0).max(f64::MIN_POSITIVE);
+    let _ = writeln!(
+        o,
+        "  steady: {:.0} s with {} pods Running: requests per pod per minute {}",
+        t.steady_calls.seconds,
+        t.pods,
+        services(&t.steady_calls, n * minutes)
+    );
+    let _ = writeln!(
+        o,
+        "  delete: {} pods gone in {:.1} s = {:.1} pods/min; requests per pod {}",
+        t.pods,
+        t.delete_s,
+        t.delete_pods_per_minute,
+        services(&t.delete_calls, n)
+    );
+    let _ = writeln!(
+        o,
+        "  memory (RSS of the process): no pod {}, {} pods Running {}, after deleting them {}; peak (VmHWM) {:.1} MiB",
+        mem(&t.memory_idle),
+        t.pods,
+        mem(&t.memory_running),
+        mem(&t.memory_after_delete),
+        mib(t.memory_after_delete.hwm_kib)
+    );
+    if !t.failed_pods.is_empty() {
+        let _ = writeln!(o, "  pods that failed: {}", t.failed_pods.join("; "));
     }
 }
