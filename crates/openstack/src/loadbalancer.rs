@@ -210,9 +210,7 @@ impl LoadBalancers for LoadBalancerAdapter {
                 Error::unexpected("load_balancer status: no statuses.loadbalancer in the answer")
             })?;
         serde_json::from_value(lb).map_err(|e| {
-            Error::unexpected(format!(
-                "load_balancer status: cannot decode the tree: {e}"
-            ))
+            Error::unexpected(format!("load_balancer status: cannot decode the tree: {e}"))
         })
     }
 
