@@ -8,6 +8,7 @@
   subnet `external-subnet` 203.0.113.0/24 (no DHCP, allocation pool .10-.250)
 - application credential `test-cloud-admin` for admin (fixed secret) and clouds.yaml with the
   clouds `local-admin` (password) and `local-admin-appcred` (v3applicationcredential)
+- Octavia: catalog type `load-balancer` (unversioned URL), service user `octavia`
 - Zun: catalog type `container`; two tenants: projects `demo` and `demo2`, each with a user of
   the same name (role member, password TC_DEMO_PW), an application credential `test-cloud-NAME`
   (the admin's fixed secret), clouds `local-NAME` and `local-NAME-appcred`, and a tenant network
@@ -56,6 +57,8 @@ CATALOG = [
     ("cinder", "cinder", "block-storage", f"http://{HOST}:8776/v3"),
     ("cinder", "cinderv3", "volumev3", f"http://{HOST}:8776/v3"),
     ("zun", "zun", "container", f"http://{HOST}:9517/v1"),
+    # unversioned: clients discover v2 from its version document
+    ("octavia", "octavia", "load-balancer", f"http://{HOST}:9876"),
 ]
 NEUTRON = f"http://{HOST}:9696/v2.0"
 

@@ -111,6 +111,14 @@ pub struct VkArgs {
     /// process's credentials (--node-name, --network and --project-id are then not used).
     #[arg(long, env = "VK_TENANTS", conflicts_with_all = ["network", "project_id"])]
     pub tenants: bool,
+    /// Give Services of type LoadBalancer over this node's pods an Octavia load balancer
+    /// (listener and pool per port, members = the ready pods; not with --tenants yet).
+    #[arg(long, env = "VK_LOAD_BALANCERS", conflicts_with = "tenants")]
+    pub load_balancers: bool,
+    /// Neutron subnet (id) of the load balancers' VIPs (default: the first IPv4 subnet of
+    /// --network).
+    #[arg(long, env = "VK_LOAD_BALANCER_SUBNET")]
+    pub load_balancer_subnet: Option<String>,
     /// Log filter (overridden by RUST_LOG).
     #[arg(long, env = "LOG_LEVEL", default_value = "info")]
     pub log_level: String,
@@ -150,6 +158,9 @@ pub async fn run(args: VkArgs) -> anyhow::Result<()> {
         .project_id
         .clone()
         .or_else(|| core.current_project_id());
+    if args.load_balancers {
+        start_load_balancers(&args, &core, token.clone()).await?;
+    }
     let ports = Arc::new(openstack::port::PortAdapter::new(core.clone()));
     let neutron = openstack::Cloud::from_core(core.clone()).network;
     let zun = Arc::new(ContainerAdapter::new(core));
@@ -189,6 +200,54 @@ pub async fn run(args: VkArgs) -> anyhow::Result<()> {
     vk_runtime::run(client, node, provider, token)
         .await
         .context("running the node")?;
+    Ok(())
+}
+
+/// Start the Services' load balancers ([`vk_zun::services`]) until `stop`.
+async fn start_load_balancers(
+    args: &VkArgs,
+    core: &Core,
+    stop: CancellationToken,
+) -> anyhow::Result<()> {
+    use openstack::port::Ports as _;
+    let subnet = match &args.load_balancer_subnet {
+        Some(s) => s.clone(),
+        None => {
+            let net = args
+                .network
+                .as_deref()
+                .context("--load-balancers needs --load-balancer-subnet or --network")?;
+            let net_id = openstack::port::PortAdapter::new(core.clone())
+                .network_id(net)
+                .await?;
+            let subnets = openstack::Cloud::from_core(core.clone())
+                .network
+                .list_subnets(&openstack::model::SubnetFilter {
+                    network_id: Some(net_id.clone()),
+                    ..Default::default()
+                })
+                .await?;
+            subnets
+                .into_iter()
+                .find(|s| s.ip_version == 4)
+                .map(|s| s.id)
+                .with_context(|| {
+                    format!("network {net} ({net_id}) has no IPv4 subnet for load balancer VIPs")
+                })?
+        }
+    };
+    let client = Client::try_default()
+        .await
+        .context("connecting to Kubernetes (KUBECONFIG or in-cluster)")?;
+    let lbs = Arc::new(openstack::loadbalancer::LoadBalancerAdapter::new(
+        core.clone(),
+    ));
+    let cfg = vk_zun::services::ServicesConfig {
+        node: args.node_name.clone(),
+        vip_subnet_id: subnet,
+        interval: Duration::from_secs(args.poll_interval_seconds.max(1)),
+    };
+    tokio::spawn(vk_zun::services::run(client, lbs, cfg, stop));
     Ok(())
 }
 

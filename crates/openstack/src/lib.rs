@@ -6,6 +6,8 @@
 //!   object-safe async traits, bundled in [`Cloud`].
 //! - [`container::Container`]: the Zun port (containers, capsules, quota),
 //!   outside [`Cloud`] because only the virtual kubelet uses it.
+//! - [`loadbalancer::LoadBalancers`]: the Octavia port of the virtual kubelet (Services of
+//!   type LoadBalancer).
 //! - [`port::Ports`]: the Neutron ports of the virtual kubelet (its pods' ports).
 //! - [`fake::FakeCloud`]: an in-memory implementation for unit tests.
 //! - [`adapter`]: the real implementation on `openstack_sdk`, with the shared
@@ -15,6 +17,7 @@ pub mod adapter;
 pub mod container;
 pub mod error;
 pub mod fake;
+pub mod loadbalancer;
 pub mod model;
 pub mod port;
 mod traits;

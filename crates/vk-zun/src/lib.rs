@@ -13,6 +13,8 @@
 //! - [`tenant`]: a `ZunTenant`'s node: namespaces admitted, the pod's tenant network.
 //! - [`probes`] (pure), [`prober`]: liveness, readiness and startup probes, `preStop` hooks.
 //! - [`run_logs`]: the previous run's log (`logs --previous`).
+//! - [`services`]: Services of type LoadBalancer as Octavia load balancers; [`netpol`]:
+//!   NetworkPolicy → Neutron security-group rules (pure, not wired yet).
 //! - [`volumes`]: ConfigMap, Secret, downwardAPI, projected and emptyDir volumes as
 //!   files written into the containers (pure).
 //! - [`labels`], [`quantity`]: ownership labels and resource quantities.
@@ -20,6 +22,7 @@
 pub mod downward;
 pub mod kubelet;
 pub mod labels;
+pub mod netpol;
 pub mod network;
 pub mod pod_port;
 pub mod port_forward;
@@ -28,6 +31,7 @@ pub mod probes;
 pub mod provider;
 pub mod quantity;
 pub mod run_logs;
+pub mod services;
 pub mod status;
 pub mod tenant;
 pub mod translate;

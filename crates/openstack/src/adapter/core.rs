@@ -47,6 +47,8 @@ pub enum Service {
     BlockStorage,
     /// Zun (catalog type `container`).
     Container,
+    /// Octavia (catalog type `load-balancer`).
+    LoadBalancer,
 }
 
 impl Service {
@@ -59,6 +61,7 @@ impl Service {
             Self::Network => "network",
             Self::BlockStorage => "block_storage",
             Self::Container => "container",
+            Self::LoadBalancer => "load_balancer",
         }
     }
 
@@ -71,6 +74,7 @@ impl Service {
             Self::BlockStorage => ServiceType::BlockStorage,
             // The SDK knows no Zun type; its catalog lookup takes the name.
             Self::Container => ServiceType::Other("container".into()),
+            Self::LoadBalancer => ServiceType::LoadBalancer,
         }
     }
 }
