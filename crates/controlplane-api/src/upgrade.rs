@@ -985,7 +985,15 @@ mod tests {
             .collect();
         assert_eq!(
             rolls,
-            ["keystone", "placement", "glance", "neutron", "nova", "cinder", "horizon"]
+            [
+                "keystone",
+                "placement",
+                "glance",
+                "neutron",
+                "nova",
+                "cinder",
+                "horizon"
+            ]
         );
         let at = |n: &str| names.iter().position(|x| x == n);
         assert!(at("Migrate/cinder/db-sync") < at("RollControlPlane/keystone/roll"));
