@@ -109,10 +109,12 @@ print(json.dumps({'name': img['name'], 'properties': {p['name']: p['value'] for 
 /// Cinder's database API: creates (`create`) or reads the proof's volume type.
 const CINDER_DB_SCRIPT: &str = r#"import sys
 from oslo_config import cfg
-from cinder import context, objects
+from cinder import objects
+objects.register_all()
+from cinder.common import config  # noqa: every option registered before parsing
+from cinder import context
 from cinder.db import api as db_api
 cfg.CONF(['--config-file', sys.argv[1]], project='cinder')
-objects.register_all()
 ctx = context.get_admin_context()
 if sys.argv[2] == 'create':
     db_api.volume_type_create(ctx, {'name': 'cpupgrade-kept', 'description': 'created by 2025.2'})

@@ -516,11 +516,14 @@ async fn control_plane_full_example_cluster_end_to_end() -> anyhow::Result<()> {
         }
         // Killed at the first migration step and mid-roll (after Neutron's roll, before Nova's
         // is done), each time started again: the new operator resumes from the status.
-        let kill_at = match kills.len() {
-            0 => phase == "Migrate",
-            1 => u["completedSteps"]
+        let done_step = |n: &str| {
+            u["completedSteps"]
                 .as_array()
-                .is_some_and(|s| s.iter().any(|x| x == "RollControlPlane/neutron/roll")),
+                .is_some_and(|s| s.iter().any(|x| x == n))
+        };
+        let kill_at = match kills.len() {
+            0 => done_step("Migrate/keystone/expand"),
+            1 => done_step("RollControlPlane/neutron/roll"),
             _ => false,
         };
         if kill_at {
@@ -569,15 +572,29 @@ async fn control_plane_full_example_cluster_end_to_end() -> anyhow::Result<()> {
         "Cinder",
         "Horizon",
     ];
-    let mut want: Vec<Vec<String>> = vec![vec![old.clone(); 7]];
-    for kind in order {
-        let mut next = want.last().cloned().unwrap_or_default();
-        if let Some(i) = CHILDREN.iter().position(|(k, _, _)| *k == kind) {
-            next[i] = new.clone();
+    // Each observation: a child once on the new release stays there; the children that moved
+    // between two observations (one, unless the poll missed a roll) in dependency order.
+    assert_eq!(rolled.first(), Some(&vec![old.clone(); 7]), "{rolled:?}");
+    assert_eq!(rolled.last(), Some(&vec![new.clone(); 7]), "{rolled:?}");
+    let mut moved: Vec<&str> = Vec::new();
+    for pair in rolled.windows(2) {
+        let mut now: Vec<&str> = Vec::new();
+        for (i, (kind, _, _)) in CHILDREN.iter().enumerate() {
+            assert!(
+                pair[0][i] != new || pair[1][i] == new,
+                "{kind} went back: {rolled:?}"
+            );
+            if pair[0][i] == old && pair[1][i] == new {
+                now.push(kind);
+            }
         }
-        want.push(next);
+        now.sort_by_key(|k| order.iter().position(|o| o == k));
+        moved.extend(now);
     }
-    assert_eq!(rolled, want, "the children's releases as the upgrade went");
+    assert_eq!(
+        moved, order,
+        "the children's releases as the upgrade went: {rolled:?}"
+    );
     // The migration Jobs, in the order the test completed them: the plan's order, each the
     // target release's image running its service's management program.
     let jobs: Api<k8s_openapi::api::batch::v1::Job> = Api::namespaced(client.clone(), &ns);
