@@ -91,7 +91,7 @@ fn config_files(svc: ServiceName) -> Option<(&'static str, &'static [&'static st
 pub struct ExternalMounts {
     /// The database's CA bundle Secret (mounted at `DB_CA_DIR` by every service).
     pub db_ca: Option<String>,
-    /// The message queue's CA bundle Secret and client certificate Secret (mounted by the
+    /// The message queue's CA bundle Secret (mounted, like the client certificate, by the
     /// services that use the queue: Nova and Cinder).
     pub mq_ca: Option<String>,
     /// The message queue's client certificate Secret.
