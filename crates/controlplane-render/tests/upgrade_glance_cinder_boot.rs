@@ -72,7 +72,10 @@ fn write(dir: &Path, files: impl IntoIterator<Item = (String, String)>) {
 /// directory replaced by `dir` and the program taken from `bin`.
 fn job_command(step: &Step, pod_dir: &str, file: &str, dir: &Path, bin: &Path) -> Command {
     let (program, args) = step.manage_command().expect("a migration step");
-    let pod_line = format!("{program} --config-file {pod_dir}/{file} {}", args.join(" "));
+    let pod_line = format!(
+        "{program} --config-file {pod_dir}/{file} {}",
+        args.join(" ")
+    );
     let mut c = Command::new(bin.join(program));
     c.arg("--config-file").arg(dir.join(file)).args(args);
     eprintln!("{}: {pod_line}", step.name());
@@ -192,7 +195,10 @@ async fn glance_and_cinder_migrate_from_2025_2_to_2026_1_with_the_upgrade_jobs_c
         &old.join("bin/glance-manage").display().to_string(),
         &g_old_dir.display().to_string(),
     );
-    run(Command::new(&sync[0]).args(&sync[1..]), "glance-manage 2025.2 db_sync");
+    run(
+        Command::new(&sync[0]).args(&sync[1..]),
+        "glance-manage 2025.2 db_sync",
+    );
     let g_old_conf = g_old_dir.join("glance-api.conf");
     let g_new_conf = g_new_dir.join("glance-api.conf");
     let old_head = head(&old, "glance-manage", &g_old_conf);
@@ -244,8 +250,14 @@ async fn glance_and_cinder_migrate_from_2025_2_to_2026_1_with_the_upgrade_jobs_c
         workers: 1,
     };
     let (c_old_dir, c_new_dir) = (root.join("cinder-2025.2"), root.join("cinder-2026.1"));
-    write(&c_old_dir, cinder::config_files(&c_inputs(&old, &c_old_dir)));
-    write(&c_new_dir, cinder::config_files(&c_inputs(&new, &c_new_dir)));
+    write(
+        &c_old_dir,
+        cinder::config_files(&c_inputs(&old, &c_old_dir)),
+    );
+    write(
+        &c_new_dir,
+        cinder::config_files(&c_inputs(&new, &c_new_dir)),
+    );
     init_database_twice(&cdb);
     let c_old_conf = cinder::Paths {
         config_dir: c_old_dir.display().to_string(),
@@ -255,7 +267,10 @@ async fn glance_and_cinder_migrate_from_2025_2_to_2026_1_with_the_upgrade_jobs_c
         &old.join("bin/cinder-manage").display().to_string(),
         &c_old_conf,
     );
-    run(Command::new(&sync[0]).args(&sync[1..]), "cinder-manage 2025.2 db sync");
+    run(
+        Command::new(&sync[0]).args(&sync[1..]),
+        "cinder-manage 2025.2 db sync",
+    );
     let c_old_conf = c_old_dir.join("cinder.conf");
     let c_new_conf = c_new_dir.join("cinder.conf");
     let made = python(
@@ -298,7 +313,13 @@ async fn glance_and_cinder_migrate_from_2025_2_to_2026_1_with_the_upgrade_jobs_c
                 &g_new_dir,
                 &new_bin,
             ),
-            _ => job_command(step, cinder::POD_CONFIG_DIR, "cinder.conf", &c_new_dir, &new_bin),
+            _ => job_command(
+                step,
+                cinder::POD_CONFIG_DIR,
+                "cinder.conf",
+                &c_new_dir,
+                &new_bin,
+            ),
         };
         let t = Instant::now();
         run(&mut cmd, &step.name());
@@ -381,7 +402,11 @@ async fn boot_glance(
         {
             break;
         }
-        assert!(Instant::now() < deadline, "Glance did not answer; {}", logs());
+        assert!(
+            Instant::now() < deadline,
+            "Glance did not answer; {}",
+            logs()
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     proc
