@@ -131,8 +131,11 @@ pub enum StepKind {
     /// Data migration between expanded columns while the old release serves (Keystone
     /// `db_sync --migrate`, Glance `db migrate`).
     Migrate,
-    /// The service's only schema sync, additive by the project's policy (Placement, Nova and
-    /// Cinder `db sync`).
+    /// Nova's API database schema sync (`nova-manage api_db sync`), additive, before its cell
+    /// databases' [`StepKind::DbSync`].
+    ApiDbSync,
+    /// The service's schema sync, additive by the project's policy (Placement and Cinder `db
+    /// sync`; Nova's `db sync` of its cell databases, cell0 included).
     DbSync,
     /// The service restarted on the new release and Ready again.
     Roll,
@@ -158,6 +161,7 @@ impl StepKind {
             StepKind::RenderConfig => "render-config",
             StepKind::Expand => "expand",
             StepKind::Migrate => "migrate",
+            StepKind::ApiDbSync => "api-db-sync",
             StepKind::DbSync => "db-sync",
             StepKind::Roll => "roll",
             StepKind::Contract => "contract",
@@ -210,9 +214,15 @@ impl Step {
 type Migration = (Phase, StepKind, &'static str, &'static [&'static str]);
 
 /// Each service's migration steps and commands, from its upgrade documentation: Keystone and
-/// Glance have expand/migrate/contract; Neutron expand/contract; Placement, Nova and Cinder an
-/// additive `db sync` before the roll and online data migrations after it; Horizon has no
-/// database.
+/// Glance have expand/migrate/contract (Glance's "rolling upgrades": expand and migrate with the
+/// new code while the old serves, contract once every node runs the new release); Neutron
+/// expand (online, additive) and contract (after every server runs the new release); Placement
+/// and Cinder an additive `db sync` before the roll and online data migrations after it; Nova
+/// the same, with its API database first (`api_db sync`, then `db sync` of the cell databases,
+/// which also syncs cell0 once mapped) and `db online_data_migrations` once no old service
+/// runs; Horizon has no database. Each service's commands run with its configuration files in
+/// front of these arguments (`--config-file` for each; Neutron's are `neutron.conf` and the ML2
+/// plugin's `ml2_conf.ini`). Per service, a step kind appears at most once.
 pub fn migration_commands(svc: ServiceName) -> &'static [Migration] {
     match svc {
         ServiceName::Keystone => &[
@@ -286,9 +296,15 @@ pub fn migration_commands(svc: ServiceName) -> &'static [Migration] {
         ServiceName::Nova => &[
             (
                 Phase::Migrate,
-                StepKind::DbSync,
+                StepKind::ApiDbSync,
                 "nova-manage",
                 &["api_db", "sync"],
+            ),
+            (
+                Phase::Migrate,
+                StepKind::DbSync,
+                "nova-manage",
+                &["db", "sync"],
             ),
             (
                 Phase::PostMigrate,
@@ -923,6 +939,65 @@ mod tests {
                     .all(|(p, _, _, _)| matches!(p, Phase::Migrate | Phase::PostMigrate))
             );
         }
+    }
+
+    #[test]
+    fn all_seven_services_migrate_by_their_upgrade_docs_in_dependency_order() {
+        let steps = plan(&ROLL_ORDER, false);
+        let commands: Vec<String> = steps
+            .iter()
+            .filter_map(|s| {
+                let (prog, args) = s.manage_command()?;
+                Some(format!("{} {prog} {}", s.name(), args.join(" ")))
+            })
+            .collect();
+        assert_eq!(
+            commands,
+            [
+                "Migrate/keystone/expand keystone-manage db_sync --expand",
+                "Migrate/keystone/migrate keystone-manage db_sync --migrate",
+                "Migrate/placement/db-sync placement-manage db sync",
+                "Migrate/glance/expand glance-manage db expand",
+                "Migrate/glance/migrate glance-manage db migrate",
+                "Migrate/neutron/expand neutron-db-manage upgrade --expand",
+                "Migrate/nova/api-db-sync nova-manage api_db sync",
+                "Migrate/nova/db-sync nova-manage db sync",
+                "Migrate/cinder/db-sync cinder-manage db sync",
+                "PostMigrate/keystone/contract keystone-manage db_sync --contract",
+                "PostMigrate/placement/online-data-migrations placement-manage db online_data_migrations",
+                "PostMigrate/glance/contract glance-manage db contract",
+                "PostMigrate/neutron/contract neutron-db-manage upgrade --contract",
+                "PostMigrate/nova/online-data-migrations nova-manage db online_data_migrations",
+                "PostMigrate/cinder/online-data-migrations cinder-manage db online_data_migrations",
+            ]
+        );
+        // Every step name is unique (a kind appears once per service), and the rolls follow
+        // the dependency order, Horizon last, between the two migration phases.
+        let names: Vec<String> = steps.iter().map(Step::name).collect();
+        let mut unique = names.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), names.len());
+        let rolls: Vec<&str> = names
+            .iter()
+            .filter(|n| n.starts_with("RollControlPlane/"))
+            .map(|n| n.split('/').nth(1).unwrap_or_default())
+            .collect();
+        assert_eq!(
+            rolls,
+            [
+                "keystone",
+                "placement",
+                "glance",
+                "neutron",
+                "nova",
+                "cinder",
+                "horizon"
+            ]
+        );
+        let at = |n: &str| names.iter().position(|x| x == n);
+        assert!(at("Migrate/cinder/db-sync") < at("RollControlPlane/keystone/roll"));
+        assert!(at("RollControlPlane/horizon/roll") < at("PostMigrate/keystone/contract"));
     }
 
     #[test]

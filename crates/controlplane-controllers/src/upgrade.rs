@@ -19,6 +19,7 @@ use k8s_openapi::api::batch::v1::Job;
 use kube::api::PostParams;
 use kube::{Api, Resource, ResourceExt};
 
+use crate::messaging::{MQ_CA_DIR, MQ_CLIENT_DIR};
 use crate::runtime::{Ctx, Error, State};
 use crate::service::{DB_CA_DIR, job_outcome};
 
@@ -66,16 +67,40 @@ pub fn job_name(cluster: &str, u: &UpgradeStatus, step: &Step) -> String {
     format!("{base}-upgrade-{hash}")
 }
 
-/// The configuration file of a service in its pods (the child's rendered Secret mounted there).
-fn config_mount(svc: ServiceName) -> Option<(&'static str, &'static str)> {
+/// Where a service's pods mount its rendered configuration Secret, and the files its
+/// management commands read from there (each passed as `--config-file`, in this order): the
+/// same paths the child's own migration Jobs use, so an upgrade step runs the command line the
+/// child would. Horizon has no database and runs no migration.
+fn config_files(svc: ServiceName) -> Option<(&'static str, &'static [&'static str])> {
+    use controlplane_render::{cinder, glance, neutron, nova, placement};
     match svc {
-        ServiceName::Keystone => Some(("/etc/keystone", "keystone.conf")),
-        ServiceName::Placement => Some((
-            controlplane_render::placement::POD_CONFIG_DIR,
-            "placement.conf",
-        )),
-        _ => None,
+        ServiceName::Keystone => Some(("/etc/keystone", &["keystone.conf"])),
+        ServiceName::Placement => Some((placement::POD_CONFIG_DIR, &["placement.conf"])),
+        ServiceName::Glance => Some((glance::POD_CONFIG_DIR, &["glance-api.conf"])),
+        // neutron-db-manage loads the core plugin's migrations from the plugin's own file.
+        ServiceName::Neutron => Some((neutron::POD_CONFIG_DIR, &neutron::SERVER_CONFIG_FILES)),
+        ServiceName::Nova => Some((nova::POD_CONFIG_DIR, &[nova::NOVA_CONF])),
+        ServiceName::Cinder => Some((cinder::POD_CONFIG_DIR, &["cinder.conf"])),
+        ServiceName::Horizon => None,
     }
+}
+
+/// The Secrets of the external services' TLS material that the children's migration Jobs
+/// mount (their configuration names files below these mounts).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ExternalMounts {
+    /// The database's CA bundle Secret (mounted at `DB_CA_DIR` by every service).
+    pub db_ca: Option<String>,
+    /// The message queue's CA bundle Secret (mounted, like the client certificate, by the
+    /// services that use the queue: Nova and Cinder).
+    pub mq_ca: Option<String>,
+    /// The message queue's client certificate Secret.
+    pub mq_client: Option<String>,
+}
+
+/// Whether a service's configuration names the message queue (its Jobs mount its TLS files).
+fn uses_messaging(svc: ServiceName) -> bool {
+    matches!(svc, ServiceName::Nova | ServiceName::Cinder)
 }
 
 /// The services of the cluster this operator version deploys: the ones an upgrade rolls.
@@ -103,24 +128,24 @@ pub fn combine(upgrade: Option<State>, roll_up: State) -> State {
 /// Whether the child of `svc` would accept the target release (pure): the Prepare step, as
 /// the child renders its configuration itself once its spec names the release.
 pub fn prepare(obj: &OpenStackCluster, svc: ServiceName, to: &str) -> Outcome {
+    use crate::cluster as c;
     use controlplane_api::validation::Validate;
+    // Each child's spec as the cluster would write it at the target release.
+    macro_rules! at_target {
+        ($spec:expr) => {{
+            let mut s = $spec;
+            s.release = to.into();
+            s.validate()
+        }};
+    }
     let errors = match svc {
-        ServiceName::Keystone => {
-            let mut s = crate::cluster::keystone_spec(obj);
-            s.release = to.into();
-            s.validate()
-        }
-        ServiceName::Placement => {
-            let mut s = crate::cluster::placement_spec(obj);
-            s.release = to.into();
-            s.validate()
-        }
-        other => {
-            return Outcome::Failed(format!(
-                "no upgrade executor for {} in this operator version",
-                other.kind()
-            ));
-        }
+        ServiceName::Keystone => at_target!(c::keystone_spec(obj)),
+        ServiceName::Placement => at_target!(c::placement_spec(obj)),
+        ServiceName::Glance => at_target!(c::glance_spec(obj)),
+        ServiceName::Neutron => at_target!(c::neutron_spec(obj)),
+        ServiceName::Nova => at_target!(c::nova_spec(obj)),
+        ServiceName::Cinder => at_target!(c::cinder_spec(obj)),
+        ServiceName::Horizon => at_target!(c::horizon_spec(obj)),
     };
     if errors.is_empty() {
         Outcome::Succeeded
@@ -192,7 +217,7 @@ pub async fn drive(
     let externals: Api<OpenStackExternalService> = Api::namespaced(ctx.client.clone(), &ns);
 
     let mut external_not_ready = Vec::new();
-    let mut db_ca = None;
+    let mut mounts = ExternalMounts::default();
     let es = &obj.spec.external_services;
     let refs = [
         Some(&es.database),
@@ -205,8 +230,15 @@ pub async fn drive(
         match externals.get_opt(&r.name).await? {
             None => external_not_ready.push(format!("{}: not found", r.name)),
             Some(x) => {
+                let tls = x.spec.tls.as_ref();
                 if r.name == es.database.name {
-                    db_ca = x.spec.tls.as_ref().map(|t| t.ca_secret.name.clone());
+                    mounts.db_ca = tls.map(|t| t.ca_secret.name.clone());
+                }
+                if es.messaging.as_ref().is_some_and(|m| m.name == r.name) {
+                    mounts.mq_ca = tls.map(|t| t.ca_secret.name.clone());
+                    mounts.mq_client = tls
+                        .and_then(|t| t.client_cert_secret.as_ref())
+                        .map(|c| c.name.clone());
                 }
                 let ready = x.status.as_ref().and_then(|s| s.condition(ct::READY));
                 if !ready.is_some_and(|c| c.is_true()) {
@@ -258,7 +290,7 @@ pub async fn drive(
         Action::Run(step) => {
             gate.step = Some(step);
             if let Some(u) = &d.upgrade {
-                start(obj, &jobs, u, &step, db_ca.as_deref()).await?;
+                start(obj, &jobs, u, &step, &mounts).await?;
             }
             Some(State::Reconciling {
                 reason: "Upgrading".into(),
@@ -310,10 +342,6 @@ async fn outcome(
                 }
             })
         }
-        (_, Some(svc)) if config_mount(svc).is_none() => Some(Outcome::Failed(format!(
-            "no upgrade executor for {} in this operator version",
-            svc.kind()
-        ))),
         _ => jobs
             .get_opt(&job_name(cluster, u, step))
             .await?
@@ -332,10 +360,10 @@ async fn start(
     jobs: &Api<Job>,
     u: &UpgradeStatus,
     step: &Step,
-    db_ca: Option<&str>,
+    mounts: &ExternalMounts,
 ) -> Result<(), Error> {
     let cluster = obj.name_any();
-    let Some(job) = step_job(obj, u, step, db_ca)? else {
+    let Some(job) = step_job(obj, u, step, mounts)? else {
         return Ok(());
     };
     if jobs.get_opt(&job_name(&cluster, u, step)).await?.is_some() {
@@ -353,7 +381,7 @@ pub fn step_job(
     obj: &OpenStackCluster,
     u: &UpgradeStatus,
     step: &Step,
-    db_ca: Option<&str>,
+    mounts: &ExternalMounts,
 ) -> Result<Option<Job>, Error> {
     let cluster = obj.name_any();
     let owner = Owner {
@@ -393,8 +421,8 @@ pub fn step_job(
             )))
         }
         (_, Some(svc)) => {
-            let (Some((program, args)), Some((dir, file))) =
-                (step.manage_command(), config_mount(svc))
+            let (Some((program, args)), Some((dir, files))) =
+                (step.manage_command(), config_files(svc))
             else {
                 return Ok(None);
             };
@@ -404,11 +432,10 @@ pub fn step_job(
                 .get(svc.as_str())
                 .and_then(|t| t.image.clone())
                 .unwrap_or_else(|| svc.default_image(&u.to_release));
-            let mut command = vec![
-                program.to_string(),
-                "--config-file".into(),
-                format!("{dir}/{file}"),
-            ];
+            let mut command = vec![program.to_string()];
+            for file in files {
+                command.extend(["--config-file".to_string(), format!("{dir}/{file}")]);
+            }
             command.extend(args.iter().map(|a| a.to_string()));
             let child = crate::cluster::child_name(&cluster, svc);
             let mut volumes = vec![objects::secret_volume(
@@ -416,8 +443,16 @@ pub fn step_job(
                 &format!("{child}-{}-config", svc.as_str()),
                 dir,
             )];
-            if let Some(ca) = db_ca {
+            if let Some(ca) = &mounts.db_ca {
                 volumes.push(objects::secret_volume("db-ca", ca, DB_CA_DIR));
+            }
+            if uses_messaging(svc) {
+                if let Some(ca) = &mounts.mq_ca {
+                    volumes.push(objects::secret_volume("mq-ca", ca, MQ_CA_DIR));
+                }
+                if let Some(c) = &mounts.mq_client {
+                    volumes.push(objects::secret_volume("mq-client", c, MQ_CLIENT_DIR));
+                }
             }
             Ok(Some(objects::job(&owner, params(image, command, volumes))))
         }
@@ -465,7 +500,11 @@ mod tests {
             .into_iter()
             .find(|s| s.name() == "Migrate/keystone/expand")
             .expect("expand step");
-        let job = step_job(&c, &u, &step, Some("db-ca"))
+        let mounts = ExternalMounts {
+            db_ca: Some("db-ca".into()),
+            ..ExternalMounts::default()
+        };
+        let job = step_job(&c, &u, &step, &mounts)
             .expect("job")
             .expect("a Job");
         let pod = job.spec.expect("spec").template.spec.expect("pod spec");
@@ -503,13 +542,12 @@ mod tests {
         let c = cluster(true);
         let u = running("Preflight/backup");
         for s in upgrade::plan(&c.spec.services, true) {
-            let job = step_job(&c, &u, &s, None).expect("job");
-            let has = s.kind == StepKind::Backup
-                || (s.manage_command().is_some() && s.service != Some(ServiceName::Glance));
+            let job = step_job(&c, &u, &s, &ExternalMounts::default()).expect("job");
+            let has = s.kind == StepKind::Backup || s.manage_command().is_some();
             assert_eq!(job.is_some(), has, "{}", s.name());
         }
         let backup = upgrade::plan(&c.spec.services, true)[2];
-        let job = step_job(&c, &u, &backup, None)
+        let job = step_job(&c, &u, &backup, &ExternalMounts::default())
             .expect("job")
             .expect("backup Job");
         let ctr = &job
@@ -575,6 +613,215 @@ mod tests {
                 "Keystone: Deployment 0/1 available",
                 "Glance: no status yet"
             ]
+        );
+    }
+
+    /// A cluster running all seven services, with TLS to the database and the message queue.
+    fn full_cluster() -> OpenStackCluster {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "controlplane.sunet.se/v1alpha1", "kind": "OpenStackCluster",
+            "metadata": {"name": "cloud", "namespace": "os", "uid": "u1"},
+            "spec": {"release": "2026.1",
+                     "services": ["keystone", "placement", "glance", "neutron", "nova",
+                                  "cinder", "horizon"],
+                     "externalServices": {"database": {"name": "db"}, "messaging": {"name": "mq"},
+                                          "cache": {"name": "mc"}, "ovn": {"name": "ovn"}},
+                     "cinderBackends": [{"name": "nfs", "nfs": {"shares": ["nfs:/v"]}}]}}))
+        .expect("cluster")
+    }
+
+    /// The command, image and Secret volumes (name, Secret, mount path) of a step's Job.
+    fn job_of(c: &OpenStackCluster, name: &str) -> (String, String, Vec<(String, String, String)>) {
+        let step = upgrade::plan(&c.spec.services, false)
+            .into_iter()
+            .find(|s| s.name() == name)
+            .unwrap_or_else(|| panic!("{name} in the plan"));
+        let mounts = ExternalMounts {
+            db_ca: Some("db-ca".into()),
+            mq_ca: Some("mq-ca".into()),
+            mq_client: Some("mq-client".into()),
+        };
+        let job = step_job(c, &running(name), &step, &mounts)
+            .expect("job")
+            .unwrap_or_else(|| panic!("{name} runs a Job"));
+        let pod = job.spec.expect("spec").template.spec.expect("pod spec");
+        let ctr = &pod.containers[0];
+        let mounts = ctr.volume_mounts.clone().unwrap_or_default();
+        let volumes = pod
+            .volumes
+            .unwrap_or_default()
+            .iter()
+            .map(|v| {
+                let at = mounts
+                    .iter()
+                    .find(|m| m.name == v.name)
+                    .map(|m| m.mount_path.clone())
+                    .unwrap_or_default();
+                let secret = v
+                    .secret
+                    .as_ref()
+                    .and_then(|s| s.secret_name.clone())
+                    .unwrap_or_default();
+                (v.name.clone(), secret, at)
+            })
+            .collect();
+        (
+            ctr.command.clone().unwrap_or_default().join(" "),
+            ctr.image.clone().unwrap_or_default(),
+            volumes,
+        )
+    }
+
+    #[test]
+    fn every_services_migration_jobs_run_the_childs_own_command_lines_on_its_configuration() {
+        use controlplane_render::{cinder, glance, neutron, nova, placement};
+        let c = full_cluster();
+        let joined = |v: Vec<String>| v.join(" ");
+        let cases: [(&str, String); 15] = [
+            (
+                "Migrate/keystone/expand",
+                "keystone-manage --config-file /etc/keystone/keystone.conf db_sync --expand".into(),
+            ),
+            (
+                "Migrate/placement/db-sync",
+                joined(placement::db_sync_command("placement-manage", placement::POD_CONFIG_DIR)),
+            ),
+            (
+                "Migrate/glance/expand",
+                "glance-manage --config-file /etc/glance/glance-api.conf db expand".into(),
+            ),
+            (
+                "Migrate/glance/migrate",
+                "glance-manage --config-file /etc/glance/glance-api.conf db migrate".into(),
+            ),
+            (
+                "Migrate/neutron/expand",
+                joined(neutron::db_expand_command("neutron-db-manage", &neutron::Paths::pod())),
+            ),
+            (
+                "Migrate/nova/api-db-sync",
+                joined(nova::api_db_sync_command("nova-manage", &nova::Paths::pod())),
+            ),
+            (
+                "Migrate/nova/db-sync",
+                joined(nova::db_sync_command("nova-manage", &nova::Paths::pod())),
+            ),
+            (
+                "Migrate/cinder/db-sync",
+                joined(cinder::db_sync_command("cinder-manage", &cinder::Paths::pod())),
+            ),
+            (
+                "PostMigrate/keystone/contract",
+                "keystone-manage --config-file /etc/keystone/keystone.conf db_sync --contract"
+                    .into(),
+            ),
+            (
+                "PostMigrate/placement/online-data-migrations",
+                "placement-manage --config-file /etc/placement/placement.conf db online_data_migrations"
+                    .into(),
+            ),
+            (
+                "PostMigrate/glance/contract",
+                "glance-manage --config-file /etc/glance/glance-api.conf db contract".into(),
+            ),
+            (
+                "PostMigrate/neutron/contract",
+                joined(neutron::db_contract_command("neutron-db-manage", &neutron::Paths::pod())),
+            ),
+            (
+                "PostMigrate/nova/online-data-migrations",
+                joined(nova::online_data_migrations_command("nova-manage", &nova::Paths::pod())),
+            ),
+            (
+                "PostMigrate/cinder/online-data-migrations",
+                joined(cinder::online_data_migrations_command(
+                    "cinder-manage",
+                    &cinder::Paths::pod(),
+                )),
+            ),
+            (
+                "Migrate/keystone/migrate",
+                "keystone-manage --config-file /etc/keystone/keystone.conf db_sync --migrate".into(),
+            ),
+        ];
+        // Glance's child syncs with `db_sync` on the same file the upgrade's steps read.
+        assert!(
+            joined(glance::db_sync_command(
+                "glance-manage",
+                glance::POD_CONFIG_DIR
+            ))
+            .starts_with("glance-manage --config-file /etc/glance/glance-api.conf ")
+        );
+        // Neutron's commands name the ML2 plugin's file after neutron.conf.
+        assert!(cases[4].1.starts_with(
+            "neutron-db-manage --config-file /etc/neutron/rendered/neutron.conf --config-file /etc/neutron/rendered/ml2_conf.ini upgrade"
+        ));
+        let mut covered: Vec<&str> = Vec::new();
+        for (name, want) in &cases {
+            let svc = name.split('/').nth(1).unwrap_or_default();
+            let (command, image, volumes) = job_of(&c, name);
+            assert_eq!(&command, want, "{name}");
+            assert_eq!(image, format!("localhost/openstack-{svc}:2026.1"), "{name}");
+            let dir = match svc {
+                "keystone" => "/etc/keystone",
+                "placement" => placement::POD_CONFIG_DIR,
+                "glance" => glance::POD_CONFIG_DIR,
+                "neutron" => neutron::POD_CONFIG_DIR,
+                "nova" => nova::POD_CONFIG_DIR,
+                _ => cinder::POD_CONFIG_DIR,
+            };
+            let mut want_volumes = vec![
+                (
+                    "config".to_string(),
+                    format!("cloud-{svc}-{svc}-config"),
+                    dir.to_string(),
+                ),
+                ("db-ca".into(), "db-ca".into(), DB_CA_DIR.into()),
+            ];
+            if matches!(svc, "nova" | "cinder") {
+                want_volumes.push(("mq-ca".into(), "mq-ca".into(), MQ_CA_DIR.into()));
+                want_volumes.push(("mq-client".into(), "mq-client".into(), MQ_CLIENT_DIR.into()));
+            }
+            assert_eq!(volumes, want_volumes, "{name}");
+            covered.push(name);
+        }
+        // Every migration step of the plan is one of the cases; Horizon has none.
+        let mut planned: Vec<String> = upgrade::plan(&c.spec.services, false)
+            .iter()
+            .filter(|s| s.manage_command().is_some())
+            .map(Step::name)
+            .collect();
+        planned.sort();
+        covered.sort();
+        assert_eq!(planned, covered);
+        assert!(!planned.iter().any(|n| n.contains("horizon")));
+    }
+
+    #[test]
+    fn prepare_validates_each_childs_spec_at_the_target_release() {
+        let c = full_cluster();
+        for svc in upgrade::ROLL_ORDER {
+            assert_eq!(prepare(&c, svc, "2026.1"), Outcome::Succeeded, "{svc:?}");
+            match prepare(&c, svc, "2031.1") {
+                Outcome::Failed(m) => assert!(
+                    m.starts_with(&format!("{} at 2031.1: ", svc.kind())) && m.contains("release"),
+                    "{m}"
+                ),
+                o => panic!("{svc:?}: {o:?}"),
+            }
+        }
+        // A cluster that lost its message queue cannot run Nova or Cinder at any release.
+        let mut c = full_cluster();
+        c.spec.external_services.messaging = None;
+        for svc in [ServiceName::Nova, ServiceName::Cinder] {
+            assert!(
+                matches!(prepare(&c, svc, "2026.1"), Outcome::Failed(ref m) if m.contains("messaging")),
+                "{svc:?}"
+            );
+        }
+        assert_eq!(
+            prepare(&c, ServiceName::Glance, "2026.1"),
+            Outcome::Succeeded
         );
     }
 }

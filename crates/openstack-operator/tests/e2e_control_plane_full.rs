@@ -17,6 +17,14 @@
 //! pod), with the in-cluster Keystone URL resolved to the test cloud's Keystone. Then Horizon
 //! is stopped: the cluster's roll-up names it, and only it; it is started again and the
 //! cluster is Ready again.
+//!
+//! The cluster is first applied at the release before the example's (2025.2) and, once Ready,
+//! upgraded to the example's own (2026.1): the operator's upgrade runs every step of the plan
+//! for all seven services, the migration Jobs in dependency order with the target release's
+//! images and each child's own command lines, the children rolled one by one; the operator is
+//! killed and started again twice on the way (once in the migration phase, once mid-roll) and
+//! resumes from `status.upgrade`. (The real commands are proved by controlplane-render's
+//! `upgrade_boot` test, for Keystone, Placement and Glance.)
 
 mod cp_common;
 
@@ -28,6 +36,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use controlplane_api::condition_types as ct;
+use controlplane_api::upgrade;
 use controlplane_render::horizon as hz_render;
 use cp_common::*;
 use e2e::{Check, Target, wait_for};
@@ -50,6 +59,8 @@ const CHILDREN: [(&str, &str, &str); 7] = [
 ];
 /// Time for the cluster to converge, Horizon's static files being collected meanwhile.
 const CONVERGE: Duration = Duration::from_secs(240);
+/// Time for the upgrade of the seven services (39 steps, the operator restarted twice).
+const UPGRADE: Duration = Duration::from_secs(420);
 
 /// The documents of `examples/control-plane/<file>`.
 fn example(file: &str) -> anyhow::Result<Vec<Value>> {
@@ -342,6 +353,10 @@ async fn control_plane_full_example_cluster_end_to_end() -> anyhow::Result<()> {
         "the example runs all seven services: {services:?}"
     );
     cluster["metadata"]["namespace"] = json!(ns);
+    // The release before the example's, for the upgrade at the end.
+    let example_release = cluster["spec"]["release"].clone();
+    assert_eq!(example_release, upgrade::UPGRADE_EDGES[0].1);
+    cluster["spec"]["release"] = json!(upgrade::UPGRADE_EDGES[0].0);
     cl_api.patch(CLUSTER, &pp, &Patch::Apply(&cluster)).await?;
 
     // Every API at the test cloud's; Horizon at the one this test boots.
@@ -362,7 +377,7 @@ async fn control_plane_full_example_cluster_end_to_end() -> anyhow::Result<()> {
         args.push(format!("{svc}/{ns}/cloud-{svc}={url}"));
     }
     let started = Instant::now();
-    let (_op, log_path, _) = start_operator(&target, &ns, &args)?;
+    let (mut op, log_path, _) = start_operator(&target, &ns, &args)?;
     eprintln!("operator log: {}", log_path.display());
     let kubelet = Arc::new(Mutex::new(Kubelet::default()));
     let cm = tokio::spawn(play_controller_manager(
@@ -476,6 +491,173 @@ async fn control_plane_full_example_cluster_end_to_end() -> anyhow::Result<()> {
     let (_, m) = wait_cond(&cl_api, CLUSTER, ct::READY, WAIT).await?;
     assert_eq!(m, "7 services Ready");
     assert_eq!(services_ready(&get(&cl_api, CLUSTER).await?), expected);
+
+    // The upgrade to the example's release.
+    let upgrade_started = Instant::now();
+    cluster["spec"]["release"] = example_release.clone();
+    cl_api.patch(CLUSTER, &pp, &Patch::Apply(&cluster)).await?;
+    let mut kills: Vec<String> = Vec::new();
+    let mut rolled: Vec<Vec<String>> = Vec::new();
+    let releases = async || -> anyhow::Result<Vec<String>> {
+        let mut out = Vec::new();
+        for (kind, plural, name) in CHILDREN {
+            let o = get(&dyn_api(&client, &ns, kind, plural), name).await?;
+            out.push(o["spec"]["release"].as_str().unwrap_or("").to_string());
+        }
+        Ok(out)
+    };
+    let done = wait_for(UPGRADE, POLL, "the upgrade to complete", async || {
+        let c = get(&cl_api, CLUSTER).await?;
+        let u = &c["status"]["upgrade"];
+        let phase = u["phase"].as_str().unwrap_or("").to_string();
+        let r = releases().await?;
+        if rolled.last() != Some(&r) {
+            rolled.push(r);
+        }
+        // Killed at the first migration step and mid-roll (after Neutron's roll, before Nova's
+        // is done), each time started again: the new operator resumes from the status.
+        let done_step = |n: &str| {
+            u["completedSteps"]
+                .as_array()
+                .is_some_and(|s| s.iter().any(|x| x == n))
+        };
+        let kill_at = match kills.len() {
+            0 => done_step("Migrate/keystone/expand"),
+            1 => done_step("RollControlPlane/neutron/roll"),
+            _ => false,
+        };
+        if kill_at {
+            kills.push(u["step"].as_str().unwrap_or("").to_string());
+            drop(std::mem::replace(
+                &mut op,
+                start_operator(&target, &ns, &args)?.0,
+            ));
+        }
+        Ok(
+            if c["status"]["currentRelease"] == example_release
+                && phase == "Complete"
+                && cond(&c, ct::READY).is_some_and(|r| r.0)
+            {
+                Check::Done(c)
+            } else {
+                Check::Pending(format!("{} {:?}", u["step"], cond(&c, ct::READY)))
+            },
+        )
+    })
+    .await?;
+    eprintln!(
+        "the upgrade took {:.1} s; the operator was restarted at {kills:?}",
+        upgrade_started.elapsed().as_secs_f64()
+    );
+    assert_eq!(kills.len(), 2, "{kills:?}");
+    let plan: Vec<String> = upgrade::plan(&upgrade::ROLL_ORDER, false)
+        .iter()
+        .map(upgrade::Step::name)
+        .collect();
+    assert_eq!(
+        done["status"]["upgrade"]["completedSteps"],
+        json!(plan),
+        "every step once, in the plan's order"
+    );
+    // The children moved to the new release one at a time, in the dependency order (the
+    // roll-up's order is Keystone, Glance, Placement, Nova, Neutron, Cinder, Horizon).
+    let old = upgrade::UPGRADE_EDGES[0].0.to_string();
+    let new = upgrade::UPGRADE_EDGES[0].1.to_string();
+    let order = [
+        "Keystone",
+        "Placement",
+        "Glance",
+        "Neutron",
+        "Nova",
+        "Cinder",
+        "Horizon",
+    ];
+    // Each observation: a child once on the new release stays there; the children that moved
+    // between two observations (one, unless the poll missed a roll) in dependency order.
+    assert_eq!(rolled.first(), Some(&vec![old.clone(); 7]), "{rolled:?}");
+    assert_eq!(rolled.last(), Some(&vec![new.clone(); 7]), "{rolled:?}");
+    let mut moved: Vec<&str> = Vec::new();
+    for pair in rolled.windows(2) {
+        let mut now: Vec<&str> = Vec::new();
+        for (i, (kind, _, _)) in CHILDREN.iter().enumerate() {
+            assert!(
+                pair[0][i] != new || pair[1][i] == new,
+                "{kind} went back: {rolled:?}"
+            );
+            if pair[0][i] == old && pair[1][i] == new {
+                now.push(kind);
+            }
+        }
+        now.sort_by_key(|k| order.iter().position(|o| o == k));
+        moved.extend(now);
+    }
+    assert_eq!(
+        moved, order,
+        "the children's releases as the upgrade went: {rolled:?}"
+    );
+    // The migration Jobs, in the order the test completed them: the plan's order, each the
+    // target release's image running its service's management program.
+    let jobs: Api<k8s_openapi::api::batch::v1::Job> = Api::namespaced(client.clone(), &ns);
+    let all = jobs
+        .list(&kube::api::ListParams::default().labels("controlplane.sunet.se/step=upgrade"))
+        .await?
+        .items;
+    let completed = kubelet
+        .lock()
+        .map(|k| k.completed.clone())
+        .unwrap_or_default();
+    let ran: Vec<(String, String, String)> = completed
+        .iter()
+        .filter_map(|n| {
+            all.iter()
+                .find(|j| &j.metadata.name.clone().unwrap_or_default() == n)
+        })
+        .map(|j| {
+            let ctr = j
+                .spec
+                .as_ref()
+                .and_then(|s| s.template.spec.as_ref())
+                .and_then(|p| p.containers.first())
+                .cloned()
+                .unwrap_or_default();
+            (
+                j.metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get("controlplane.sunet.se/input-hash"))
+                    .cloned()
+                    .unwrap_or_default(),
+                ctr.image.unwrap_or_default(),
+                ctr.command.unwrap_or_default().join(" "),
+            )
+        })
+        .collect();
+    let migrations: Vec<String> = upgrade::plan(&upgrade::ROLL_ORDER, false)
+        .iter()
+        .filter(|s| s.manage_command().is_some())
+        .map(upgrade::Step::name)
+        .collect();
+    assert_eq!(
+        ran.iter().map(|r| r.0.clone()).collect::<Vec<_>>(),
+        migrations,
+        "one Job per migration step, in dependency order, none run twice"
+    );
+    for (step, image, command) in &ran {
+        let svc = step.split('/').nth(1).unwrap_or_default();
+        assert_eq!(image, &format!("localhost/openstack-{svc}:{new}"), "{step}");
+        let (program, args) = upgrade::plan(&upgrade::ROLL_ORDER, false)
+            .into_iter()
+            .find(|s| &s.name() == step)
+            .and_then(|s| s.manage_command())
+            .context("a migration step")?;
+        assert!(
+            command.starts_with(&format!("{program} --config-file "))
+                && command.ends_with(&args.join(" ")),
+            "{step}: {command}"
+        );
+    }
+    let (_, m) = wait_cond(&cl_api, CLUSTER, ct::READY, WAIT).await?;
+    assert_eq!(m, "7 services Ready");
     eprintln!("whole test {:.1} s", started.elapsed().as_secs_f64());
 
     cm.abort();
