@@ -347,12 +347,26 @@ async fn remove_body(c: &Case) -> anyhow::Result<()> {
     still_running_in_zun(c, &uid, &container_id).await?;
 
     vk.spawn()?;
-    same_pod_running(c, &vk, &container_id, restarts).await?;
-    let n = nodes.get(&c.node).await?;
+    // The pod's status is still the one written before the shutdown: the node must be back
+    // (and have synced, below) before it says anything.
+    let n = wait_for(
+        LONG,
+        POLL,
+        "the node registered again and Ready",
+        async || {
+            Ok(match nodes.get_opt(&c.node).await? {
+                Some(n) if ready_condition(&n) == "True" => Check::Done(n),
+                n => Check::Pending(format!("{:?}", n.and_then(|n| n.status))),
+            })
+        },
+    )
+    .await
+    .with_context(|| vk.log_tail())?;
     assert!(
         !cordoned(&n) && !marked(&n),
         "registered again, schedulable"
     );
+    same_pod_running(c, &vk, &container_id, restarts).await?;
     let calls = after_syncs(&vk, 3).await?;
     eprintln!("OpenStack calls of the restarted process: {calls:?}");
     assert_eq!(
