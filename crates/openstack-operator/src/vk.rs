@@ -24,7 +24,8 @@ use crate::run::{LogFormat, init_logging_with, shutdown_on_signal};
 /// What to do with the Node when the process stops.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum ShutdownMode {
-    /// Mark the node NotReady; pods keep running and are taken back on restart.
+    /// Cordon the node and mark it NotReady; pods keep running and are taken back (and the
+    /// node uncordoned) on restart.
     NotReady,
     /// Delete the Node object; pods keep running in Zun.
     Delete,
@@ -77,6 +78,9 @@ pub struct VkArgs {
     /// What happens to the Node on SIGTERM.
     #[arg(long, value_enum, default_value = "not-ready")]
     pub on_shutdown: ShutdownMode,
+    /// Delete the Node object on SIGTERM (as `--on-shutdown delete`); pods keep running in Zun.
+    #[arg(long, env = "VK_REMOVE_NODE_ON_SHUTDOWN")]
+    pub remove_node_on_shutdown: bool,
     /// Zun project whose quota sizes the node (default: the token's project).
     #[arg(long, env = "VK_PROJECT_ID")]
     pub project_id: Option<String>,
@@ -103,6 +107,11 @@ pub struct VkArgs {
     /// client certificate); without it only bearer tokens authenticate.
     #[arg(long, env = "KUBELET_CLIENT_CA_FILE")]
     pub client_ca_file: Option<std::path::PathBuf>,
+    /// With --tenants: every tenant's node serves its kubelet API on a port of its own (the one
+    /// its Node publishes in `status.daemonEndpoints`), taken from --kubelet-port upward within
+    /// this many ports; a restarted process keeps each node's port when it is free.
+    #[arg(long, env = "VK_TENANT_KUBELET_PORTS", default_value_t = 100)]
+    pub tenant_kubelet_ports: u16,
     /// Do not serve the kubelet API (logs, exec, stats).
     #[arg(long)]
     pub no_kubelet_api: bool,
@@ -186,8 +195,16 @@ pub async fn run(args: VkArgs) -> anyhow::Result<()> {
         .context("connecting to Kubernetes (KUBECONFIG or in-cluster)")?;
     let node = node_config(&args, &args.node_name, BTreeMap::new(), Vec::new());
     if !args.no_kubelet_api {
+        let port = u16::try_from(args.kubelet_port)
+            .with_context(|| format!("--kubelet-port {} is not a TCP port", args.kubelet_port))?;
+        let addr = std::net::SocketAddr::new(args.kubelet_address, port);
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("binding the kubelet API to {addr}"))?;
         start_kubelet_api(
             &args,
+            &args.node_name,
+            listener,
             client.clone(),
             zun_for_api,
             metrics_registry,
@@ -284,20 +301,24 @@ pub(crate) fn node_config(
         status_max_age: Duration::from_secs(60),
         poll_interval: Duration::from_secs(args.poll_interval_seconds.max(1)),
         on_shutdown: match args.on_shutdown {
+            _ if args.remove_node_on_shutdown => OnShutdown::Delete,
             ShutdownMode::NotReady => OnShutdown::NotReady,
             ShutdownMode::Delete => OnShutdown::Delete,
         },
     }
 }
 
-/// Serve the kubelet API on `--kubelet-address:--kubelet-port` until `stop`.
-async fn start_kubelet_api(
+/// Serve node `node`'s kubelet API on `listener` until `stop` (the task ends then, and the
+/// port is free again). In `--tenants` mode every tenant's node has its own listener.
+pub(crate) async fn start_kubelet_api(
     args: &VkArgs,
+    node: &str,
+    listener: tokio::net::TcpListener,
     client: Client,
     zun: Arc<dyn openstack::container::Container>,
     registry: prometheus_client::registry::Registry,
     stop: CancellationToken,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<tokio::task::JoinHandle<()>> {
     use vk_kubelet_api::serving_cert::{ReloadableCert, keep_current};
     use vk_kubelet_api::{auth, kube_pods::KubePods, tls};
     let cert = Arc::new(ReloadableCert::empty());
@@ -306,10 +327,10 @@ async fn start_kubelet_api(
         _ if args.rotate_server_certificates => {
             // Handshakes fail until the request is approved and issued, as on a
             // kubelet with serverTLSBootstrap.
-            let addresses = vec![args.internal_ip.clone(), args.node_name.clone()];
+            let addresses = vec![args.internal_ip.clone(), node.to_string()];
             tokio::spawn(keep_current(
                 client.clone(),
-                args.node_name.clone(),
+                node.to_string(),
                 addresses,
                 cert.clone(),
                 Duration::from_secs(60),
@@ -318,11 +339,11 @@ async fn start_kubelet_api(
         }
         _ => {
             info!(
-                node = %args.node_name,
+                node = %node,
                 "no --tls-cert-file or --rotate-server-certificates: made a self-signed serving certificate for the kubelet API (local demos only; the API server must skip kubelet TLS verification)"
             );
             cert.set(tls::self_signed(
-                &args.node_name,
+                node,
                 std::slice::from_ref(&args.internal_ip),
             )?)?;
         }
@@ -334,22 +355,18 @@ async fn start_kubelet_api(
         .transpose()?;
     let tls_cfg = tls::server_config_with(cert, client_ca)?;
     let api = Arc::new(vk_kubelet_api::KubeletApi::new(
-        args.node_name.clone(),
-        Arc::new(KubePods::new(client.clone(), args.node_name.clone())),
-        Arc::new(vk_zun::kubelet::ZunKubelet::new(
-            zun,
-            args.node_name.clone(),
-        )),
+        node.to_string(),
+        Arc::new(KubePods::new(client.clone(), node.to_string())),
+        Arc::new(vk_zun::kubelet::ZunKubelet::new(zun, node.to_string())),
         Arc::new(auth::CachedReviewer::new(auth::KubeReviewer::new(client))),
         registry,
     ));
-    let port = u16::try_from(args.kubelet_port)
-        .with_context(|| format!("--kubelet-port {} is not a TCP port", args.kubelet_port))?;
-    let addr = std::net::SocketAddr::new(args.kubelet_address, port);
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .with_context(|| format!("binding the kubelet API to {addr}"))?;
-    info!(%addr, "kubelet API listening (HTTPS)");
-    tokio::spawn(tls::serve(listener, tls_cfg, api.router(), stop));
-    Ok(())
+    let addr = listener.local_addr().context("the kubelet API's address")?;
+    info!(%node, %addr, "kubelet API listening (HTTPS)");
+    Ok(tokio::spawn(tls::serve(
+        listener,
+        tls_cfg,
+        api.router(),
+        stop,
+    )))
 }

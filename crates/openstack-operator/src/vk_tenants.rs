@@ -7,11 +7,18 @@
 //! shared. A node is restarted when its tenant's spec or Secret changes (the runtime takes its
 //! pods back without a Zun write) and stopped, as the process stops its node, when the tenant
 //! is deleted. The tenant's status says whether its node runs, and why not.
+//!
+//! Each node serves its own kubelet API (logs, exec, attach, port-forward, stats), with the
+//! tenant's Zun session and the same authentication and authorization as a single node, on a
+//! port of its own: the API server reaches a node at its `status.addresses` and
+//! `status.daemonEndpoints.kubeletEndpoint.port`, and all the tenant nodes share the process's
+//! address, so the port is what tells them apart.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+use anyhow::Context;
 use api::tenant::{
     KEY_APP_CRED_ID, KEY_APP_CRED_SECRET, KEY_AUTH_URL, KEY_REGION, TENANT_LABEL, ZunTenant,
     ZunTenantSpec, ZunTenantStatus,
@@ -41,14 +48,12 @@ struct Running {
     node: String,
     stop: CancellationToken,
     task: JoinHandle<anyhow::Result<()>>,
+    /// The node's kubelet API: its port and its server (ends with `stop`).
+    kubelet_api: Option<(u16, JoinHandle<()>)>,
 }
 
 /// Runs a node for every `ZunTenant` until `token` is cancelled.
 pub async fn run(args: VkArgs, client: Client, token: CancellationToken) -> anyhow::Result<()> {
-    if !args.no_kubelet_api {
-        // One kubelet endpoint serves one node's pods; per-tenant endpoints are not built yet.
-        warn!("--tenants: the kubelet API (logs, exec, stats) is not served for tenant nodes yet");
-    }
     let api: Api<ZunTenant> = Api::all(client.clone());
     let (store, writer) = reflector::store::<ZunTenant>();
     let wake = Arc::new(tokio::sync::Notify::new());
@@ -105,6 +110,10 @@ pub async fn run(args: VkArgs, client: Client, token: CancellationToken) -> anyh
 /// Stops a node (it shuts down as the process's `--on-shutdown` says) and waits for it.
 async fn stop(r: Running) {
     r.stop.cancel();
+    if let Some((_, server)) = r.kubelet_api {
+        // The port is free once the server has returned, for the node's next start.
+        let _ = server.await;
+    }
     match r.task.await {
         Ok(Ok(())) => {}
         Ok(Err(e)) => {
@@ -177,7 +186,11 @@ async fn reconcile(
             return;
         }
     };
-    let core = match Core::connect(&selector, ClientOptions::default()).await {
+    // The node's /metrics shows its own tenant's OpenStack calls.
+    let options = ClientOptions::default();
+    let mut metrics = prometheus_client::registry::Registry::default();
+    options.metrics.register(&mut metrics);
+    let core = match Core::connect(&selector, options).await {
         Ok(c) => c,
         Err(e) => {
             let msg = format!("connecting with the application credential: {e}");
@@ -201,6 +214,7 @@ async fn reconcile(
     let ports = Arc::new(openstack::port::PortAdapter::new(core.clone()));
     let neutron = openstack::Cloud::from_core(core.clone()).network;
     let zun = Arc::new(ContainerAdapter::new(core));
+    let zun_for_api: Arc<dyn openstack::container::Container> = zun.clone();
     let provider = Arc::new(
         ZunProvider::new(zun, cfg, project_id.clone(), UnlimitedCapacity::default())
             .with_pod_concurrency(args.pod_concurrency)
@@ -213,8 +227,36 @@ async fn reconcile(
         effect: "NoSchedule".into(),
         ..Default::default()
     }];
-    let ncfg = node_config(args, &node, labels, taints);
+    let mut ncfg = node_config(args, &node, labels, taints);
     let stop_token = token.child_token();
+    let kubelet_api = if args.no_kubelet_api {
+        None
+    } else {
+        let taken: BTreeSet<u16> = running
+            .values()
+            .filter_map(|r| r.kubelet_api.as_ref().map(|(p, _)| *p))
+            .collect();
+        match start_tenant_kubelet_api(
+            args,
+            client,
+            &node,
+            &taken,
+            zun_for_api,
+            metrics,
+            stop_token.clone(),
+        )
+        .await
+        {
+            Ok(api) => {
+                ncfg.identity.kubelet_port = i32::from(api.0);
+                Some(api)
+            }
+            Err(e) => {
+                warn!(tenant = %name, node = %node, error = %format!("{e:#}"), "the node runs without its kubelet API (no logs, exec or stats)");
+                None
+            }
+        }
+    };
     let (c, s) = (client.clone(), stop_token.clone());
     let task = tokio::spawn(async move {
         vk_runtime::run(c, ncfg, provider, s)
@@ -244,8 +286,69 @@ async fn reconcile(
             node,
             stop: stop_token,
             task,
+            kubelet_api,
         },
     );
+}
+
+/// The ports to try for a tenant node's kubelet API, in order: the port its Node publishes
+/// (`previous`) first, so that a restart keeps the address the API server has, then the rest
+/// of `[base, base + count)`; ports of the other running nodes (`taken`) are left out.
+fn port_candidates(
+    base: u16,
+    count: u16,
+    previous: Option<i32>,
+    taken: &BTreeSet<u16>,
+) -> Vec<u16> {
+    let range: Vec<u16> = (0..count).filter_map(|i| base.checked_add(i)).collect();
+    let previous = previous
+        .and_then(|p| u16::try_from(p).ok())
+        .filter(|p| range.contains(p));
+    previous
+        .into_iter()
+        .chain(range.iter().copied().filter(|p| Some(*p) != previous))
+        .filter(|p| !taken.contains(p))
+        .collect()
+}
+
+/// Binds a port for `node`'s kubelet API (see [`port_candidates`]) and serves it until `stop`.
+async fn start_tenant_kubelet_api(
+    args: &VkArgs,
+    client: &Client,
+    node: &str,
+    taken: &BTreeSet<u16>,
+    zun: Arc<dyn openstack::container::Container>,
+    metrics: prometheus_client::registry::Registry,
+    stop: CancellationToken,
+) -> anyhow::Result<(u16, JoinHandle<()>)> {
+    let base = u16::try_from(args.kubelet_port)
+        .with_context(|| format!("--kubelet-port {} is not a TCP port", args.kubelet_port))?;
+    let previous = Api::<Node>::all(client.clone())
+        .get_opt(node)
+        .await
+        .ok()
+        .flatten()
+        .and_then(|n| n.status?.daemon_endpoints?.kubelet_endpoint)
+        .map(|e| e.port);
+    let mut listener = None;
+    for port in port_candidates(base, args.tenant_kubelet_ports, previous, taken) {
+        let addr = std::net::SocketAddr::new(args.kubelet_address, port);
+        // A port another program holds is passed over.
+        if let Ok(l) = tokio::net::TcpListener::bind(addr).await {
+            listener = Some((port, l));
+            break;
+        }
+    }
+    let (port, listener) = listener.with_context(|| {
+        format!(
+            "no free port for the kubelet API in {base}..{} (--kubelet-port, --tenant-kubelet-ports)",
+            u32::from(base) + u32::from(args.tenant_kubelet_ports)
+        )
+    })?;
+    let server =
+        crate::vk::start_kubelet_api(args, node, listener, client.clone(), zun, metrics, stop)
+            .await?;
+    Ok((port, server))
 }
 
 /// The tenant's credentials Secret, or why it cannot be used.
@@ -364,6 +467,31 @@ mod tests {
             ),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn a_node_keeps_its_kubelet_port_and_others_get_free_ones() {
+        let none = BTreeSet::new();
+        assert_eq!(
+            port_candidates(10250, 3, None, &none),
+            [10250, 10251, 10252]
+        );
+        assert_eq!(
+            port_candidates(10250, 3, Some(10252), &none),
+            [10252, 10250, 10251],
+            "the published port first"
+        );
+        assert_eq!(
+            port_candidates(10250, 3, Some(9999), &BTreeSet::from([10250])),
+            [10251, 10252],
+            "a port out of range is not kept; another node's is skipped"
+        );
+        assert_eq!(
+            port_candidates(10250, 3, Some(10251), &BTreeSet::from([10251])),
+            [10250, 10252],
+            "a port another node holds now is not taken"
+        );
+        assert_eq!(port_candidates(65535, 3, None, &none), [65535]);
     }
 
     #[test]

@@ -2,7 +2,10 @@
 //! test cloud (projects `demo` on `ZUN_NETWORK` and `demo2` on `ZUN_NETWORK2`), each with an
 //! application credential made for this test (named `tenants-...`, deleted after), against the
 //! suite's Kubernetes API and real Zun and Neutron. Without Zun or the second tenant the test
-//! says so and does nothing.
+//! says so and does nothing. Each tenant's node serves its own kubelet API on the port its Node
+//! publishes: `logs` and `exec` reach each tenant's pod through its node's port (with a token
+//! the emulator's TokenReview knows; on a real cluster, `E2E_KUBECONFIG`, that part is
+//! skipped), and a node's port does not serve the other tenant's pod.
 
 mod vk_common;
 
@@ -139,15 +142,20 @@ impl Process {
             .args([
                 "virtual-kubelet",
                 "--tenants",
-                "--no-kubelet-api",
                 "--internal-ip",
                 "127.0.0.1",
+                "--kubelet-address",
+                "127.0.0.1",
+                "--kubelet-port",
+                &e2e::operator::free_local_addr()?.port().to_string(),
+                "--tenant-kubelet-ports",
+                "20",
                 "--poll-interval-seconds",
                 "1",
                 "--status-interval-seconds",
                 "2",
                 "--log-level",
-                "info,vk_zun=debug,vk_runtime=debug",
+                "info,vk_zun=debug,vk_runtime=debug,vk_kubelet_api=debug",
             ])
             .env("KUBECONFIG", kubeconfig)
             .env_remove("OS_CLOUD")
@@ -213,7 +221,8 @@ fn tenant_pod(name: &str, node: &str, tenant: &str) -> anyhow::Result<Pod> {
             "tolerations": [
                 {"key": "virtual-kubelet.io/provider", "operator": "Exists", "effect": "NoSchedule"},
                 {"key": api::tenant::TENANT_LABEL, "operator": "Equal", "value": tenant, "effect": "NoSchedule"}],
-            "containers": [{"name": "c", "image": "busybox", "command": ["sh", "-c", "sleep 3600"]}]
+            "containers": [{"name": "c", "image": "busybox", "env": [{"name": "WHO", "value": name}],
+                            "command": ["sh", "-c", "echo started-$WHO; exec sleep 3600"]}]
         }
     }))?)
 }
@@ -532,6 +541,7 @@ async fn tenants_and_pods(
         .await
         .with_context(|| vk.tail())?;
     }
+    kubelet_api_of_each_tenant_node(target, w, &vk).await?;
     let st = wait_for(LONG, POLL, "the stray pod refused", async || {
         let s = pods_a.get("stray").await?.status.unwrap_or_default();
         Ok(if s.phase.as_deref() == Some("Failed") {
@@ -620,4 +630,126 @@ async fn tenants_and_pods(
         .with_context(|| vk.tail())?;
     }
     Ok(groups_a)
+}
+
+const KUBELET_TOKEN: &str = "vk-tenants-apiserver";
+
+/// `logs` and `exec` on each tenant's pod through its own node's kubelet port (the port its
+/// Node publishes, on the address it publishes), as the API server reaches a node; the other
+/// tenant's node does not serve the pod.
+async fn kubelet_api_of_each_tenant_node(
+    target: &e2e::target::Target,
+    w: &World,
+    vk: &Process,
+) -> anyhow::Result<()> {
+    use futures::AsyncReadExt as _;
+    use kube::api::{AttachParams, LogParams};
+    use kube::core::kubelet_debug::KubeletDebugParams;
+    use kube_emulator::review::{AllowRule, AuthConfig, ReviewUser};
+    use tokio::io::AsyncReadExt as _;
+    let Some(emu) = target.emulator() else {
+        eprintln!(
+            "SKIPPED (kubelet API part): the kubelet ports need TokenReview rules, which only the emulator takes"
+        );
+        return Ok(());
+    };
+    emu.set_auth(AuthConfig {
+        tokens: [(
+            KUBELET_TOKEN.to_string(),
+            ReviewUser {
+                username: "apiserver".into(),
+                ..Default::default()
+            },
+        )]
+        .into_iter()
+        .collect(),
+        rules: [&w.ta, &w.tb]
+            .into_iter()
+            .map(|node| AllowRule {
+                subject: "apiserver".into(),
+                verbs: vec!["*".into()],
+                resource: "nodes".into(),
+                subresource: "*".into(),
+                name: node.clone(),
+            })
+            .collect(),
+    });
+    let nodes: Api<Node> = Api::all(w.client.clone());
+    let mut clients = BTreeMap::new();
+    for node in [&w.ta, &w.tb] {
+        let status = nodes.get(node).await?.status.unwrap_or_default();
+        let port = status
+            .daemon_endpoints
+            .and_then(|d| d.kubelet_endpoint)
+            .map(|e| e.port)
+            .context("no daemonEndpoints")?;
+        let address = status
+            .addresses
+            .unwrap_or_default()
+            .into_iter()
+            .find(|a| a.type_ == "InternalIP")
+            .map(|a| a.address)
+            .context("no InternalIP")?;
+        let mut cfg = kube::Config::new(format!("https://{address}:{port}").parse()?);
+        // Without --tls-cert-file each node serves a self-signed certificate.
+        cfg.accept_invalid_certs = true;
+        cfg.headers.push((
+            http::header::AUTHORIZATION,
+            format!("Bearer {KUBELET_TOKEN}").parse()?,
+        ));
+        eprintln!("node {node}: kubelet API at {address}:{port}");
+        clients.insert(node.clone(), (port, Client::try_from(cfg)?));
+    }
+    assert_ne!(
+        clients[&w.ta].0, clients[&w.tb].0,
+        "each tenant node publishes its own kubelet port"
+    );
+    for (node, other, ns, pod) in [(&w.ta, &w.tb, &w.ns_a, "pa"), (&w.tb, &w.ta, &w.ns_b, "pb")] {
+        let client = &clients[node].1;
+        let at = KubeletDebugParams {
+            name: pod,
+            namespace: ns,
+            pod_uid: None,
+        };
+        // $WHO is the pod's own name in its container's env: the exec ran in that container.
+        let ap = AttachParams::default().stderr(false);
+        let mut p = client
+            .kubelet_node_exec(&at, "c", ["sh", "-c", "echo exec-in-$WHO"], &ap)
+            .await
+            .with_context(|| vk.tail())?;
+        let mut out = String::new();
+        p.stdout()
+            .context("stdout")?
+            .read_to_string(&mut out)
+            .await?;
+        let status = p.take_status().context("status")?.await;
+        assert_eq!(out, format!("exec-in-{pod}\n"), "{status:?}");
+        let logs = wait_for(LONG, POLL, &format!("the logs of {pod}"), async || {
+            let mut r = client
+                .kubelet_node_logs(&at, "c", &LogParams::default())
+                .await?;
+            let mut text = String::new();
+            r.read_to_string(&mut text).await?;
+            Ok(if text.contains(&format!("started-{pod}")) {
+                Check::Done(text)
+            } else {
+                Check::Pending(text)
+            })
+        })
+        .await
+        .with_context(|| vk.tail())?;
+        eprintln!("logs of {pod} through node {node}: {logs:?}");
+        // The other tenant's node does not serve this pod (it is not bound there).
+        let e = clients[other]
+            .1
+            .kubelet_node_logs(&at, "c", &LogParams::default())
+            .await
+            .err()
+            .with_context(|| format!("node {other} served the logs of {pod}"))?;
+        match &e {
+            kube::Error::Api(s) => assert_eq!(s.code, 404, "{e}"),
+            other => panic!("{other}"),
+        }
+    }
+    Ok(())
 }

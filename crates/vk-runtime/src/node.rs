@@ -166,6 +166,55 @@ pub fn not_ready(prev: &NodeStatus, message: &str, now: jiff::Timestamp) -> Node
     s
 }
 
+/// Annotation the node carries while it is cordoned by its own shutdown, so that the next start
+/// uncordons it, and leaves a node an administrator cordoned as it is.
+pub const CORDONED_ON_SHUTDOWN: &str = "virtual-kubelet.sunet.se/cordoned-on-shutdown";
+
+/// Whether a Node is cordoned (`spec.unschedulable`, which `kubectl cordon` sets).
+pub fn is_cordoned(n: &Node) -> bool {
+    n.spec
+        .as_ref()
+        .and_then(|s| s.unschedulable)
+        .unwrap_or(false)
+}
+
+/// The merge patch that cordons `current` on shutdown (as `kubectl cordon` does) and marks it
+/// as cordoned by us; `None` when it is cordoned already (by an administrator, or a shutdown
+/// whose restart has not run yet), so that a restart does not uncordon it. The
+/// resourceVersion makes the patch fail on a concurrent change instead of losing it.
+pub fn cordon_patch(current: &Node) -> Option<serde_json::Value> {
+    if is_cordoned(current) {
+        return None;
+    }
+    Some(serde_json::json!({
+        "metadata": {
+            "resourceVersion": current.metadata.resource_version,
+            "annotations": {CORDONED_ON_SHUTDOWN: "true"},
+        },
+        "spec": {"unschedulable": true},
+    }))
+}
+
+/// The merge patch that brings an existing Node in line with `want` at start: labels and
+/// taints as configured, and, when our own shutdown cordoned it, uncordoned (a node an
+/// administrator cordoned stays cordoned).
+pub fn register_patch(existing: &Node, want: &Node) -> serde_json::Value {
+    let mut patch = serde_json::json!({
+        "metadata": {"labels": want.metadata.labels},
+        "spec": {"taints": want.spec.as_ref().and_then(|s| s.taints.clone())},
+    });
+    let ours = existing
+        .metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(CORDONED_ON_SHUTDOWN));
+    if ours {
+        patch["metadata"]["annotations"] = serde_json::json!({CORDONED_ON_SHUTDOWN: null});
+        patch["spec"]["unschedulable"] = serde_json::Value::Null;
+    }
+    patch
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -259,5 +308,34 @@ mod tests {
         let r = &nr.conditions.unwrap()[0];
         assert_eq!(r.status, "False");
         assert_eq!(r.reason.as_deref(), Some("KubeletNotReady"));
+    }
+
+    #[test]
+    fn shutdown_cordons_a_schedulable_node_and_the_restart_uncordons_only_that() {
+        let mut n = node_object(&id(), None);
+        n.metadata.resource_version = Some("7".into());
+        let p = cordon_patch(&n).unwrap();
+        assert_eq!(p["spec"]["unschedulable"], true);
+        assert_eq!(p["metadata"]["annotations"][CORDONED_ON_SHUTDOWN], "true");
+        assert_eq!(p["metadata"]["resourceVersion"], "7");
+        // Our own cordon, as the API server stores the patch: the restart lifts it.
+        let mut ours = n.clone();
+        ours.spec.as_mut().unwrap().unschedulable = Some(true);
+        ours.metadata.annotations = Some(BTreeMap::from([(
+            CORDONED_ON_SHUTDOWN.into(),
+            "true".into(),
+        )]));
+        let r = register_patch(&ours, &node_object(&id(), None));
+        assert!(r["spec"]["unschedulable"].is_null());
+        assert!(r["spec"].as_object().unwrap().contains_key("unschedulable"));
+        assert!(r["metadata"]["annotations"][CORDONED_ON_SHUTDOWN].is_null());
+        assert_eq!(r["spec"]["taints"][0]["key"], "virtual-kubelet.io/provider");
+        // An administrator's cordon: the shutdown adds no mark and the restart keeps it.
+        let mut admin = n.clone();
+        admin.spec.as_mut().unwrap().unschedulable = Some(true);
+        assert_eq!(cordon_patch(&admin), None);
+        let r = register_patch(&admin, &node_object(&id(), None));
+        assert!(!r["spec"].as_object().unwrap().contains_key("unschedulable"));
+        assert!(r["metadata"].get("annotations").is_none());
     }
 }

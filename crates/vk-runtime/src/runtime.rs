@@ -14,8 +14,10 @@
 //! - Deletion: a pod with a deletionTimestamp is stopped within its grace
 //!   period by the provider; once nothing is left, the pod object is
 //!   deleted with `gracePeriodSeconds=0`, as the kubelet does.
-//! - Shutdown: the node is marked NotReady (or deleted, by choice); pods
-//!   are left running.
+//! - Shutdown: the node is cordoned (`spec.unschedulable`, marked by an
+//!   annotation so that the next start uncordons it, and only then) and
+//!   marked NotReady, or deleted by choice; pods are left running in the
+//!   backend, and the next start takes them back.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -252,6 +254,11 @@ pub async fn run(
     }
     watch_task.abort();
     lease_task.abort();
+    // Cordoned first, so that nothing is scheduled to the node while it is down (or between
+    // the cordon and the deletion).
+    if let Err(e) = cordon(&nodes, &id.name).await {
+        warn!(node = %id.name, error = %e, "cordoning the node on shutdown failed");
+    }
     match cfg.on_shutdown {
         OnShutdown::NotReady => {
             let s = node::not_ready(
@@ -291,15 +298,48 @@ async fn register(
             .create(&PostParams::default(), &want)
             .await
             .map_err(kube_err(format!("creating node {}", id.name))),
-        Some(_) => {
-            let patch = serde_json::json!({
-                "metadata": {"labels": want.metadata.labels},
-                "spec": {"taints": want.spec.as_ref().and_then(|s| s.taints.clone())},
-            });
+        Some(existing) => {
+            if existing
+                .metadata
+                .annotations
+                .as_ref()
+                .is_some_and(|a| a.contains_key(node::CORDONED_ON_SHUTDOWN))
+            {
+                info!(node = %id.name, "uncordoning the node its last shutdown cordoned");
+            }
+            let patch = node::register_patch(&existing, &want);
             nodes
                 .patch(&id.name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await
                 .map_err(kube_err(format!("updating node {}", id.name)))
+        }
+    }
+}
+
+/// Cordons the node (`spec.unschedulable`, as `kubectl cordon`) unless it is cordoned already,
+/// and marks it as cordoned by us ([`node::CORDONED_ON_SHUTDOWN`]) so that the next start lifts
+/// only our own cordon. A concurrent change of the node (409) is read again and retried.
+async fn cordon(nodes: &Api<Node>, name: &str) -> Result<(), kube::Error> {
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let Some(current) = nodes.get_opt(name).await? else {
+            return Ok(());
+        };
+        let Some(patch) = node::cordon_patch(&current) else {
+            info!(node = %name, "node already cordoned (not by us): left so on restart");
+            return Ok(());
+        };
+        match nodes
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => {
+                info!(node = %name, "node cordoned");
+                return Ok(());
+            }
+            Err(kube::Error::Api(s)) if s.code == 409 && attempt < 5 => continue,
+            Err(e) => return Err(e),
         }
     }
 }
