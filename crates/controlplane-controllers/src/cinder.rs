@@ -227,7 +227,7 @@ async fn pass(p: &mut Pass<'_, Cinder>) -> Result<State, Error> {
         &["cinder.conf"],
         &["uwsgi.ini"],
         client_ca.as_deref(),
-        serving.is_some(),
+        serving.as_ref().map(|_| tls::POD_TLS_DIR),
     );
     if client_ca.is_some() {
         if let Some(c) = files.get_mut("cinder.conf") {

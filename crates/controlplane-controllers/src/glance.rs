@@ -335,7 +335,7 @@ async fn pass(p: &mut Pass<'_, Glance>) -> Result<State, Error> {
         &["glance-api.conf"],
         &["uwsgi.ini"],
         ks.ca.as_deref(),
-        serving.is_some(),
+        serving.as_ref().map(|_| tls::POD_TLS_DIR),
     );
     if ks.ca.is_some() || serving.is_some() {
         config_hash = tls::config_hash(

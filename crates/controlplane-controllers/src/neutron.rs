@@ -321,7 +321,7 @@ async fn pass(p: &mut Pass<'_, Neutron>) -> Result<State, Error> {
         &["neutron.conf"],
         &["uwsgi.ini"],
         client_ca.as_deref(),
-        serving.is_some(),
+        serving.as_ref().map(|_| tls::POD_TLS_DIR),
     );
     if client_ca.is_some() || serving.is_some() {
         config_hash = tls::config_hash(

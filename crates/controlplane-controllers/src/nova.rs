@@ -340,7 +340,7 @@ async fn pass(p: &mut Pass<'_, Nova>) -> Result<State, Error> {
         &[render::NOVA_CONF],
         &[render::API_UWSGI],
         client_ca.as_deref(),
-        serving.is_some(),
+        serving.as_ref().map(|_| tls::POD_TLS_DIR),
     );
     let mut compute = match compute_node_conf(&inputs, &spec.compute_driver) {
         Ok(c) => c,

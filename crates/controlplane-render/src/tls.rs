@@ -356,15 +356,16 @@ pub fn ca_bundle<'a>(cas: impl IntoIterator<Item = Option<&'a str>>) -> Option<S
 
 /// The TLS edits of one service's config Secret (pure): with `client_ca`, `cafile` in the
 /// client sections of each of `conf_files` and the bundle itself as [`CLIENT_CA_FILE`] beside
-/// them in `config_dir`; with `serving`, each of `uwsgi_files` serves `https-socket` with the
-/// certificate mounted at [`POD_TLS_DIR`]. Files not in `files` are left alone.
+/// them in `config_dir`; with `serving_dir` (where the serving certificate Secret is mounted:
+/// [`POD_TLS_DIR`] in pods), each of `uwsgi_files` serves `https-socket` with its certificate
+/// and key. Files not in `files` are left alone.
 pub fn edit_files(
     files: &mut BTreeMap<String, String>,
     config_dir: &str,
     conf_files: &[&str],
     uwsgi_files: &[&str],
     client_ca: Option<&str>,
-    serving: bool,
+    serving_dir: Option<&str>,
 ) {
     if let Some(ca) = client_ca {
         let ca_file = format!("{}/{CLIENT_CA_FILE}", config_dir.trim_end_matches('/'));
@@ -375,8 +376,8 @@ pub fn edit_files(
         }
         files.insert(CLIENT_CA_FILE.into(), ca.to_string());
     }
-    if serving {
-        let (crt, key) = pod_files(POD_TLS_DIR);
+    if let Some(dir) = serving_dir {
+        let (crt, key) = pod_files(dir);
         for f in uwsgi_files {
             if let Some(text) = files.get_mut(*f) {
                 *text = uwsgi_https(text, &crt, &key);
@@ -559,7 +560,7 @@ mod tests {
         ));
         assert!(files["metadata-uwsgi.ini"].contains("http-socket = 0.0.0.0:8775"));
         let mut plain = BTreeMap::from([("a.conf".to_string(), "[glance]\nx = 1\n".to_string())]);
-        edit_files(&mut plain, "/etc/a", &["a.conf"], &[], None, false);
+        edit_files(&mut plain, "/etc/a", &["a.conf"], &[], None, None);
         assert_eq!(plain.len(), 1);
         assert!(!plain["a.conf"].contains("cafile"));
     }
