@@ -11,15 +11,121 @@
 //!   the rendered `cafile`), and refuses no token and a forged one;
 //! - Nova reaches its peers over TLS with the same bundle: the compute node registers its
 //!   resource provider in Placement (`[placement] cafile`), and Nova's proxy APIs list Glance's
-//!   images (`[glance] cafile`) and Neutron's networks (`[neutron] cafile`).
+//!   images (`[glance] cafile`) and Neutron's networks (`[neutron] cafile`);
+//! - a certificate renewal drops no request: authenticated requests flow through a TCP front
+//!   (the Service) to a Placement pod with one certificate while a pod with the renewed one
+//!   starts and becomes Ready, the front moves to it and the old pod gets SIGTERM, as the
+//!   Deployment's `maxUnavailable: 0, maxSurge: 1` roll does; none fails.
 //!
 //! Needs: `scripts/test-cloud up` (the venv) and `scripts/external-services up` (MariaDB,
 //! RabbitMQ, memcached, OVN). Names carry `cptlscloud`; everything is removed afterwards.
 
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use controlplane_render::tls;
 use service_boot::cloud::{CloudOptions, RenderedCloud, logs};
-use service_boot::https_client;
+use service_boot::{Proc, free_port, https_client, spawn_logged, venv_bin};
+
+/// A TCP front standing for the Service: each new connection goes to the current backend (the
+/// endpoints of Ready pods), bytes copied both ways (TLS passes through untouched).
+async fn front(listener: tokio::net::TcpListener, backend: Arc<Mutex<SocketAddr>>) {
+    loop {
+        let Ok((mut inbound, _)) = listener.accept().await else {
+            return;
+        };
+        let Ok(to) = backend.lock().map(|b| *b) else {
+            return;
+        };
+        tokio::spawn(async move {
+            if let Ok(mut outbound) = tokio::net::TcpStream::connect(to).await {
+                let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+            }
+        });
+    }
+}
+
+/// Requests answered and failed while the load runs.
+#[derive(Default)]
+struct Counts {
+    ok: AtomicU64,
+    failures: Mutex<Vec<String>>,
+    stop: AtomicBool,
+}
+
+impl Counts {
+    fn fail(&self, why: String) {
+        if let Ok(mut f) = self.failures.lock() {
+            f.push(why);
+        }
+    }
+
+    /// Waits until `n` more requests succeeded (the load is flowing).
+    async fn wait_ok(&self, n: u64) {
+        let target = self.ok.load(Ordering::Relaxed) + n;
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while self.ok.load(Ordering::Relaxed) < target {
+            assert!(Instant::now() < deadline, "requests stalled; {}", logs());
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+/// Waits until the pod on `port` answers over https (its readiness probe).
+async fn ready(client: &reqwest::Client, port: u16) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !client
+        .get(format!("https://127.0.0.1:{port}/"))
+        .send()
+        .await
+        .is_ok_and(|r| r.status().is_success())
+    {
+        assert!(
+            Instant::now() < deadline,
+            "pod on {port} not Ready; {}",
+            logs()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Placement's rendered files again, listening on `port` with the certificate in `tls_dir`:
+/// one pod of the Deployment with that certificate.
+fn placement_pod(cloud: &RenderedCloud, name: &str, port: u16, tls_dir: &Path) -> Proc {
+    let src = cloud.config_dir("placement");
+    let dir = src.with_file_name(name);
+    std::fs::create_dir_all(&dir).expect("pod dir");
+    for entry in std::fs::read_dir(&src).expect("placement dir") {
+        let entry = entry.expect("entry");
+        std::fs::copy(entry.path(), dir.join(entry.file_name())).expect("copy");
+    }
+    let uwsgi = std::fs::read_to_string(src.join("uwsgi.ini")).expect("uwsgi.ini");
+    let (crt, key) = tls::pod_files(&tls_dir.display().to_string());
+    let text: String = uwsgi
+        .lines()
+        .map(|l| {
+            if l.starts_with("https-socket = ") {
+                format!("https-socket = 127.0.0.1:{port},{crt},{key}\n")
+            } else {
+                format!("{l}\n")
+            }
+        })
+        .collect();
+    std::fs::write(dir.join("uwsgi.ini"), text).expect("uwsgi.ini");
+    spawn_logged(
+        &dir,
+        "uwsgi.log",
+        "uwsgi (placement pod)",
+        &[
+            venv_bin("uwsgi").display().to_string(),
+            "--ini".into(),
+            dir.join("uwsgi.ini").display().to_string(),
+        ],
+    )
+}
 
 /// The whole error chain of a failed request (reqwest's Display hides the TLS cause).
 fn chain(e: &(dyn std::error::Error + 'static)) -> String {
@@ -127,7 +233,12 @@ async fn every_api_serves_tls_and_validates_tokens_against_https_keystone() {
     let deadline = Instant::now() + Duration::from_secs(180);
     loop {
         let (status, text) = get(&client, &providers, Some(&token)).await;
-        if status == 200 && text.contains("cptlscloud-compute-") {
+        // The cloud's Placement database is its own: any provider is the compute node's.
+        let providers = serde_json::from_str::<serde_json::Value>(&text)
+            .ok()
+            .and_then(|v| v["resource_providers"].as_array().map(Vec::len))
+            .unwrap_or(0);
+        if status == 200 && providers > 0 {
             break;
         }
         assert!(
@@ -142,6 +253,85 @@ async fn every_api_serves_tls_and_validates_tokens_against_https_keystone() {
         let (status, text) = get(&client, &url, Some(&token)).await;
         assert_eq!(status, 200, "Nova → {what} over https: {text}; {}", logs());
     }
+    // Renewal without dropped requests, as `maxUnavailable: 0` rolls the Deployment: requests
+    // flow through the front to a pod with the old certificate; a pod with the renewed one
+    // starts and becomes Ready; the front moves to it (the Service's endpoints); the old pod
+    // stops. Every request in between must succeed and verify.
+    let old_dir = cloud.renew_certificate("placement-old");
+    let new_dir = cloud.renew_certificate("placement-new");
+    assert_ne!(
+        std::fs::read(old_dir.join(tls::TLS_CRT)).ok(),
+        std::fs::read(new_dir.join(tls::TLS_CRT)).ok()
+    );
+    let (old_port, new_port) = (free_port(), free_port());
+    let mut old_pod = placement_pod(&cloud, "placement-pod-old", old_port, &old_dir);
+    ready(&client, old_port).await;
+    let backend = Arc::new(Mutex::new(SocketAddr::from(([127, 0, 0, 1], old_port))));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("front");
+    let front_url = format!(
+        "https://127.0.0.1:{}",
+        listener.local_addr().expect("addr").port()
+    );
+    let front_task = tokio::spawn(front(listener, backend.clone()));
+    let counts = Arc::new(Counts::default());
+    let load = {
+        let (client, counts, token) = (client.clone(), counts.clone(), token.clone());
+        let url = format!("{front_url}/resource_providers");
+        tokio::spawn(async move {
+            while !counts.stop.load(Ordering::Relaxed) {
+                match client.get(&url).header("X-Auth-Token", &token).send().await {
+                    Ok(r) if r.status().is_success() => {
+                        counts.ok.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Ok(r) => counts.fail(format!("status {}", r.status())),
+                    Err(e) => counts.fail(chain(&e)),
+                }
+            }
+        })
+    };
+    counts.wait_ok(20).await;
+    // The renewed certificate's pod (maxSurge 1), Ready while the old one still serves.
+    let _new_pod = placement_pod(&cloud, "placement-pod-new", new_port, &new_dir);
+    ready(&client, new_port).await;
+    counts.wait_ok(20).await;
+    // The endpoints move to the new pod; in-flight requests on the old one finish; it stops.
+    *backend.lock().expect("backend") = SocketAddr::from(([127, 0, 0, 1], new_port));
+    counts.wait_ok(20).await;
+    // SIGTERM, as the kubelet stops the old pod (uwsgi `die-on-term`).
+    // SAFETY: kill(2) on the pid of our own child process.
+    unsafe {
+        libc::kill(old_pod.0.id() as i32, libc::SIGTERM);
+    }
+    let _ = old_pod.0.wait();
+    counts.wait_ok(50).await;
+    counts.stop.store(true, Ordering::Relaxed);
+    let _ = load.await;
+    front_task.abort();
+    let served = counts.ok.load(Ordering::Relaxed);
+    let failures = counts
+        .failures
+        .lock()
+        .map(|f| f.clone())
+        .unwrap_or_default();
+    assert!(
+        failures.is_empty(),
+        "{} of {} requests failed during the renewal: {failures:?}",
+        failures.len(),
+        served + failures.len() as u64
+    );
+    // The old pod is gone: what answered last was the renewed certificate's pod.
+    assert!(
+        client
+            .get(format!("https://127.0.0.1:{old_port}/"))
+            .send()
+            .await
+            .is_err(),
+        "the old pod still answers"
+    );
+    eprintln!("renewal: {served} authenticated requests through the front, none failed");
+
     eprintln!(
         "tls_cloud_boot: boot {boot_time:.1?} (timings {:?}); in all {:.1?}",
         cloud.timings,

@@ -62,6 +62,8 @@ pub struct RenderedCloud {
     pub timings: Vec<(&'static str, Duration)>,
     /// With [`CloudOptions::tls`]: the CA (PEM file) every API's certificate verifies with.
     pub ca_file: Option<PathBuf>,
+    /// The CA itself (to issue renewed certificates from).
+    ca: Option<tls::CertAndKey>,
     root: tempfile::TempDir,
 }
 
@@ -321,7 +323,7 @@ impl RenderedCloud {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs() as i64);
             let ca = tls::generate_ca(&format!("{} CA", opts.prefix), now).expect("CA");
-            let mut issue = |api: &str| -> String {
+            let issue = |api: &str| -> String {
                 let cert = tls::issue_serving(
                     &ca,
                     &["127.0.0.1".to_string(), "localhost".to_string()],
@@ -345,7 +347,7 @@ impl RenderedCloud {
             .collect();
             let file = root.join("tls").join("api-ca.crt");
             std::fs::write(&file, &ca.cert).expect("CA file");
-            (ca.cert.clone(), dirs, file)
+            (ca.cert.clone(), dirs, file, ca)
         });
         // The operator's TLS edits of one service's files (nothing without TLS).
         let edit = |api: &str,
@@ -353,7 +355,7 @@ impl RenderedCloud {
                     files: &mut BTreeMap<String, String>,
                     confs: &[&str],
                     uwsgis: &[&str]| {
-            if let Some((ca, dirs, _)) = &api_ca {
+            if let Some((ca, dirs, _, _)) = &api_ca {
                 tls::edit_files(
                     files,
                     dir,
@@ -702,7 +704,7 @@ impl RenderedCloud {
             },
         )
         .expect("the compute node renders");
-        if let Some((_, _, ca_file)) = &api_ca {
+        if let Some((_, _, ca_file, _)) = &api_ca {
             compute_text = tls::set_client_ca(
                 &compute_text,
                 &tls::CLIENT_SECTIONS,
@@ -881,7 +883,7 @@ impl RenderedCloud {
 
         // --- Service users and catalog (the operator's service-user step) ---------------------
         let phase = Instant::now();
-        let ca_pem = api_ca.as_ref().map(|(c, _, _)| c.as_str());
+        let ca_pem = api_ca.as_ref().map(|(c, _, _, _)| c.as_str());
         wait_http_ca(&keystone_url, ca_pem, 120, logs).await;
         let mut entries: Vec<(ServiceEntry, String)> = vec![
             (
@@ -1025,7 +1027,8 @@ impl RenderedCloud {
                 ("cinder", url(ci_port)),
             ]),
             timings,
-            ca_file: api_ca.map(|(_, _, f)| f),
+            ca_file: api_ca.as_ref().map(|(_, _, f, _)| f.clone()),
+            ca: api_ca.map(|(_, _, _, ca)| ca),
             root: tmp,
         }
     }
@@ -1044,6 +1047,24 @@ impl RenderedCloud {
         };
         std::fs::write(&path, text).expect("clouds.yaml");
         path
+    }
+
+    /// The directory of `api`'s rendered files (`placement`, `glance`, ...).
+    pub fn config_dir(&self, api: &str) -> PathBuf {
+        self.root.path().join(api)
+    }
+
+    /// With [`CloudOptions::tls`]: a new serving certificate for `127.0.0.1` from the cloud's CA
+    /// (a renewal), written as the kubelet mounts its Secret; the directory returned.
+    pub fn renew_certificate(&self, name: &str) -> PathBuf {
+        let ca = self.ca.as_ref().expect("a TLS cloud");
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
+        let cert = tls::issue_serving(ca, &["127.0.0.1".to_string()], now).expect("renewal");
+        let dir = self.root.path().join("tls").join(name);
+        write_files(&dir, &tls::secret_data(&cert, &ca.cert));
+        dir
     }
 
     /// Resident memory of each booted process (with its uwsgi workers) in MiB, by name.
