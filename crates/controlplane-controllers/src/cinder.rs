@@ -229,13 +229,13 @@ async fn pass(p: &mut Pass<'_, Cinder>) -> Result<State, Error> {
         client_ca.as_deref(),
         serving.as_ref().map(|_| tls::POD_TLS_DIR),
     );
-    if client_ca.is_some() {
-        if let Some(c) = files.get_mut("cinder.conf") {
-            *c = render::with_glance_ca(
-                c,
-                &format!("{}/{}", render::POD_CONFIG_DIR, tls::CLIENT_CA_FILE),
-            );
-        }
+    if client_ca.is_some()
+        && let Some(c) = files.get_mut("cinder.conf")
+    {
+        *c = render::with_glance_ca(
+            c,
+            &format!("{}/{}", render::POD_CONFIG_DIR, tls::CLIENT_CA_FILE),
+        );
     }
     if client_ca.is_some() || serving.is_some() {
         config_hash = tls::config_hash(
