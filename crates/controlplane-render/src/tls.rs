@@ -548,7 +548,7 @@ mod tests {
             &["nova.conf"],
             &["api-uwsgi.ini"],
             Some("CA"),
-            true,
+            Some(POD_TLS_DIR),
         );
         assert_eq!(
             Ini::parse(&files["nova.conf"]).get("placement", "cafile"),
