@@ -16,6 +16,7 @@ use controlplane_render::cinder::{
     self as render, Backend, BackendKind, CinderInputs, Nfs, Paths, Rbd,
 };
 use controlplane_render::objects::{self, Check, ComponentParams};
+use controlplane_render::tls;
 use k8s_openapi::api::core::v1::{Volume, VolumeMount};
 use kube::{Api, Resource, ResourceExt};
 
@@ -87,6 +88,10 @@ pub fn keyring_volumes(spec: &[CinderBackend]) -> Vec<(Volume, VolumeMount)> {
 
 impl ServiceKind for Cinder {
     const SERVICE: &'static str = "cinder";
+
+    fn api_tls(&self) -> Option<&controlplane_api::common::ApiTls> {
+        self.spec.template.tls.as_ref()
+    }
 
     fn spec_validate(&self) -> Vec<api::FieldError> {
         let mut errors = self.spec.validate();
@@ -202,15 +207,54 @@ async fn pass(p: &mut Pass<'_, Cinder>) -> Result<State, Error> {
     for z in &zone_volumes {
         files.insert(z.file_name(), z.conf());
     }
+    // TLS: the API serves its certificate; Cinder's clients (keystonemiddleware, [nova], the
+    // Glance client) verify Keystone and the peers they find in the catalog with one bundle:
+    // Keystone's CA and the namespace CA every certificate the operator issues chains to.
+    let serving = or_state!(
+        p.serving_tls(spec.template.tls.as_ref(), spec.public_endpoint.as_deref())
+            .await?
+    );
+    let client_ca = tls::ca_bundle([
+        ks.ca.as_deref(),
+        crate::tls::namespace_ca_cert(&p.ctx.client, &p.ns)
+            .await?
+            .as_deref(),
+    ]);
+    let mut config_hash = render::config_hash(&image, &files);
+    tls::edit_files(
+        &mut files,
+        render::POD_CONFIG_DIR,
+        &["cinder.conf"],
+        &["uwsgi.ini"],
+        client_ca.as_deref(),
+        serving.as_ref().map(|_| tls::POD_TLS_DIR),
+    );
+    if client_ca.is_some()
+        && let Some(c) = files.get_mut("cinder.conf")
+    {
+        *c = render::with_glance_ca(
+            c,
+            &format!("{}/{}", render::POD_CONFIG_DIR, tls::CLIENT_CA_FILE),
+        );
+    }
+    if client_ca.is_some() || serving.is_some() {
+        config_hash = tls::config_hash(
+            &render::config_hash(&image, &files),
+            serving.as_ref().map(|s| s.cert.as_str()),
+            client_ca.as_deref(),
+        );
+    }
     let conf = files.get("cinder.conf").cloned().unwrap_or_default();
-    let config_hash = render::config_hash(&image, &files);
     runtime::apply(
         &p.secrets(),
         &objects::secret(&p.owner, &p.names.config(), "config", files),
     )
     .await?;
     p.status.config_hash = Some(config_hash.clone());
-    let internal = render::internal_url(&name, &p.ns);
+    let mut internal = render::internal_url(&name, &p.ns);
+    if serving.is_some() {
+        internal = tls::https_url(&internal);
+    }
     p.status.endpoint = Some(internal.clone());
     let public = spec
         .public_endpoint
@@ -339,6 +383,9 @@ async fn pass(p: &mut Pass<'_, Cinder>) -> Result<State, Error> {
                 privileged: base == "volume" && nfs,
             },
         );
+        if let (Some(s), "api") = (&serving, base) {
+            tls::serve_tls(&mut dep, &s.secret);
+        }
         match &zone {
             Some(z) => controlplane_render::zones::pin(&mut dep, z),
             // Zone-wide components spread over the zones (and nodes) when there are zones.

@@ -18,6 +18,7 @@ use controlplane_render::glance::{
     self as render, Backend, GlanceInputs, POD_IMAGES_DIR, Paths, S3Store, WebDownload,
 };
 use controlplane_render::objects;
+use controlplane_render::tls;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::api::PostParams;
 use kube::{Api, ResourceExt};
@@ -32,6 +33,10 @@ pub const PROBE_PATH: &str = "/v2/images";
 
 impl ServiceKind for Glance {
     const SERVICE: &'static str = "glance";
+
+    fn api_tls(&self) -> Option<&controlplane_api::common::ApiTls> {
+        self.spec.template.tls.as_ref()
+    }
 
     fn spec_validate(&self) -> Vec<api::FieldError> {
         self.spec.validate()
@@ -289,7 +294,15 @@ async fn pass(p: &mut Pass<'_, Glance>) -> Result<State, Error> {
         password: service_password.clone(),
         project: "service".into(),
     };
-    let internal = render::internal_url(&obj.name_any(), &p.ns);
+    // TLS: the API serves its certificate; keystonemiddleware verifies Keystone with its CA.
+    let serving = or_state!(
+        p.serving_tls(spec.template.tls.as_ref(), spec.public_endpoint.as_deref())
+            .await?
+    );
+    let mut internal = render::internal_url(&obj.name_any(), &p.ns);
+    if serving.is_some() {
+        internal = tls::https_url(&internal);
+    }
     let public = spec
         .public_endpoint
         .clone()
@@ -306,7 +319,7 @@ async fn pass(p: &mut Pass<'_, Glance>) -> Result<State, Error> {
         listen: format!("0.0.0.0:{}", render::PORT),
         workers: 2,
     };
-    let files = match render::config_files(&inputs) {
+    let mut files = match render::config_files(&inputs) {
         Ok(f) => f,
         Err(e) => {
             return Ok(State::Blocked {
@@ -315,8 +328,23 @@ async fn pass(p: &mut Pass<'_, Glance>) -> Result<State, Error> {
             });
         }
     };
+    let mut config_hash = render::config_hash(&image, &files);
+    tls::edit_files(
+        &mut files,
+        render::POD_CONFIG_DIR,
+        &["glance-api.conf"],
+        &["uwsgi.ini"],
+        ks.ca.as_deref(),
+        serving.as_ref().map(|_| tls::POD_TLS_DIR),
+    );
+    if ks.ca.is_some() || serving.is_some() {
+        config_hash = tls::config_hash(
+            &render::config_hash(&image, &files),
+            serving.as_ref().map(|s| s.cert.as_str()),
+            ks.ca.as_deref(),
+        );
+    }
     let conf = files.get("glance-api.conf").cloned().unwrap_or_default();
-    let config_hash = render::config_hash(&image, &files);
     runtime::apply(
         &p.secrets(),
         &objects::secret(&p.owner, &p.names.config(), "config", files),
@@ -361,7 +389,10 @@ async fn pass(p: &mut Pass<'_, Glance>) -> Result<State, Error> {
         &storage,
     );
     params.volumes.extend(db.ca_volume.iter().cloned());
-    let dep = objects::api_deployment(&p.owner, &spec.template, params);
+    let mut dep = objects::api_deployment(&p.owner, &spec.template, params);
+    if let Some(s) = &serving {
+        tls::serve_tls(&mut dep, &s.secret);
+    }
     let applied = p.apply_api(&dep, render::PORT).await?;
     let want = spec.template.replicas.unwrap_or(1);
     let available = or_state!(p.rollout(&applied, want));

@@ -29,6 +29,10 @@ pub const LOGIN_PATH: &str = "/auth/login/";
 impl ServiceKind for Horizon {
     const SERVICE: &'static str = "horizon";
 
+    fn api_tls(&self) -> Option<&controlplane_api::common::ApiTls> {
+        self.spec.template.tls.as_ref()
+    }
+
     fn spec_validate(&self) -> Vec<api::FieldError> {
         self.spec.validate()
     }
@@ -255,7 +259,15 @@ async fn pass(p: &mut Pass<'_, Horizon>) -> Result<State, Error> {
         allowed_hosts: allowed_hosts(&name, &p.ns, spec.public_endpoint.as_deref()),
         secret_key: django_secret,
         memcache_servers,
-        keystone_ca_file: None,
+        // Keystone over TLS: Django's keystoneauth session verifies it with its CA, mounted
+        // beside the settings.
+        keystone_ca_file: ks.ca.as_ref().map(|_| {
+            format!(
+                "{}/{}",
+                render::POD_CONFIG_DIR,
+                controlplane_render::tls::CLIENT_CA_FILE
+            )
+        }),
         https: spec
             .public_endpoint
             .as_deref()
@@ -266,7 +278,10 @@ async fn pass(p: &mut Pass<'_, Horizon>) -> Result<State, Error> {
         listen: format!("0.0.0.0:{}", render::PORT),
         workers: 2,
     };
-    let files = render::config_files(&inputs);
+    let mut files = render::config_files(&inputs);
+    if let Some(ca) = &ks.ca {
+        files.insert(controlplane_render::tls::CLIENT_CA_FILE.into(), ca.clone());
+    }
     let config_hash = render::config_hash(&image, &files);
     let data = files
         .iter()

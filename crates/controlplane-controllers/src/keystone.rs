@@ -185,6 +185,10 @@ impl Pass<'_, Keystone> {
 impl ServiceKind for Keystone {
     const SERVICE: &'static str = "keystone";
 
+    fn api_tls(&self) -> Option<&controlplane_api::common::ApiTls> {
+        self.spec.template.tls.as_ref()
+    }
+
     fn spec_validate(&self) -> Vec<api::FieldError> {
         self.spec.validate()
     }
@@ -282,26 +286,15 @@ async fn pass(p: &mut Pass<'_, Keystone>) -> Result<State, Error> {
         .add("image", &image)
         .short();
     // TLS: uwsgi serves the certificate; its bytes roll the pods when it is renewed.
-    let serving = match &spec.template.tls {
-        Some(t) => {
-            let extra: Vec<String> = spec
-                .public_endpoint
-                .as_deref()
-                .and_then(tls_render::url_host)
-                .into_iter()
-                .collect();
-            let s = or_state!(
-                crate::tls::serving(&p.ctx.client, &p.ns, &p.owner, &p.names.api(), t, &extra)
-                    .await?
-            );
-            let (crt, key) = tls_render::pod_files(tls_render::POD_TLS_DIR);
-            uwsgi = tls_render::uwsgi_https(&uwsgi, &crt, &key);
-            config_hash = tls_render::config_hash(&config_hash, Some(&s.cert), Some(&s.ca));
-            p.api_ca = Some(s.ca.clone());
-            Some(s)
-        }
-        None => None,
-    };
+    let serving = or_state!(
+        p.serving_tls(spec.template.tls.as_ref(), spec.public_endpoint.as_deref())
+            .await?
+    );
+    if let Some(s) = &serving {
+        let (crt, key) = tls_render::pod_files(tls_render::POD_TLS_DIR);
+        uwsgi = tls_render::uwsgi_https(&uwsgi, &crt, &key);
+        config_hash = tls_render::config_hash(&config_hash, Some(&s.cert), Some(&s.ca));
+    }
     let config_secret = objects::secret(
         &p.owner,
         &p.names.config(),

@@ -11,12 +11,13 @@ use std::sync::Arc;
 use controlplane_api::common::ServiceTemplate;
 use controlplane_api::external::{OpenStackExternalService, ServiceKind as ExternalKind};
 use controlplane_api::validation::{Validate, parse_endpoint};
-use controlplane_api::{Neutron, ServiceName, ServiceStatus};
+use controlplane_api::{Neutron, Nova, ServiceName, ServiceStatus};
 use controlplane_render::authtoken::KeystoneAuth;
 use controlplane_render::neutron::{
     self as render, Metadata, Networks, NeutronInputs, Ovn, OvnTls, Paths,
 };
 use controlplane_render::objects::{self, ApiParams, Owner};
+use controlplane_render::tls;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{EmptyDirVolumeSource, Volume, VolumeMount};
 use kube::{Api, ResourceExt};
@@ -37,6 +38,10 @@ pub const POD_OVN_CLIENT_DIR: &str = "/etc/neutron/ovn-client";
 
 impl ServiceKind for Neutron {
     const SERVICE: &'static str = "neutron";
+
+    fn api_tls(&self) -> Option<&controlplane_api::common::ApiTls> {
+        self.spec.template.tls.as_ref()
+    }
 
     fn spec_validate(&self) -> Vec<api::FieldError> {
         self.spec.validate()
@@ -284,19 +289,58 @@ async fn pass(p: &mut Pass<'_, Neutron>) -> Result<State, Error> {
             });
         }
     };
-    let files = BTreeMap::from([
+    let mut files = BTreeMap::from([
         ("neutron.conf".to_string(), neutron_conf.clone()),
         ("ml2_conf.ini".to_string(), ml2_conf.clone()),
         ("uwsgi.ini".to_string(), render::uwsgi_ini(&inputs)),
     ]);
-    let config_hash = render::config_hash(&image, &files);
+    let mut config_hash = render::config_hash(&image, &files);
+    // TLS: the API serves its certificate; keystonemiddleware and the [nova] client verify
+    // Keystone and Nova (the one the spec names) with one CA bundle.
+    let serving = or_state!(
+        p.serving_tls(spec.template.tls.as_ref(), spec.public_endpoint.as_deref())
+            .await?
+    );
+    let nova_ca = match &spec.nova {
+        Some(n) => {
+            let novas: Api<Nova> = Api::namespaced(p.ctx.client.clone(), &p.ns);
+            match novas.get_opt(&n.name).await? {
+                Some(nova) => {
+                    crate::tls::api_ca(&p.ctx.client, &p.ns, nova.spec.template.tls.as_ref())
+                        .await?
+                }
+                None => None,
+            }
+        }
+        None => None,
+    };
+    let client_ca = tls::ca_bundle([ks.ca.as_deref(), nova_ca.as_deref()]);
+    tls::edit_files(
+        &mut files,
+        render::POD_CONFIG_DIR,
+        &["neutron.conf"],
+        &["uwsgi.ini"],
+        client_ca.as_deref(),
+        serving.as_ref().map(|_| tls::POD_TLS_DIR),
+    );
+    if client_ca.is_some() || serving.is_some() {
+        config_hash = tls::config_hash(
+            &render::config_hash(&image, &files),
+            serving.as_ref().map(|s| s.cert.as_str()),
+            client_ca.as_deref(),
+        );
+    }
+    let neutron_conf = files.get("neutron.conf").cloned().unwrap_or_default();
     runtime::apply(
         &p.secrets(),
         &objects::secret(&p.owner, &p.names.config(), "config", files),
     )
     .await?;
     p.status.config_hash = Some(config_hash.clone());
-    let internal = render::internal_url(&obj.name_any(), &p.ns);
+    let mut internal = render::internal_url(&obj.name_any(), &p.ns);
+    if serving.is_some() {
+        internal = tls::https_url(&internal);
+    }
     p.status.endpoint = Some(internal.clone());
     let public = spec
         .public_endpoint
@@ -356,7 +400,10 @@ async fn pass(p: &mut Pass<'_, Neutron>) -> Result<State, Error> {
     let mut worker_params = api_params.clone();
     worker_params.command =
         render::maintenance_worker_command("neutron-ovn-maintenance-worker", &paths);
-    let dep = objects::api_deployment(&p.owner, &spec.template, api_params);
+    let mut dep = objects::api_deployment(&p.owner, &spec.template, api_params);
+    if let Some(s) = &serving {
+        tls::serve_tls(&mut dep, &s.secret);
+    }
     let applied = p.apply_api(&dep, render::PORT).await?;
     let deployments: Api<Deployment> = Api::namespaced(p.ctx.client.clone(), &p.ns);
     let worker = maintenance_deployment(&p.owner, &spec.template, worker_params);

@@ -14,7 +14,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use controlplane_api::validation::Validate;
-use controlplane_api::{Nova, NovaSpec, Placement, ServiceName, ServiceStatus};
+use controlplane_api::{Glance, Neutron, Nova, NovaSpec, Placement, ServiceName, ServiceStatus};
 use controlplane_render::authtoken::KeystoneAuth;
 use controlplane_render::ini::Ini;
 use controlplane_render::nova::{
@@ -22,6 +22,7 @@ use controlplane_render::nova::{
 };
 use controlplane_render::objects::{self, Check, ComponentParams};
 use controlplane_render::secrets;
+use controlplane_render::tls;
 use kube::{Api, Resource, ResourceExt};
 
 use crate::runtime::{self, Ctx, Error, State};
@@ -46,6 +47,10 @@ pub const NOVA_MANAGE: &str = "nova-manage";
 /// Key of the metadata proxy secret in Secret `<name>-metadata-proxy` (Neutron's metadata
 /// agents read it from there).
 pub const METADATA_SECRET_KEY: &str = "secret";
+/// Where a compute node is to place the CA bundle (key `api-ca.crt` of its configuration
+/// Secret, present when an API it calls serves TLS): its `nova-compute.conf` names this path
+/// in the client sections' `cafile`.
+pub const COMPUTE_CA_FILE: &str = "/etc/nova/api-ca.crt";
 /// Key of the compute nodes' file in Secret `<name>-compute-config`.
 pub const COMPUTE_CONFIG_KEY: &str = render::COMPUTE_CONF;
 
@@ -117,6 +122,10 @@ pub fn compute_node_conf(i: &NovaInputs<'_>, driver: &str) -> Result<String, Nov
 
 impl ServiceKind for Nova {
     const SERVICE: &'static str = "nova";
+
+    fn api_tls(&self) -> Option<&controlplane_api::common::ApiTls> {
+        self.spec.template.tls.as_ref()
+    }
 
     fn spec_validate(&self) -> Vec<api::FieldError> {
         self.spec.validate()
@@ -197,6 +206,33 @@ async fn pass(p: &mut Pass<'_, Nova>) -> Result<State, Error> {
         .unwrap_or_else(|| {
             controlplane_render::placement::internal_url(&spec.placement.name, &p.ns)
         });
+    // The peers over TLS: their URLs are https and their CAs join Keystone's in the bundle
+    // Nova's clients verify with.
+    let placement_ca =
+        crate::tls::api_ca(&p.ctx.client, &p.ns, placement.spec.template.tls.as_ref()).await?;
+    let glance_tls = match &spec.glance {
+        Some(g) => Api::<Glance>::namespaced(p.ctx.client.clone(), &p.ns)
+            .get_opt(&g.name)
+            .await?
+            .and_then(|g| g.spec.template.tls),
+        None => None,
+    };
+    let neutron_tls = match &spec.neutron {
+        Some(n) => Api::<Neutron>::namespaced(p.ctx.client.clone(), &p.ns)
+            .get_opt(&n.name)
+            .await?
+            .and_then(|n| n.spec.template.tls),
+        None => None,
+    };
+    let glance_ca = crate::tls::api_ca(&p.ctx.client, &p.ns, glance_tls.as_ref()).await?;
+    let neutron_ca = crate::tls::api_ca(&p.ctx.client, &p.ns, neutron_tls.as_ref()).await?;
+    let client_ca = tls::ca_bundle([
+        ks.ca.as_deref(),
+        placement_ca.as_deref(),
+        glance_ca.as_deref(),
+        neutron_ca.as_deref(),
+    ]);
+    let scheme = |url: String, tls: bool| if tls { tls::https_url(&url) } else { url };
     let db_secret = p.names.db();
     let cell1_name = spec.database.database_name_or(Nova::SERVICE);
     let (api_name, cell0_name) = database_names(&cell1_name);
@@ -257,14 +293,18 @@ async fn pass(p: &mut Pass<'_, Nova>) -> Result<State, Error> {
         memcache_servers,
         peers: Peers {
             placement: Some(placement_url),
-            glance: spec
-                .glance
-                .as_ref()
-                .map(|g| controlplane_render::glance::internal_url(&g.name, &p.ns)),
-            neutron: spec
-                .neutron
-                .as_ref()
-                .map(|n| controlplane_render::neutron::internal_url(&n.name, &p.ns)),
+            glance: spec.glance.as_ref().map(|g| {
+                scheme(
+                    controlplane_render::glance::internal_url(&g.name, &p.ns),
+                    glance_tls.is_some(),
+                )
+            }),
+            neutron: spec.neutron.as_ref().map(|n| {
+                scheme(
+                    controlplane_render::neutron::internal_url(&n.name, &p.ns),
+                    neutron_tls.is_some(),
+                )
+            }),
         },
         metadata_secret,
         vnc: Vnc {
@@ -288,10 +328,31 @@ async fn pass(p: &mut Pass<'_, Nova>) -> Result<State, Error> {
     if let Some(c) = files.get_mut(render::NOVA_CONF) {
         *c = render::zones::with_default_zone(c, zones);
     }
-    let compute = match compute_node_conf(&inputs, &spec.compute_driver) {
+    // TLS: the compute API serves its certificate (the metadata API and the noVNC proxy stay
+    // plain HTTP); every client section verifies with the bundle.
+    let serving = or_state!(
+        p.serving_tls(spec.template.tls.as_ref(), spec.public_endpoint.as_deref())
+            .await?
+    );
+    tls::edit_files(
+        &mut files,
+        render::POD_CONFIG_DIR,
+        &[render::NOVA_CONF],
+        &[render::API_UWSGI],
+        client_ca.as_deref(),
+        serving.as_ref().map(|_| tls::POD_TLS_DIR),
+    );
+    let mut compute = match compute_node_conf(&inputs, &spec.compute_driver) {
         Ok(c) => c,
         Err(e) => return Ok(render_state(e)),
     };
+    let mut compute_files = BTreeMap::new();
+    if let Some(ca) = &client_ca {
+        // Compute nodes call Placement, Neutron and Glance too: the bundle travels in their
+        // Secret, to be placed at COMPUTE_CA_FILE.
+        compute = tls::set_client_ca(&compute, &tls::CLIENT_SECTIONS, COMPUTE_CA_FILE);
+        compute_files.insert(tls::CLIENT_CA_FILE.to_string(), ca.clone());
+    }
     let hashes = match render::job_hashes(&inputs, &image, NOVA_MANAGE) {
         Ok(h) => h,
         Err(e) => return Ok(render_state(e)),
@@ -313,7 +374,11 @@ async fn pass(p: &mut Pass<'_, Nova>) -> Result<State, Error> {
             &p.owner,
             &compute_config_secret_name(&name),
             "compute-config",
-            BTreeMap::from([(COMPUTE_CONFIG_KEY.to_string(), compute.clone())]),
+            {
+                let mut data = compute_files.clone();
+                data.insert(COMPUTE_CONFIG_KEY.to_string(), compute.clone());
+                data
+            },
         ),
     )
     .await?;
@@ -321,12 +386,11 @@ async fn pass(p: &mut Pass<'_, Nova>) -> Result<State, Error> {
     let mut compute_secrets = vec![compute_config_secret_name(&name)];
     for z in zones {
         let secret_name = zone_compute_config_secret_name(&name, &z.name);
-        let mut secret = objects::secret(
-            &p.owner,
-            &secret_name,
-            "compute-config",
-            zone_compute_config(&compute, &z.name),
-        );
+        let mut secret = objects::secret(&p.owner, &secret_name, "compute-config", {
+            let mut data = compute_files.clone();
+            data.extend(zone_compute_config(&compute, &z.name));
+            data
+        });
         secret.metadata.labels.get_or_insert_default().insert(
             controlplane_render::zones::ZONE_LABEL.into(),
             z.name.clone(),
@@ -342,9 +406,28 @@ async fn pass(p: &mut Pass<'_, Nova>) -> Result<State, Error> {
         &compute_secrets,
     )
     .await?;
-    let api_hash = render::config_hash(&image, &conf, own(render::API_UWSGI).as_deref());
+    // A renewed certificate or a new CA rolls every component (they all read the bundle).
+    let with_tls = |h: String| {
+        if client_ca.is_some() || serving.is_some() {
+            tls::config_hash(
+                &h,
+                serving.as_ref().map(|s| s.cert.as_str()),
+                client_ca.as_deref(),
+            )
+        } else {
+            h
+        }
+    };
+    let api_hash = with_tls(render::config_hash(
+        &image,
+        &conf,
+        own(render::API_UWSGI).as_deref(),
+    ));
     p.status.config_hash = Some(api_hash.clone());
-    let internal = render::internal_url(&name, &p.ns);
+    let mut internal = render::internal_url(&name, &p.ns);
+    if serving.is_some() {
+        internal = tls::https_url(&internal);
+    }
     p.status.endpoint = Some(internal.clone());
     let public = spec
         .public_endpoint
@@ -459,12 +542,15 @@ async fn pass(p: &mut Pass<'_, Nova>) -> Result<State, Error> {
                 image: image.clone(),
                 command,
                 check,
-                config_hash: render::config_hash(&image, &conf, own_file.as_deref()),
+                config_hash: with_tls(render::config_hash(&image, &conf, own_file.as_deref())),
                 volumes: volumes.clone(),
                 replicas: want,
                 privileged: false,
             },
         );
+        if let (Some(s), "api") = (&serving, component) {
+            tls::serve_tls(&mut dep, &s.secret);
+        }
         if !zones.is_empty() {
             // Every component serves all zones: spread it over them (and the nodes).
             controlplane_render::zones::spread(&mut dep);

@@ -24,6 +24,10 @@ pub const PROBE_PATH: &str = "/resource_providers";
 impl ServiceKind for Placement {
     const SERVICE: &'static str = "placement";
 
+    fn api_tls(&self) -> Option<&controlplane_api::common::ApiTls> {
+        self.spec.template.tls.as_ref()
+    }
+
     fn spec_validate(&self) -> Vec<api::FieldError> {
         self.spec.validate()
     }
@@ -118,26 +122,15 @@ async fn pass(p: &mut Pass<'_, Placement>) -> Result<State, Error> {
         files.insert("placement.conf".into(), conf.clone());
         files.insert(tls::CLIENT_CA_FILE.into(), ca.clone());
     }
-    let serving = match &spec.template.tls {
-        Some(t) => {
-            let extra: Vec<String> = spec
-                .public_endpoint
-                .as_deref()
-                .and_then(tls::url_host)
-                .into_iter()
-                .collect();
-            let s = or_state!(
-                crate::tls::serving(&p.ctx.client, &p.ns, &p.owner, &p.names.api(), t, &extra)
-                    .await?
-            );
-            let (crt, key) = tls::pod_files(tls::POD_TLS_DIR);
-            uwsgi = tls::uwsgi_https(&uwsgi, &crt, &key);
-            files.insert("uwsgi.ini".into(), uwsgi.clone());
-            p.api_ca = Some(s.ca.clone());
-            Some(s)
-        }
-        None => None,
-    };
+    let serving = or_state!(
+        p.serving_tls(spec.template.tls.as_ref(), spec.public_endpoint.as_deref())
+            .await?
+    );
+    if serving.is_some() {
+        let (crt, key) = tls::pod_files(tls::POD_TLS_DIR);
+        uwsgi = tls::uwsgi_https(&uwsgi, &crt, &key);
+        files.insert("uwsgi.ini".into(), uwsgi.clone());
+    }
     if ks.ca.is_some() || serving.is_some() {
         config_hash = tls::config_hash(
             &render::config_hash(&image, &conf, &uwsgi),

@@ -76,6 +76,11 @@ pub trait ServiceKind:
     fn keystone_name(&self) -> Option<&str> {
         None
     }
+    /// The API's TLS settings (`spec.template.tls`): a change of the user's certificate Secret
+    /// it names reconciles this object.
+    fn api_tls(&self) -> Option<&controlplane_api::common::ApiTls> {
+        None
+    }
     /// An Event (reason, note) worth publishing when `step` succeeds with Job `job`.
     fn step_event(_step: &str, _job: &str) -> Option<(&'static str, String)> {
         None
@@ -242,6 +247,52 @@ pub struct Pass<'a, K: ServiceKind> {
     /// The CA (PEM) the API's own certificate verifies with, when it serves TLS (the
     /// operator's probe verifies it).
     pub api_ca: Option<String>,
+    /// The certificate the API is to serve (set by [`Pass::serving_tls`]): the `TLSReady`
+    /// condition names it once the pass ends Ready.
+    pub served: Option<Served>,
+    /// Set by [`Pass::serving_tls`] when the API serves plain HTTP: a `TLSReady` condition of
+    /// an earlier TLS configuration is dropped.
+    pub plain_http: bool,
+}
+
+/// The certificate an API serves, as the `TLSReady` condition reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Served {
+    /// The `kubernetes.io/tls` Secret.
+    pub secret: String,
+    /// Its certificate's `notAfter` (Unix seconds), when it parses.
+    pub not_after: Option<i64>,
+}
+
+/// The `TLSReady` condition for an API serving `served` (pure): True once the pass is Ready
+/// (the Deployment runs the certificate's pod template and the probe verified it), else False
+/// naming what is not served yet.
+pub fn tls_condition(served: &Served, ready: bool) -> api::Condition {
+    let until = served
+        .not_after
+        .and_then(|t| jiff::Timestamp::from_second(t).ok())
+        .map_or_else(|| "unknown".to_string(), |t| t.to_string());
+    if ready {
+        api::Condition::new(
+            ct::TLS_READY,
+            true,
+            "CertificateServed",
+            format!(
+                "serving the certificate of Secret {} (notAfter {until})",
+                served.secret
+            ),
+        )
+    } else {
+        api::Condition::new(
+            ct::TLS_READY,
+            false,
+            "CertificateNotServedYet",
+            format!(
+                "the certificate of Secret {} (notAfter {until}) is not served by every pod yet",
+                served.secret
+            ),
+        )
+    }
 }
 
 impl<K: ServiceKind> Pass<'_, K> {
@@ -459,6 +510,44 @@ impl<K: ServiceKind> Pass<'_, K> {
             admin_secret,
             admin_password,
         }))
+    }
+
+    /// The API's serving certificate when `tls` is set (the user's Secret, or `<name>-api-tls`
+    /// issued from the namespace CA for the Service's names and the public endpoint's host):
+    /// the operator's probe then verifies the API with its CA, and the `TLSReady` condition
+    /// names it. `Ok(None)` for plain HTTP.
+    pub async fn serving_tls(
+        &mut self,
+        tls: Option<&controlplane_api::common::ApiTls>,
+        public_endpoint: Option<&str>,
+    ) -> Result<Result<Option<crate::tls::Serving>, State>, Error> {
+        self.plain_http = tls.is_none();
+        let Some(t) = tls else {
+            return Ok(Ok(None));
+        };
+        let extra: Vec<String> = public_endpoint
+            .and_then(controlplane_render::tls::url_host)
+            .into_iter()
+            .collect();
+        let s = match crate::tls::serving(
+            &self.ctx.client,
+            &self.ns,
+            &self.owner,
+            &self.names.api(),
+            t,
+            &extra,
+        )
+        .await?
+        {
+            Ok(s) => s,
+            Err(state) => return Ok(Err(state)),
+        };
+        self.api_ca = Some(s.ca.clone());
+        self.served = Some(Served {
+            secret: s.secret.clone(),
+            not_after: controlplane_render::tls::not_after(&s.cert),
+        });
+        Ok(Ok(Some(s)))
     }
 
     /// Drives one Job step for `hash`; retries failed Jobs under a new name after a backoff.
@@ -1007,6 +1096,8 @@ pub async fn reconcile<K: ServiceKind>(cached: Arc<K>, ctx: Arc<Ctx>) -> Result<
         status: before.clone(),
         requeue: ctx.config.resync,
         api_ca: None,
+        served: None,
+        plain_http: false,
     };
     let state = match K::pass(&mut p).await {
         Ok(s) => s,
@@ -1015,8 +1106,19 @@ pub async fn reconcile<K: ServiceKind>(cached: Arc<K>, ctx: Arc<Ctx>) -> Result<
             return Err(e);
         }
     };
-    let (mut status, requeue) = (p.status, p.requeue);
+    let (mut status, requeue, served, plain) = (p.status, p.requeue, p.served, p.plain_http);
     runtime::set_state(&mut status, &state, obj.meta().generation);
+    match served {
+        Some(s) => runtime::set(
+            &mut status,
+            tls_condition(&s, matches!(state, State::Ready(_))),
+            obj.meta().generation,
+            &jiff::Timestamp::now().to_string(),
+        ),
+        // Plain HTTP (or a pass that ended before TLS was looked at): no TLS condition.
+        None if plain => status.conditions.retain(|c| c.type_ != ct::TLS_READY),
+        None => {}
+    }
     runtime::after_pass(&ctx, &obj, &before, &status).await;
     runtime::write_status(&api, &obj, &before, &status).await?;
     runtime::observe(&ctx, &kind, true, started);
@@ -1038,6 +1140,27 @@ pub struct Watched {
     pub jobs: Api<Job>,
     /// Deployments (owned).
     pub deployments: Api<Deployment>,
+    /// Secrets: only `kubernetes.io/tls` ones are watched (a renewed certificate, e.g. by
+    /// cert-manager, reconciles the CRs serving it at once instead of at the next resync).
+    pub secrets: Api<Secret>,
+}
+
+/// The CRs a change of `kubernetes.io/tls` Secret `secret` in `ns` concerns (pure): those
+/// serving it, and every one in the namespace when it is the namespace CA (re-issued
+/// certificates, and the bundles clients verify with).
+pub fn tls_secret_targets<K: ServiceKind>(
+    objs: &[Arc<K>],
+    ns: Option<&str>,
+    secret: &str,
+) -> Vec<ObjectRef<K>> {
+    objs.iter()
+        .filter(|k| k.namespace().as_deref() == ns)
+        .filter(|k| {
+            secret == controlplane_render::tls::CA_SECRET
+                || k.api_tls().and_then(|t| t.secret_name.as_deref()) == Some(secret)
+        })
+        .map(|k| ObjectRef::from_obj(&**k))
+        .collect()
 }
 
 /// Runs the controller of kind `K` until `shutdown` resolves: the CRs, the Jobs and
@@ -1051,6 +1174,7 @@ pub async fn run<K: ServiceKind>(
     let controller = Controller::new(api, watcher::Config::default());
     let store = controller.store();
     let ks_store = store.clone();
+    let tls_store = store.clone();
     controller
         .owns(watched.jobs, watcher::Config::default())
         .owns(watched.deployments, watcher::Config::default())
@@ -1084,6 +1208,13 @@ pub async fn run<K: ServiceKind>(
                     .collect::<Vec<_>>()
             },
         )
+        .watches(
+            watched.secrets,
+            watcher::Config::default().fields("type=kubernetes.io/tls"),
+            move |s: Secret| {
+                tls_secret_targets(&tls_store.state(), s.namespace().as_deref(), &s.name_any())
+            },
+        )
         .graceful_shutdown_on(shutdown)
         .run(reconcile::<K>, runtime::error_policy, ctx)
         .for_each(|_| futures::future::ready(()))
@@ -1093,6 +1224,78 @@ pub async fn run<K: ServiceKind>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn placement(
+        ns: &str,
+        name: &str,
+        tls: Option<serde_json::Value>,
+    ) -> Arc<controlplane_api::Placement> {
+        let mut spec = serde_json::json!({
+            "database": {"service": {"name": "db"}}, "keystone": {"name": "ks"}});
+        if let Some(t) = tls {
+            spec["tls"] = t;
+        }
+        let mut p: controlplane_api::Placement = serde_json::from_value(serde_json::json!({
+            "apiVersion": "controlplane.sunet.se/v1alpha1", "kind": "Placement",
+            "metadata": {"name": name, "namespace": ns}, "spec": spec}))
+        .expect("placement");
+        p.metadata.namespace = Some(ns.into());
+        Arc::new(p)
+    }
+
+    #[test]
+    fn a_tls_secret_reconciles_the_crs_serving_it_and_the_ca_every_one() {
+        let objs = vec![
+            placement(
+                "os",
+                "user",
+                Some(serde_json::json!({"secretName": "pl-cert"})),
+            ),
+            placement("os", "generated", Some(serde_json::json!({}))),
+            placement("os", "plain", None),
+            placement(
+                "other",
+                "user2",
+                Some(serde_json::json!({"secretName": "pl-cert"})),
+            ),
+        ];
+        let names = |v: Vec<ObjectRef<controlplane_api::Placement>>| {
+            let mut n: Vec<String> = v.into_iter().map(|r| r.name).collect();
+            n.sort();
+            n
+        };
+        assert_eq!(
+            names(tls_secret_targets(&objs, Some("os"), "pl-cert")),
+            ["user"]
+        );
+        assert!(tls_secret_targets(&objs, Some("os"), "unrelated").is_empty());
+        assert_eq!(
+            names(tls_secret_targets(
+                &objs,
+                Some("os"),
+                controlplane_render::tls::CA_SECRET
+            )),
+            ["generated", "plain", "user"]
+        );
+    }
+
+    #[test]
+    fn the_tls_condition_names_the_secret_and_its_expiry() {
+        let s = Served {
+            secret: "placement-api-tls".into(),
+            not_after: Some(1_800_000_000),
+        };
+        let c = tls_condition(&s, true);
+        assert!(c.is_true());
+        let m = c.message.clone().unwrap_or_default();
+        assert!(
+            m.contains("placement-api-tls") && m.contains("2027-01-15T08:00:00Z"),
+            "{m}"
+        );
+        let c = tls_condition(&s, false);
+        assert!(!c.is_true());
+        assert_eq!(c.reason.as_deref(), Some("CertificateNotServedYet"));
+    }
 
     #[test]
     fn backoff_doubles_and_is_capped() {

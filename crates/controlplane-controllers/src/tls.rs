@@ -189,11 +189,22 @@ pub async fn serving(
 /// The CA bundle clients of Keystone `ks` verify it with: none when it serves plain HTTP, the
 /// `ca.crt` of its own Secret, or the namespace CA.
 pub async fn keystone_ca(client: &kube::Client, ks: &Keystone) -> Result<Option<String>, Error> {
-    let Some(spec) = &ks.spec.template.tls else {
+    let ns = ks.namespace().unwrap_or_default();
+    api_ca(client, &ns, ks.spec.template.tls.as_ref()).await
+}
+
+/// The CA bundle clients of an API in `ns` with TLS settings `spec` verify it with: none when
+/// it serves plain HTTP (or the CA is not readable yet), the `ca.crt` of the user's Secret, or
+/// the namespace CA's certificate.
+pub async fn api_ca(
+    client: &kube::Client,
+    ns: &str,
+    spec: Option<&ApiTls>,
+) -> Result<Option<String>, Error> {
+    let Some(spec) = spec else {
         return Ok(None);
     };
-    let ns = ks.namespace().unwrap_or_default();
-    let api: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    let api: Api<Secret> = Api::namespaced(client.clone(), ns);
     let name = spec.secret_name.as_deref().unwrap_or(tls::CA_SECRET);
     let key = if spec.secret_name.is_some() {
         tls::CA_CRT
@@ -201,6 +212,16 @@ pub async fn keystone_ca(client: &kube::Client, ks: &Keystone) -> Result<Option<
         tls::TLS_CRT
     };
     Ok(api.get_opt(name).await?.and_then(|s| secret_str(&s, key)))
+}
+
+/// The namespace CA's certificate when the Secret exists (services reaching peers through the
+/// catalog trust it: every certificate the operator issues chains to it).
+pub async fn namespace_ca_cert(client: &kube::Client, ns: &str) -> Result<Option<String>, Error> {
+    let api: Api<Secret> = Api::namespaced(client.clone(), ns);
+    Ok(api
+        .get_opt(tls::CA_SECRET)
+        .await?
+        .and_then(|s| secret_str(&s, tls::TLS_CRT)))
 }
 
 /// A reqwest client for the operator's own checks, verifying our APIs with `ca` when given.

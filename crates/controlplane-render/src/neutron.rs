@@ -814,6 +814,11 @@ mod tests {
             &neutron_conf(&i),
             &[],
         );
+        // The TLS edits: `cafile` of keystonemiddleware and of the [nova] client.
+        let with_ca =
+            crate::tls::set_client_ca(&neutron_conf(&i), &crate::tls::CLIENT_SECTIONS, "/x/ca");
+        assert_eq!(Ini::parse(&with_ca).get("nova", "cafile"), Some("/x/ca"));
+        crate::ini::assert_options_known(controlplane_api::ServiceName::Neutron, &with_ca, &[]);
         crate::ini::assert_options_known(
             controlplane_api::ServiceName::Neutron,
             &ml2_conf(&i).unwrap(),

@@ -234,6 +234,13 @@ pub fn reissue_reason(
     (!missing.is_empty()).then(|| format!("it lacks the names {missing:?}"))
 }
 
+/// The `notAfter` of a PEM certificate (the first of a chain), Unix seconds.
+pub fn not_after(cert_pem: &str) -> Option<i64> {
+    let der = pem_der(cert_pem).ok()?;
+    let (_, cert) = x509_parser::parse_x509_certificate(&der).ok()?;
+    Some(cert.validity().not_after.timestamp())
+}
+
 fn ip_string(b: &[u8]) -> Option<String> {
     match b.len() {
         4 => <[u8; 4]>::try_from(b)
@@ -334,6 +341,51 @@ pub const CLIENT_SECTIONS: [&str; 7] = [
     "service_user",
 ];
 
+/// One PEM bundle of the distinct CAs given, in order: a service's clients verify every API it
+/// calls (Keystone, its peers) with the one `cafile`. `None` when no CA is given (all plain HTTP).
+pub fn ca_bundle<'a>(cas: impl IntoIterator<Item = Option<&'a str>>) -> Option<String> {
+    let mut seen: Vec<&str> = Vec::new();
+    for ca in cas.into_iter().flatten() {
+        let ca = ca.trim();
+        if !ca.is_empty() && !seen.contains(&ca) {
+            seen.push(ca);
+        }
+    }
+    (!seen.is_empty()).then(|| seen.iter().map(|c| format!("{c}\n")).collect())
+}
+
+/// The TLS edits of one service's config Secret (pure): with `client_ca`, `cafile` in the
+/// client sections of each of `conf_files` and the bundle itself as [`CLIENT_CA_FILE`] beside
+/// them in `config_dir`; with `serving_dir` (where the serving certificate Secret is mounted:
+/// [`POD_TLS_DIR`] in pods), each of `uwsgi_files` serves `https-socket` with its certificate
+/// and key. Files not in `files` are left alone.
+pub fn edit_files(
+    files: &mut BTreeMap<String, String>,
+    config_dir: &str,
+    conf_files: &[&str],
+    uwsgi_files: &[&str],
+    client_ca: Option<&str>,
+    serving_dir: Option<&str>,
+) {
+    if let Some(ca) = client_ca {
+        let ca_file = format!("{}/{CLIENT_CA_FILE}", config_dir.trim_end_matches('/'));
+        for f in conf_files {
+            if let Some(text) = files.get_mut(*f) {
+                *text = set_client_ca(text, &CLIENT_SECTIONS, &ca_file);
+            }
+        }
+        files.insert(CLIENT_CA_FILE.into(), ca.to_string());
+    }
+    if let Some(dir) = serving_dir {
+        let (crt, key) = pod_files(dir);
+        for f in uwsgi_files {
+            if let Some(text) = files.get_mut(*f) {
+                *text = uwsgi_https(text, &crt, &key);
+            }
+        }
+    }
+}
+
 /// The pod-template hash with the TLS inputs folded in, so a new certificate or CA rolls the
 /// Deployment.
 pub fn config_hash(base: &str, serving_cert: Option<&str>, client_ca: Option<&str>) -> String {
@@ -401,6 +453,14 @@ mod tests {
     }
 
     #[test]
+    fn not_after_is_read_from_the_certificate() {
+        let ca = generate_ca("test CA", NOW).expect("ca");
+        let leaf = issue_serving(&ca, &["a".to_string()], NOW).expect("leaf");
+        assert_eq!(not_after(&leaf.cert), Some(NOW + CERT_LIFETIME_SECS));
+        assert_eq!(not_after("garbage"), None);
+    }
+
+    #[test]
     fn reissue_on_another_ca_missing_names_expiry_and_garbage() {
         let ca = generate_ca("test CA", NOW).expect("ca");
         let other = generate_ca("other CA", NOW).expect("ca");
@@ -455,6 +515,54 @@ mod tests {
         assert_eq!(out.get("placement", "cafile"), Some("/etc/x/ca.crt"));
         assert_eq!(out.get("glance", "cafile"), None);
         assert_eq!(out.get("DEFAULT", "debug"), Some("false"));
+    }
+
+    #[test]
+    fn bundles_keep_each_ca_once() {
+        assert_eq!(ca_bundle([None, None]), None);
+        assert_eq!(
+            ca_bundle([Some("A\n"), None, Some("A"), Some("B")]).as_deref(),
+            Some("A\nB\n")
+        );
+    }
+
+    #[test]
+    fn file_edits_touch_only_the_named_files() {
+        let mut files = BTreeMap::from([
+            (
+                "nova.conf".to_string(),
+                "[placement]\nauth_url = https://k/v3\n".to_string(),
+            ),
+            (
+                "api-uwsgi.ini".to_string(),
+                "[uwsgi]\nhttp-socket = 0.0.0.0:8774\n".to_string(),
+            ),
+            (
+                "metadata-uwsgi.ini".to_string(),
+                "[uwsgi]\nhttp-socket = 0.0.0.0:8775\n".to_string(),
+            ),
+        ]);
+        edit_files(
+            &mut files,
+            "/etc/nova/rendered",
+            &["nova.conf"],
+            &["api-uwsgi.ini"],
+            Some("CA"),
+            Some(POD_TLS_DIR),
+        );
+        assert_eq!(
+            Ini::parse(&files["nova.conf"]).get("placement", "cafile"),
+            Some("/etc/nova/rendered/api-ca.crt")
+        );
+        assert_eq!(files[CLIENT_CA_FILE], "CA");
+        assert!(files["api-uwsgi.ini"].contains(
+            "https-socket = 0.0.0.0:8774,/etc/openstack-tls/tls.crt,/etc/openstack-tls/tls.key"
+        ));
+        assert!(files["metadata-uwsgi.ini"].contains("http-socket = 0.0.0.0:8775"));
+        let mut plain = BTreeMap::from([("a.conf".to_string(), "[glance]\nx = 1\n".to_string())]);
+        edit_files(&mut plain, "/etc/a", &["a.conf"], &[], None, None);
+        assert_eq!(plain.len(), 1);
+        assert!(!plain["a.conf"].contains("cafile"));
     }
 
     #[test]

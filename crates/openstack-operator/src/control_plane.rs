@@ -165,6 +165,7 @@ fn watched(client: &Client, ns: &str) -> controlplane_controllers::service::Watc
         keystones: api(client, ns),
         jobs: api::<Job>(client, ns),
         deployments: api::<Deployment>(client, ns),
+        secrets: api::<Secret>(client, ns),
     }
 }
 

@@ -106,17 +106,23 @@ async fn control_plane_tls_end_to_end() -> anyhow::Result<()> {
     let pl_api = dyn_api(&client, &ns, "Placement", "placements");
     apply(&pl_api, json!({"apiVersion": "controlplane.sunet.se/v1alpha1", "kind": "Placement", "metadata": {"name": "pl"},
         "spec": {"database": {"service": {"name": "db"}}, "keystone": {"name": "ks"}, "tls": {}}})).await?;
+    let gl_api = dyn_api(&client, &ns, "Glance", "glances");
+    apply(&gl_api, json!({"apiVersion": "controlplane.sunet.se/v1alpha1", "kind": "Glance", "metadata": {"name": "gl"},
+        "spec": {"database": {"service": {"name": "db"}}, "keystone": {"name": "ks"}, "tls": {},
+            "storage": {"file": {"size": "1Gi"}}}})).await?;
 
     let (_op, log_path, _) = start_operator(
         &target,
         &ns,
         &[
             "--controllers".into(),
-            "external-service,keystone,placement".into(),
+            "external-service,keystone,placement,glance".into(),
             "--keystone-url".into(),
             format!("{ns}/ks={ks_url}"),
             "--api-url".into(),
             format!("placement/{ns}/pl=http://127.0.0.1:8778"),
+            "--api-url".into(),
+            format!("glance/{ns}/gl=http://127.0.0.1:9292"),
         ],
     )?;
     eprintln!("operator log: {}", log_path.display());
@@ -138,6 +144,15 @@ async fn control_plane_tls_end_to_end() -> anyhow::Result<()> {
     })
     .await?;
 
+    wait_for(WAIT, POLL, "Glance to be Ready", async || {
+        let gl = get(&gl_api, "gl").await?;
+        Ok(match cond(&gl, ct::READY) {
+            Some((true, _, m)) => Check::Done(m),
+            other => Check::Pending(format!("{other:?}")),
+        })
+    })
+    .await?;
+
     // 1. The namespace CA, generated once, in a cert-manager-compatible Secret.
     let ca_secret = secrets.get(tls::CA_SECRET).await?;
     assert_eq!(ca_secret.type_.as_deref(), Some(tls::SECRET_TYPE));
@@ -150,6 +165,7 @@ async fn control_plane_tls_end_to_end() -> anyhow::Result<()> {
     for (svc, conf_secret, conf_file) in [
         ("ks-api", "ks-keystone-config", "uwsgi.ini"),
         ("pl-api", "pl-placement-config", "uwsgi.ini"),
+        ("gl-api", "gl-glance-config", "uwsgi.ini"),
     ] {
         let s = secrets.get(&format!("{svc}-tls")).await?;
         assert_eq!(s.type_.as_deref(), Some(tls::SECRET_TYPE), "{svc}");
@@ -193,6 +209,29 @@ async fn control_plane_tls_end_to_end() -> anyhow::Result<()> {
         "{conf}"
     );
     assert_eq!(secret_text(&config, tls::CLIENT_CA_FILE), ca);
+    // Glance the same way: its endpoint https, keystonemiddleware verifying Keystone.
+    let gl = get(&gl_api, "gl").await?;
+    assert_eq!(
+        gl["status"]["endpoint"].as_str(),
+        Some(format!("https://gl-api.{ns}.svc:9292").as_str())
+    );
+    let gl_config = secrets.get("gl-glance-config").await?;
+    let gl_conf = secret_text(&gl_config, "glance-api.conf");
+    assert!(
+        gl_conf.contains(&format!("cafile = /etc/glance/{}", tls::CLIENT_CA_FILE)),
+        "{gl_conf}"
+    );
+    assert_eq!(secret_text(&gl_config, tls::CLIENT_CA_FILE), ca);
+    // TLSReady names the Secret served and its expiry.
+    for (api, name) in [(&pl_api, "pl"), (&gl_api, "gl"), (&ks_api, "ks")] {
+        let obj = get(api, name).await?;
+        let (ok, reason, message) = cond(&obj, ct::TLS_READY).expect("TLSReady");
+        assert!(ok, "{name}: {reason} {message}");
+        assert!(
+            message.contains(&format!("Secret {name}-api-tls")) && message.contains("notAfter 20"),
+            "{name}: {message}"
+        );
+    }
     let su = jobs
         .list(&kube::api::ListParams::default().labels("app.kubernetes.io/name=placement"))
         .await?
@@ -313,6 +352,20 @@ async fn control_plane_tls_end_to_end() -> anyhow::Result<()> {
                 Check::Done(h)
             } else {
                 Check::Pending(h)
+            })
+        },
+    )
+    .await?;
+    // Once rolled and probed, TLSReady names the user's Secret.
+    wait_for(
+        WAIT,
+        POLL,
+        "TLSReady to name the user's Secret",
+        async || {
+            let pl = get(&pl_api, "pl").await?;
+            Ok(match cond(&pl, ct::TLS_READY) {
+                Some((true, _, m)) if m.contains("Secret pl-user-tls") => Check::Done(m),
+                other => Check::Pending(format!("{other:?}")),
             })
         },
     )

@@ -129,6 +129,7 @@ async fn examples_reach_ready_on_a_cloud_booted_from_rendered_configuration() {
             allowed_hosts: vec!["127.0.0.1".into()],
             allowed_ports: vec![IMAGE_SERVER_PORT],
         },
+        tls: false,
     })
     .await;
     let boot_time = started.elapsed();

@@ -587,7 +587,12 @@ pub fn spawn_logged(dir: &std::path::Path, log: &str, what: &'static str, cmd: &
 /// Polls `url` until it answers below 500 (an API that has loaded its application), for at
 /// most `secs`; then fails with `logs()`.
 pub async fn wait_http(url: &str, secs: u64, logs: impl Fn() -> String) {
-    let client = reqwest::Client::new();
+    wait_http_ca(url, None, secs, logs).await;
+}
+
+/// [`wait_http`] verifying the server with `ca` (PEM) when given.
+pub async fn wait_http_ca(url: &str, ca: Option<&str>, secs: u64, logs: impl Fn() -> String) {
+    let client = https_client(ca);
     let deadline = Instant::now() + Duration::from_secs(secs);
     loop {
         if let Ok(r) = client.get(url).send().await
@@ -601,5 +606,16 @@ pub async fn wait_http(url: &str, secs: u64, logs: impl Fn() -> String) {
             logs()
         );
         tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+/// A reqwest client trusting only `ca` (PEM) when given, else the default one.
+pub fn https_client(ca: Option<&str>) -> reqwest::Client {
+    match ca {
+        Some(ca) => reqwest::Client::builder()
+            .tls_certs_only([reqwest::Certificate::from_pem(ca.as_bytes()).expect("CA PEM")])
+            .build()
+            .expect("client"),
+        None => reqwest::Client::new(),
     }
 }

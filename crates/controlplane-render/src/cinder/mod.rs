@@ -177,6 +177,14 @@ pub fn cinder_conf(i: &CinderInputs<'_>) -> String {
     ini.render()
 }
 
+/// `cinder.conf` with the Glance client verifying Glance with `ca_file` (Cinder's Glance client
+/// reads `[DEFAULT] glance_ca_certificates_file`, not a keystoneauth section's `cafile`).
+pub fn with_glance_ca(cinder_conf: &str, ca_file: &str) -> String {
+    let mut ini = Ini::parse(cinder_conf);
+    ini.set("DEFAULT", "glance_ca_certificates_file", ca_file);
+    ini.render()
+}
+
 /// uwsgi's configuration for the Cinder API.
 pub fn uwsgi_ini(i: &CinderInputs<'_>) -> String {
     let mut s = Uwsgi {

@@ -263,4 +263,14 @@ fn every_rendered_option_is_one_cinder_defines() {
         &cinder_conf(&i),
         &dynamic,
     );
+    // The TLS edits (client sections' `cafile`, the Glance client's CA) are Cinder options too.
+    let with_ca = with_glance_ca(
+        &crate::tls::set_client_ca(&cinder_conf(&i), &crate::tls::CLIENT_SECTIONS, "/x/ca.crt"),
+        "/x/ca.crt",
+    );
+    assert!(
+        with_ca.contains("glance_ca_certificates_file = /x/ca.crt"),
+        "{with_ca}"
+    );
+    crate::ini::assert_options_known(controlplane_api::ServiceName::Cinder, &with_ca, &dynamic);
 }

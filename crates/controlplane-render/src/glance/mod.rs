@@ -745,5 +745,8 @@ pub(crate) mod tests {
         let t = template();
         let conf = glance_api_conf(&inputs(&t)).unwrap();
         crate::ini::assert_options_known(controlplane_api::ServiceName::Glance, &conf, &[]);
+        let with_ca = crate::tls::set_client_ca(&conf, &crate::tls::CLIENT_SECTIONS, "/x/ca");
+        assert!(with_ca.contains("cafile = /x/ca"), "{with_ca}");
+        crate::ini::assert_options_known(controlplane_api::ServiceName::Glance, &with_ca, &[]);
     }
 }

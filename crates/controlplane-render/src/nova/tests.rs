@@ -331,4 +331,23 @@ fn every_rendered_option_is_one_nova_defines() {
     let service = controlplane_api::ServiceName::Nova;
     crate::ini::assert_options_known(service, &nova_conf(&i).unwrap(), &[]);
     crate::ini::assert_options_known(service, &compute_conf(&i, &node()).unwrap(), &[]);
+    // The TLS edits: `cafile` in every client section Nova renders is a Nova option.
+    let ca = |t: String| crate::tls::set_client_ca(&t, &crate::tls::CLIENT_SECTIONS, "/x/ca.crt");
+    let conf = ca(nova_conf(&i).unwrap());
+    for section in [
+        "keystone_authtoken",
+        "placement",
+        "neutron",
+        "glance",
+        "service_user",
+    ] {
+        assert!(
+            crate::ini::Ini::parse(&conf)
+                .get(section, "cafile")
+                .is_some(),
+            "[{section}] has no cafile"
+        );
+    }
+    crate::ini::assert_options_known(service, &conf, &[]);
+    crate::ini::assert_options_known(service, &ca(compute_conf(&i, &node()).unwrap()), &[]);
 }
