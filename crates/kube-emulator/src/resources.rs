@@ -417,6 +417,18 @@ const BUILTINS: &[Builtin] = &[
         extra_selectors: EVENTS_V1_SELECTORS,
     },
     Builtin {
+        group: "networking.k8s.io",
+        kind: "NetworkPolicy",
+        plural: "networkpolicies",
+        namespaced: true,
+        short: &["netpol"],
+        categories: &[],
+        status: false,
+        flavor: Flavor::Plain,
+        create_on_update: false,
+        extra_selectors: &[],
+    },
+    Builtin {
         group: "coordination.k8s.io",
         kind: "Lease",
         plural: "leases",

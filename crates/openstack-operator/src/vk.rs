@@ -124,6 +124,10 @@ pub struct VkArgs {
     /// (listener and pool per port, members = the ready pods; not with --tenants yet).
     #[arg(long, env = "VK_LOAD_BALANCERS", conflicts_with = "tenants")]
     pub load_balancers: bool,
+    /// Enforce NetworkPolicies (ingress) on this node's pods with Neutron security groups on
+    /// their ports (one group per policy; not with --tenants yet).
+    #[arg(long, env = "VK_NETWORK_POLICIES", conflicts_with = "tenants")]
+    pub network_policies: bool,
     /// Neutron subnet (id) of the load balancers' VIPs (default: the first IPv4 subnet of
     /// --network).
     #[arg(long, env = "VK_LOAD_BALANCER_SUBNET")]
@@ -172,6 +176,16 @@ pub async fn run(args: VkArgs) -> anyhow::Result<()> {
     }
     let ports = Arc::new(openstack::port::PortAdapter::new(core.clone()));
     let neutron = openstack::Cloud::from_core(core.clone()).network;
+    if args.network_policies {
+        start_network_policies(
+            &args,
+            ports.clone(),
+            neutron.clone(),
+            project_id.clone(),
+            token.clone(),
+        )
+        .await?;
+    }
     let zun = Arc::new(ContainerAdapter::new(core));
     let zun_for_api: Arc<dyn openstack::container::Container> = zun.clone();
     let cfg = Config {
@@ -265,6 +279,26 @@ async fn start_load_balancers(
         interval: Duration::from_secs(args.poll_interval_seconds.max(1)),
     };
     tokio::spawn(vk_zun::services::run(client, lbs, cfg, stop));
+    Ok(())
+}
+
+/// Start the NetworkPolicy controller ([`vk_zun::netpol_sync`]) until `stop`.
+async fn start_network_policies(
+    args: &VkArgs,
+    ports: Arc<dyn openstack::port::Ports>,
+    neutron: Arc<dyn openstack::Network>,
+    project_id: Option<String>,
+    stop: CancellationToken,
+) -> anyhow::Result<()> {
+    let client = Client::try_default()
+        .await
+        .context("connecting to Kubernetes (KUBECONFIG or in-cluster)")?;
+    let cfg = vk_zun::netpol_sync::NetpolConfig {
+        node: args.node_name.clone(),
+        project_id,
+        interval: Duration::from_secs(args.poll_interval_seconds.max(1)),
+    };
+    tokio::spawn(vk_zun::netpol_sync::run(client, ports, neutron, cfg, stop));
     Ok(())
 }
 

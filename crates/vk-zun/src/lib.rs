@@ -14,7 +14,8 @@
 //! - [`probes`] (pure), [`prober`]: liveness, readiness and startup probes, `preStop` hooks.
 //! - [`run_logs`]: the previous run's log (`logs --previous`).
 //! - [`services`]: Services of type LoadBalancer as Octavia load balancers; [`netpol`]:
-//!   NetworkPolicy → Neutron security-group rules (pure, not wired yet).
+//!   NetworkPolicy → Neutron security-group rules (pure); [`netpol_sync`]: those rules on
+//!   the pods' ports (`--network-policies`).
 //! - [`volumes`]: ConfigMap, Secret, downwardAPI, projected and emptyDir volumes as
 //!   files written into the containers (pure).
 //! - [`labels`], [`quantity`]: ownership labels and resource quantities.
@@ -23,6 +24,7 @@ pub mod downward;
 pub mod kubelet;
 pub mod labels;
 pub mod netpol;
+pub mod netpol_sync;
 pub mod network;
 pub mod pod_port;
 pub mod port_forward;

@@ -1,4 +1,4 @@
-//! NetworkPolicy → Neutron security-group rules (pure; not wired into the node yet).
+//! NetworkPolicy → Neutron security-group rules (pure; [`crate::netpol_sync`] applies them).
 //!
 //! A NetworkPolicy that selects a pod of the node becomes one security group whose ingress
 //! rules are [`ingress_rules`] of the policy; the pod's port then carries the groups of every
