@@ -3,6 +3,8 @@
 //! Deployment whose init containers collect and compress the static files, and its Service →
 //! Ready when the login page answers 200. Horizon has no API a token authenticates against:
 //! the login page rendering (Django, the settings, the static manifest) is what is probed.
+//! With `tls` the dashboard serves HTTPS itself (uwsgi `https-socket`, the `<name>-api-tls`
+//! certificate, `Secure` session and CSRF cookies, HTTPS probes), as the other APIs do.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -13,6 +15,7 @@ use controlplane_api::validation::Validate;
 use controlplane_api::{Horizon, ServiceName, ServiceStatus};
 use controlplane_render::horizon::{self as render, HorizonInputs};
 use controlplane_render::objects::{self, ApiParams, Owner};
+use controlplane_render::tls;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{
     Container, EmptyDirVolumeSource, HTTPHeader, KeyToPath, SecretVolumeSource, Volume, VolumeMount,
@@ -130,7 +133,8 @@ pub fn config_volume(secret: &str, files: &BTreeMap<String, String>) -> (Volume,
 /// Horizon's Deployment (pure): the shared API Deployment on port 8080 with the config and a
 /// static-files emptyDir, init containers running the setup commands (collectstatic, then
 /// compress) into it, and HTTP probes of the login page sent with the Service's host name
-/// (Django refuses hosts outside `ALLOWED_HOSTS`, the pod IP among them).
+/// (Django refuses hosts outside `ALLOWED_HOSTS`, the pod IP among them). With `tls_secret`
+/// the certificate Secret is mounted and the probes use HTTPS.
 pub fn deployment(
     owner: &Owner,
     spec: &controlplane_api::HorizonSpec,
@@ -138,6 +142,7 @@ pub fn deployment(
     config_hash: &str,
     files: &BTreeMap<String, String>,
     config_secret: &str,
+    tls_secret: Option<&str>,
 ) -> Deployment {
     let (name, namespace) = (owner.instance.as_str(), owner.namespace.as_str());
     let static_files = (
@@ -205,16 +210,31 @@ pub fn deployment(
             }
         }
     }
+    if let Some(secret) = tls_secret {
+        tls::serve_tls(&mut dep, secret);
+    }
     dep
 }
 
-/// GET the login page at `url` as the Service's host; Ok on 200.
-async fn login_page(url: &str, host: &str, timeout: Duration) -> Result<(), String> {
-    let client = reqwest::Client::builder()
+/// GET the login page at `url` as the Service's host, verifying its certificate with `ca`
+/// when it serves TLS; Ok on 200.
+async fn login_page(
+    url: &str,
+    host: &str,
+    timeout: Duration,
+    ca: Option<&str>,
+) -> Result<(), String> {
+    let mut builder = reqwest::Client::builder()
         .timeout(timeout)
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .map_err(|e| e.to_string())?;
+        .redirect(reqwest::redirect::Policy::none());
+    if let Some(ca) = ca {
+        for c in reqwest::Certificate::from_pem_bundle(ca.as_bytes())
+            .map_err(|e| format!("the dashboard's CA bundle: {e}"))?
+        {
+            builder = builder.add_root_certificate(c);
+        }
+    }
+    let client = builder.build().map_err(|e| e.to_string())?;
     let target = format!("{}{LOGIN_PATH}", url.trim_end_matches('/'));
     let resp = client
         .get(&target)
@@ -245,6 +265,10 @@ async fn pass(p: &mut Pass<'_, Horizon>) -> Result<State, Error> {
     );
     let secret_key_secret = p.names.n("horizon-secret-key");
     let django_secret = or_state!(p.generated_password(&secret_key_secret).await?);
+    let serving = or_state!(
+        p.serving_tls(spec.template.tls.as_ref(), spec.public_endpoint.as_deref())
+            .await?
+    );
 
     let name = obj.name_any();
     let image = spec
@@ -261,17 +285,16 @@ async fn pass(p: &mut Pass<'_, Horizon>) -> Result<State, Error> {
         memcache_servers,
         // Keystone over TLS: Django's keystoneauth session verifies it with its CA, mounted
         // beside the settings.
-        keystone_ca_file: ks.ca.as_ref().map(|_| {
-            format!(
-                "{}/{}",
-                render::POD_CONFIG_DIR,
-                controlplane_render::tls::CLIENT_CA_FILE
-            )
-        }),
-        https: spec
-            .public_endpoint
-            .as_deref()
-            .is_some_and(|u| u.starts_with("https://")),
+        keystone_ca_file: ks
+            .ca
+            .as_ref()
+            .map(|_| format!("{}/{}", render::POD_CONFIG_DIR, tls::CLIENT_CA_FILE)),
+        // Served over TLS here or at an ingress: the cookies must not travel over plain HTTP.
+        https: serving.is_some()
+            || spec
+                .public_endpoint
+                .as_deref()
+                .is_some_and(|u| u.starts_with("https://")),
         config_dir: render::POD_CONFIG_DIR.into(),
         static_root: render::POD_STATIC_ROOT.into(),
         python_home: None,
@@ -280,9 +303,20 @@ async fn pass(p: &mut Pass<'_, Horizon>) -> Result<State, Error> {
     };
     let mut files = render::config_files(&inputs);
     if let Some(ca) = &ks.ca {
-        files.insert(controlplane_render::tls::CLIENT_CA_FILE.into(), ca.clone());
+        files.insert(tls::CLIENT_CA_FILE.into(), ca.clone());
     }
-    let config_hash = render::config_hash(&image, &files);
+    if serving.is_some()
+        && let Some(u) = files.get_mut("uwsgi.ini")
+    {
+        let (crt, key) = tls::pod_files(tls::POD_TLS_DIR);
+        *u = tls::uwsgi_https(u, &crt, &key);
+    }
+    let mut config_hash = render::config_hash(&image, &files);
+    // A renewed certificate rolls the pods (uwsgi reads it once); Keystone's CA is already
+    // one of the files, so a plain-HTTP dashboard's hash is unchanged.
+    if let Some(s) = &serving {
+        config_hash = tls::config_hash(&config_hash, Some(&s.cert), None);
+    }
     let data = files
         .iter()
         .map(|(k, v)| (secret_key(k), v.clone()))
@@ -293,7 +327,10 @@ async fn pass(p: &mut Pass<'_, Horizon>) -> Result<State, Error> {
     )
     .await?;
     p.status.config_hash = Some(config_hash.clone());
-    let internal = format!("http://{}:{}", internal_host(&name, &p.ns), render::PORT);
+    let mut internal = format!("http://{}:{}", internal_host(&name, &p.ns), render::PORT);
+    if serving.is_some() {
+        internal = tls::https_url(&internal);
+    }
     p.status.endpoint = Some(internal.clone());
 
     let dep = deployment(
@@ -303,6 +340,7 @@ async fn pass(p: &mut Pass<'_, Horizon>) -> Result<State, Error> {
         &config_hash,
         &files,
         &p.names.config(),
+        serving.as_ref().map(|s| s.secret.as_str()),
     );
     let applied = p.apply_api(&dep, render::PORT).await?;
     let want = spec.template.replicas.unwrap_or(1);
@@ -312,6 +350,7 @@ async fn pass(p: &mut Pass<'_, Horizon>) -> Result<State, Error> {
         &url,
         &internal_host(&name, &p.ns),
         p.ctx.config.check_timeout,
+        p.api_ca.as_deref(),
     )
     .await
     {
@@ -384,7 +423,15 @@ mod tests {
             ),
             ("uwsgi.ini".to_string(), "[uwsgi]\n".to_string()),
         ]);
-        let d = deployment(&owner, &spec, "img", "h", &files, "dash-horizon-config");
+        let d = deployment(
+            &owner,
+            &spec,
+            "img",
+            "h",
+            &files,
+            "dash-horizon-config",
+            None,
+        );
         let pod = d.spec.template.spec.expect("pod");
         let init: Vec<_> = pod
             .init_containers
@@ -415,5 +462,47 @@ mod tests {
                 .any(|i| i.key == "local_local_settings.py" && i.path == "local/local_settings.py")
         );
         assert!(items.iter().all(|i| !i.key.contains('/')));
+        assert_eq!(get.scheme, None);
+
+        // Serving TLS: the certificate is mounted and the probes (still as the Service's host)
+        // use HTTPS.
+        let d = deployment(
+            &owner,
+            &spec,
+            "img",
+            "h",
+            &files,
+            "dash-horizon-config",
+            Some("dash-api-tls"),
+        );
+        let pod = d.spec.template.spec.expect("pod");
+        let c = &pod.containers[0];
+        for probe in [&c.readiness_probe, &c.liveness_probe] {
+            let get = probe
+                .as_ref()
+                .and_then(|p| p.http_get.as_ref())
+                .expect("probe");
+            assert_eq!(get.scheme.as_deref(), Some("HTTPS"));
+            assert_eq!(
+                get.http_headers.as_ref().expect("headers")[0].value,
+                "dash-api.os.svc"
+            );
+        }
+        assert!(
+            c.volume_mounts
+                .iter()
+                .flatten()
+                .any(|m| m.mount_path == tls::POD_TLS_DIR)
+        );
+        assert!(pod.volumes.iter().flatten().any(|v| {
+            v.secret.as_ref().and_then(|s| s.secret_name.as_deref()) == Some("dash-api-tls")
+        }));
+        // The init containers need no certificate.
+        assert!(pod.init_containers.iter().flatten().all(|i| {
+            i.volume_mounts
+                .iter()
+                .flatten()
+                .all(|m| m.mount_path != tls::POD_TLS_DIR)
+        }));
     }
 }

@@ -4,21 +4,30 @@
 //! serves the login page and its compressed CSS, refuses a wrong password with Keystone's
 //! answer, logs the test cloud's admin in against the real Keystone, keeps the session in the
 //! memcached the settings name (nothing else stores sessions) and shows the project overview.
+//!
+//! Over TLS: the rendered Horizon with the operator's TLS edit (uwsgi `https-socket`, a
+//! certificate issued by `controlplane_render::tls`) serves its login page over https with
+//! `Secure` cookies and logs the admin in (form POST with CSRF) against Keystone served over
+//! https with a certificate of the same CA, verified through `OPENSTACK_SSL_CACERT`; the same
+//! dashboard without the CA cannot log in (certificate error), and a client without the CA is
+//! refused by the dashboard.
 
 mod support;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use support::{
-    Proc, admin_password, free_port, memcached_items, run, start_memcached, test_cloud_dir,
+    Proc, admin_password, free_port, memcached_items, run, spawn_logged, start_memcached,
+    test_cloud_dir,
 };
 
 use controlplane_api::common::ServiceTemplate;
 use controlplane_render::horizon::{self, HorizonInputs, OVERRIDES_SECTION};
 use controlplane_render::secrets::password;
+use controlplane_render::tls;
 
 const KEYSTONE: &str = "http://127.0.0.1:5000/v3";
 
@@ -82,7 +91,11 @@ fn form_value(page: &str, name: &str) -> String {
 }
 
 fn logs(root: &Path) -> String {
-    std::fs::read_to_string(root.join("uwsgi.log"))
+    log_tail(root, "uwsgi.log")
+}
+
+fn log_tail(root: &Path, file: &str) -> String {
+    std::fs::read_to_string(root.join(file))
         .map(|s| {
             let tail: Vec<&str> = s.lines().rev().take(40).collect();
             tail.into_iter().rev().collect::<Vec<_>>().join("\n")
@@ -277,4 +290,291 @@ async fn rendered_horizon_logs_in_against_keystone_with_sessions_in_memcached() 
             .is_some_and(|l| l.contains("/auth/login/")),
         "not sent to the login page"
     );
+}
+
+/// The whole error chain of a failed request (reqwest's Display hides the TLS cause).
+fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}
+
+/// Writes the rendered files into `inputs.config_dir`, `extra` files beside them, and serves
+/// HTTPS from `tls_files` (certificate, key) as the operator's edit does.
+fn write_config(inputs: &HorizonInputs<'_>, extra: &[(&str, &str)], tls_files: (&str, &str)) {
+    let dir = Path::new(&inputs.config_dir);
+    let mut files = horizon::config_files(inputs);
+    if let Some(u) = files.get_mut("uwsgi.ini") {
+        *u = tls::uwsgi_https(u, tls_files.0, tls_files.1);
+    }
+    files.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    for (path, text) in files {
+        let p = dir.join(path);
+        std::fs::create_dir_all(p.parent().expect("parent")).expect("config dir");
+        std::fs::write(&p, text).expect("write config");
+    }
+}
+
+/// The `Set-Cookie` header setting cookie `name` in `r`.
+fn set_cookie(r: &reqwest::Response, name: &str) -> String {
+    r.headers()
+        .get_all(reqwest::header::SET_COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .find(|v| v.starts_with(&format!("{name}=")))
+        .unwrap_or_else(|| panic!("no {name} cookie set"))
+        .to_string()
+}
+
+/// Polls `url` with `client` until it answers 200; the body.
+async fn wait_page(client: &reqwest::Client, url: &str, root: &Path, log: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        if let Ok(r) = client.get(url).send().await
+            && r.status() == 200
+        {
+            return r.text().await.expect("page");
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{url} did not answer; {}",
+            log_tail(root, log)
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+#[tokio::test]
+async fn rendered_horizon_serves_https_and_logs_in_against_https_keystone() {
+    let venv = horizon_venv();
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let root = tmp.path();
+    let (port, noca_port, ks_port, mc_port) = (free_port(), free_port(), free_port(), free_port());
+    let _memcached = start_memcached(mc_port);
+    let started = Instant::now();
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock")
+        .as_secs() as i64;
+
+    // The operator's CA and serving certificates (the Service names and the loopback address
+    // the proof reaches them at), written as the kubelet mounts the Secrets.
+    let ca = tls::generate_ca("openstack-operator cphzntls CA", now).expect("CA");
+    let mount = |svc: &str| {
+        let mut names = tls::service_dns_names(svc, "cphzntls");
+        names.push("127.0.0.1".into());
+        let cert = tls::issue_serving(&ca, &names, now).expect("certificate");
+        let dir = root.join("tls").join(svc);
+        std::fs::create_dir_all(&dir).expect("tls dir");
+        for (k, v) in tls::secret_data(&cert, &ca.cert) {
+            std::fs::write(dir.join(k), v).expect("tls file");
+        }
+        tls::pod_files(&dir.display().to_string())
+    };
+    let ks_files = mount("keystone-api");
+    let hz_files = mount("horizon-api");
+
+    // Keystone over https: the test cloud's Keystone (its database, keys and admin) served by
+    // a second uwsgi with the operator's `https-socket` edit, so no bootstrap is needed.
+    let ini = std::fs::read_to_string(test_cloud_dir().join("etc/uwsgi/keystone.ini"))
+        .expect("the test cloud's keystone.ini");
+    let listen = ini
+        .lines()
+        .find(|l| l.starts_with("http-socket = "))
+        .expect("keystone's http-socket")
+        .to_string();
+    let ini = tls::uwsgi_https(
+        &ini.replace(&listen, &format!("http-socket = 127.0.0.1:{ks_port}")),
+        &ks_files.0,
+        &ks_files.1,
+    );
+    assert!(
+        ini.contains(&format!("https-socket = 127.0.0.1:{ks_port},")),
+        "{ini}"
+    );
+    std::fs::write(root.join("keystone-uwsgi.ini"), ini).expect("keystone ini");
+    let uwsgi_bin = venv.join("bin/uwsgi").display().to_string();
+    let _keystone = spawn_logged(
+        root,
+        "keystone-uwsgi.log",
+        "keystone",
+        &[
+            uwsgi_bin.clone(),
+            "--ini".into(),
+            root.join("keystone-uwsgi.ini").display().to_string(),
+        ],
+    );
+    let keystone_url = format!("https://127.0.0.1:{ks_port}/v3");
+    let with_ca = reqwest::Client::builder()
+        .tls_certs_only([reqwest::Certificate::from_pem(ca.cert.as_bytes()).expect("CA PEM")])
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .expect("client");
+
+    // The dashboard, rendered as the operator renders it for `tls` and a TLS Keystone; a user
+    // override sends openstack_auth's log (where a failed Keystone call is told) to uwsgi's.
+    let mut template = ServiceTemplate::default();
+    template.config_overrides.insert(
+        OVERRIDES_SECTION.into(),
+        BTreeMap::from([(
+            "LOGGING".into(),
+            serde_json::json!({
+                "version": 1,
+                "disable_existing_loggers": false,
+                "handlers": {"console": {"class": "logging.StreamHandler"}},
+                "loggers": {"openstack_auth": {"handlers": ["console"], "level": "DEBUG"}},
+            })
+            .to_string(),
+        )]),
+    );
+    assert!(horizon::override_errors(&template).is_empty());
+    let static_root = root.join("static");
+    let inputs = HorizonInputs {
+        template: &template,
+        keystone_url: keystone_url.clone(),
+        region: "RegionOne".into(),
+        allowed_hosts: vec!["127.0.0.1".into()],
+        secret_key: password(50),
+        memcache_servers: vec![format!("127.0.0.1:{mc_port}")],
+        keystone_ca_file: Some(
+            root.join("conf")
+                .join(tls::CLIENT_CA_FILE)
+                .display()
+                .to_string(),
+        ),
+        https: true,
+        config_dir: root.join("conf").display().to_string(),
+        static_root: static_root.display().to_string(),
+        python_home: Some(venv.display().to_string()),
+        listen: format!("127.0.0.1:{port}"),
+        workers: 1,
+    };
+    let settings = horizon::local_settings(&inputs);
+    assert!(
+        settings.contains("CSRF_COOKIE_SECURE = True\n"),
+        "{settings}"
+    );
+    assert!(settings.contains("OPENSTACK_SSL_CACERT = "), "{settings}");
+    write_config(
+        &inputs,
+        &[(tls::CLIENT_CA_FILE, &ca.cert)],
+        (&hz_files.0, &hz_files.1),
+    );
+    // The same dashboard without Keystone's CA (system trust only), on its own port; the static
+    // files collected once serve both.
+    let noca = HorizonInputs {
+        keystone_ca_file: None,
+        config_dir: root.join("conf-noca").display().to_string(),
+        listen: format!("127.0.0.1:{noca_port}"),
+        ..inputs.clone()
+    };
+    assert!(!horizon::local_settings(&noca).contains("OPENSTACK_SSL_CACERT"));
+    write_config(&noca, &[], (&hz_files.0, &hz_files.1));
+    for cmd in horizon::setup_commands(&venv.join("bin/python3").display().to_string()) {
+        let mut c = Command::new(&cmd[0]);
+        c.args(&cmd[1..]);
+        for (k, v) in horizon::setup_env(&inputs.config_dir) {
+            c.env(k, v);
+        }
+        run(&mut c, &cmd[3..].join(" "));
+    }
+    let dashboards: Vec<Proc> = [(&inputs, "uwsgi.log"), (&noca, "uwsgi-noca.log")]
+        .into_iter()
+        .map(|(i, log)| {
+            spawn_logged(
+                root,
+                log,
+                "horizon",
+                &[
+                    uwsgi_bin.clone(),
+                    "--ini".into(),
+                    format!("{}/uwsgi.ini", i.config_dir),
+                ],
+            )
+        })
+        .collect();
+
+    wait_page(&with_ca, &keystone_url, root, "keystone-uwsgi.log").await;
+    let base = format!("https://127.0.0.1:{port}");
+    let noca_base = format!("https://127.0.0.1:{noca_port}");
+    wait_page(&with_ca, &format!("{base}/auth/login/"), root, "uwsgi.log").await;
+    wait_page(
+        &with_ca,
+        &format!("{noca_base}/auth/login/"),
+        root,
+        "uwsgi-noca.log",
+    )
+    .await;
+    eprintln!(
+        "Keystone and two dashboards over https after {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+
+    // A browser without the operator's CA is refused by the dashboard's certificate.
+    let err = reqwest::Client::new()
+        .get(format!("{base}/auth/login/"))
+        .send()
+        .await
+        .expect_err("a client without the CA must not connect");
+    let why = chain(&err);
+    assert!(
+        why.to_lowercase().contains("certificate"),
+        "refused for another reason: {why}"
+    );
+
+    // The CSRF cookie is `Secure`; the admin logs in through https Keystone, verified with
+    // OPENSTACK_SSL_CACERT: a redirect, a `Secure` session cookie, the identity panel.
+    let page = with_ca
+        .get(format!("{base}/auth/login/"))
+        .send()
+        .await
+        .expect("login page");
+    assert!(
+        set_cookie(&page, "csrftoken").contains("Secure"),
+        "CSRF cookie not Secure"
+    );
+    let pw = admin_password();
+    let mut jar = Jar::default();
+    let r = login(&with_ca, &base, &mut jar, &pw).await;
+    assert_eq!(
+        r.status(),
+        302,
+        "login did not redirect; {}",
+        log_tail(root, "uwsgi.log")
+    );
+    assert!(
+        set_cookie(&r, "sessionid").contains("Secure"),
+        "session cookie not Secure"
+    );
+    let r = jar.get(&with_ca, format!("{base}/identity/")).await;
+    assert_eq!(r.status(), 200, "{}", log_tail(root, "uwsgi.log"));
+    assert!(
+        r.text().await.expect("page").contains("Sign Out"),
+        "not logged in"
+    );
+
+    // Without the CA the dashboard cannot reach Keystone: the certificate does not verify.
+    let mut jar = Jar::default();
+    let r = login(&with_ca, &noca_base, &mut jar, &pw).await;
+    assert_eq!(r.status(), 200, "{}", log_tail(root, "uwsgi-noca.log"));
+    // (Django keeps an anonymous session for the form's messages: no redirect is what shows
+    // the login failed.)
+    let body = r.text().await.expect("body");
+    // (A failed version discovery is told as a generic error, a failed token request as a
+    // connection error: either way the log says why.)
+    assert!(
+        body.contains("Unable to establish connection to keystone endpoint.")
+            || body.contains("An error occurred authenticating."),
+        "{}",
+        log_tail(root, "uwsgi-noca.log")
+    );
+    let log = log_tail(root, "uwsgi-noca.log");
+    assert!(log.contains("CERTIFICATE_VERIFY_FAILED"), "{log}");
+    drop(dashboards);
+    eprintln!("TLS proof: {:.1} s", started.elapsed().as_secs_f64());
 }
