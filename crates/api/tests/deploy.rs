@@ -1755,6 +1755,12 @@ fn call_lists_cover_the_apis_the_parts_use() {
         // vk_tenants.rs, only with --tenants (not what the kustomize base and the chart run:
         // docs/virtual-kubelet.md#tenants lists its RBAC): watch, status.
         "ZunTenant",
+        // vk-zun services.rs, only with --load-balancers (opt-in, so not granted by the base
+        // role: docs/virtual-kubelet.md lists its RBAC): list, finalizer patch, status patch.
+        "Service",
+        // vk-zun netpol_sync.rs, only with --network-policies (opt-in likewise; its RBAC is in
+        // docs/virtual-kubelet.md): list of NetworkPolicies (and of Namespaces, above).
+        "NetworkPolicy",
     ]
     .map(String::from)
     .into();
