@@ -20,6 +20,7 @@ pub mod kube_pods;
 pub mod query;
 pub mod server;
 pub mod serving_cert;
+pub mod spdy;
 pub mod summary;
 pub mod tls;
 
