@@ -310,8 +310,13 @@ impl Decoder {
             if pos >= input.len() && out.len() < out.capacity() {
                 return Ok(out);
             }
-            if self.inflate.total_in() == before && out.len() == out_before && out.len() < out.capacity() {
-                return Err(SpdyError::Zlib("trailing bytes after the header stream".into()));
+            if self.inflate.total_in() == before
+                && out.len() == out_before
+                && out.len() < out.capacity()
+            {
+                return Err(SpdyError::Zlib(
+                    "trailing bytes after the header stream".into(),
+                ));
             }
         }
     }
