@@ -4,7 +4,8 @@
 //! authentication (client certificates, TokenReview) and authorisation
 //! (SubjectAccessReview on `nodes/<subresource>`).
 //!
-//! - [`attrs`], [`query`], [`summary`], [`channel`]: the pure parts.
+//! - [`attrs`], [`query`], [`summary`], [`channel`], [`spdy`] (SPDY/3.1
+//!   frames): the pure parts.
 //! - [`backend`]: what a provider implements ([`backend::Backend`]) and the
 //!   pods of the node ([`backend::Pods`]).
 //! - [`auth`]: who is asking and whether they may.

@@ -357,10 +357,16 @@ async fn real_kubectl_exec_and_port_forward_over_spdy() {
         }],
     });
     let client = emu.client().await.unwrap();
-    Api::<Pod>::namespaced(client.clone(), "default")
-        .create(&PostParams::default(), &pod())
-        .await
-        .unwrap();
+    let pods = Api::<Pod>::namespaced(client.clone(), "default");
+    pods.create(&PostParams::default(), &pod()).await.unwrap();
+    // kubectl port-forward checks that the pod runs.
+    pods.patch_status(
+        "p",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(serde_json::json!({"status": pod().status})),
+    )
+    .await
+    .unwrap();
     // The kubelet API.
     let api = Arc::new(KubeletApi::new(
         "vk".into(),
@@ -491,7 +497,13 @@ async fn real_kubectl_exec_and_port_forward_over_spdy() {
         .nth(1)
         .and_then(|r| r.split(' ').next())
         .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| panic!("no port in {line:?}"));
+        .unwrap_or_else(|| {
+            let mut err = String::new();
+            if let Some(mut e) = pf.stderr.take() {
+                let _ = futures::executor::block_on(e.read_to_string(&mut err));
+            }
+            panic!("no port in {line:?}; kubectl said {err}")
+        });
     for _ in 0..2 {
         let out = tokio::process::Command::new("curl")
             .args([
