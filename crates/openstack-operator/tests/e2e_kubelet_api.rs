@@ -967,11 +967,14 @@ async fn spdy_body(c: &Case) -> anyhow::Result<()> {
     );
     assert_eq!(out.status.code(), Some(3), "stdout {so:?} stderr {se:?}");
 
-    // stdin (`kubectl exec -i`): through zun-wsproxy; the command ends after one line.
-    let out = kubectl_spdy(
-        &kubeconfig,
-        &c.ns,
-        &[
+    // stdin (`kubectl exec -i`): through zun-wsproxy, a line typed and its answer read while
+    // stdin stays open (closing Zun's session input ends the session), then stdin closed.
+    let mut child = tokio::process::Command::new("kubectl")
+        .env("KUBECONFIG", &kubeconfig)
+        .env("KUBECTL_REMOTE_COMMAND_WEBSOCKETS", "false")
+        .args([
+            "-n",
+            &c.ns,
             "exec",
             "-i",
             "web",
@@ -981,20 +984,35 @@ async fn spdy_body(c: &Case) -> anyhow::Result<()> {
             "sh",
             "-c",
             "read x; echo got:$x",
-        ],
-        b"ping\n",
-    )
-    .await?;
-    let (so, se) = (
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr),
-    );
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .context("kubectl exec -i")?;
+    let mut stdin = child.stdin.take().context("stdin")?;
+    let mut stdout = child.stdout.take().context("stdout")?;
+    stdin.write_all(b"ping\n").await?;
+    stdin.flush().await?;
+    let mut seen = String::new();
+    let answered = read_until(&mut stdout, "got:ping", &mut seen)
+        .await
+        .with_context(|| vk.log_tail())?;
+    drop(stdin);
+    let status = tokio::time::timeout(STREAM, child.wait())
+        .await
+        .context("kubectl exec -i to end")??;
+    let mut err = String::new();
+    if let Some(mut e) = child.stderr.take() {
+        e.read_to_string(&mut err).await?;
+    }
     assert!(
-        so.contains("got:ping"),
-        "stdout {so:?} stderr {se:?}\n{}",
+        answered,
+        "stdout {seen:?} stderr {err:?}\n{}",
         vk.log_tail()
     );
-    assert_eq!(out.status.code(), Some(0), "stdout {so:?} stderr {se:?}");
+    assert_eq!(status.code(), Some(0), "stdout {seen:?} stderr {err:?}");
     eprintln!("kubectl exec -i over SPDY: {:?}", started.elapsed());
 
     // kubectl port-forward to the pod's localhost-only httpd, fetched with curl.
