@@ -12,6 +12,7 @@
 //! `viewer` may only read `nodes/stats` and `nodes/metrics` (metrics-server's rights). A real cluster (`E2E_KUBECONFIG`) has no such rules
 //! to set, so there these tests say so and do nothing.
 
+mod kubelet_proxy;
 mod vk_common;
 
 use std::path::{Path, PathBuf};
@@ -32,6 +33,8 @@ use vk_common::{Case, LONG, POLL, Vk, case, phase};
 /// The user of the API server's kubelet client certificate (kubeadm's name).
 const APISERVER_USER: &str = "kube-apiserver-kubelet-client";
 const VIEWER_TOKEN: &str = "viewer-token";
+/// The token of the API server stand-in (the same user as its client certificate).
+const APISERVER_TOKEN: &str = "apiserver-token";
 /// How long a stream may take to deliver what the test waits for.
 const STREAM: Duration = Duration::from_secs(60);
 
@@ -142,13 +145,22 @@ fn start_node(c: &Case) -> anyhow::Result<Option<(Vk, Pki)>> {
         return Ok(None);
     };
     emu.set_auth(AuthConfig {
-        tokens: [(
-            VIEWER_TOKEN.to_string(),
-            ReviewUser {
-                username: "viewer".into(),
-                ..Default::default()
-            },
-        )]
+        tokens: [
+            (
+                VIEWER_TOKEN.to_string(),
+                ReviewUser {
+                    username: "viewer".into(),
+                    ..Default::default()
+                },
+            ),
+            (
+                APISERVER_TOKEN.to_string(),
+                ReviewUser {
+                    username: APISERVER_USER.into(),
+                    ..Default::default()
+                },
+            ),
+        ]
         .into_iter()
         .collect(),
         rules: vec![
@@ -858,5 +870,199 @@ async fn streams_body(c: &Case) -> anyhow::Result<()> {
     // `kubectl attach -it` to a `tty: true` shell is not proven here: in the one run made,
     // the container was no longer running when the resize reached Zun (Docker 409 "is not
     // running") and only the terminal's echo came back; see docs/virtual-kubelet.md.
+    Ok(())
+}
+
+/// The real kubectl (`/usr/bin/kubectl`) forced to SPDY.
+async fn kubectl_spdy(
+    kubeconfig: &Path,
+    ns: &str,
+    args: &[&str],
+    stdin: &[u8],
+) -> anyhow::Result<std::process::Output> {
+    let mut child = tokio::process::Command::new("kubectl")
+        .env("KUBECONFIG", kubeconfig)
+        .env("KUBECTL_REMOTE_COMMAND_WEBSOCKETS", "false")
+        .env("KUBECTL_PORT_FORWARD_WEBSOCKETS", "false")
+        .arg("-n")
+        .arg(ns)
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .context("kubectl")?;
+    let mut i = child.stdin.take().context("stdin")?;
+    i.write_all(stdin).await?;
+    drop(i);
+    Ok(tokio::time::timeout(STREAM, child.wait_with_output())
+        .await
+        .context("kubectl to finish")??)
+}
+
+#[tokio::test]
+async fn real_kubectl_over_spdy_through_an_api_server_proxy() -> anyhow::Result<()> {
+    if !Path::new("/usr/bin/kubectl").exists() {
+        eprintln!("SKIPPED: no /usr/bin/kubectl");
+        return Ok(());
+    }
+    let Some(c) = case("kapi-spdy").await? else {
+        return Ok(());
+    };
+    // Clean up whatever the body did, also when it failed or panicked.
+    c.guarded(spdy_body(&c)).await
+}
+
+async fn spdy_body(c: &Case) -> anyhow::Result<()> {
+    let Some((vk, pki)) = start_node(c)? else {
+        return Ok(());
+    };
+    let _docker = DockerTcp::ensure()?;
+    c.create(
+        "web",
+        json!({"containers": [{"name": "c", "image": "busybox",
+            "command": ["sh", "-c", "mkdir -p /www && echo hello-from-pod > /www/index.html && exec httpd -f -p 127.0.0.1:8080 -h /www"],
+            "ports": [{"containerPort": 8080}]}]}),
+    )
+    .await?;
+    c.wait_pod("web", "the pod to run", &vk, |s| phase(s) == "Running")
+        .await?;
+    let kubelet: std::net::SocketAddr = format!("127.0.0.1:{}", vk.kubelet_port).parse()?;
+    let kubeconfig = kubelet_proxy::start(
+        c.client.clone(),
+        kubelet,
+        pki.ca_der.clone(),
+        APISERVER_TOKEN,
+        &pki.dir,
+    )
+    .await?;
+    let started = std::time::Instant::now();
+    // Zun's execute interleaves stderr into stdout; the exit code is the error stream's Status.
+    let out = kubectl_spdy(
+        &kubeconfig,
+        &c.ns,
+        &[
+            "exec",
+            "web",
+            "-c",
+            "c",
+            "--",
+            "sh",
+            "-c",
+            "echo out; echo err >&2; exit 3",
+        ],
+        b"",
+    )
+    .await?;
+    let (so, se) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    eprintln!("kubectl exec over SPDY: {:?}", started.elapsed());
+    assert!(
+        so.contains("out\n") && format!("{so}{se}").contains("err\n"),
+        "stdout {so:?} stderr {se:?}\n{}",
+        vk.log_tail()
+    );
+    assert_eq!(out.status.code(), Some(3), "stdout {so:?} stderr {se:?}");
+
+    // stdin (`kubectl exec -i`): through zun-wsproxy, a line typed and its answer read while
+    // stdin stays open (closing Zun's session input ends the session), then stdin closed.
+    let mut child = tokio::process::Command::new("kubectl")
+        .env("KUBECONFIG", &kubeconfig)
+        .env("KUBECTL_REMOTE_COMMAND_WEBSOCKETS", "false")
+        .args([
+            "-n",
+            &c.ns,
+            "exec",
+            "-i",
+            "web",
+            "-c",
+            "c",
+            "--",
+            "sh",
+            "-c",
+            "read x; echo got:$x",
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .context("kubectl exec -i")?;
+    let mut stdin = child.stdin.take().context("stdin")?;
+    let mut stdout = child.stdout.take().context("stdout")?;
+    stdin.write_all(b"ping\n").await?;
+    stdin.flush().await?;
+    let mut seen = String::new();
+    let answered = read_until(&mut stdout, "got:ping", &mut seen)
+        .await
+        .with_context(|| vk.log_tail())?;
+    drop(stdin);
+    let status = tokio::time::timeout(STREAM, child.wait())
+        .await
+        .context("kubectl exec -i to end")??;
+    let mut err = String::new();
+    if let Some(mut e) = child.stderr.take() {
+        e.read_to_string(&mut err).await?;
+    }
+    assert!(
+        answered,
+        "stdout {seen:?} stderr {err:?}\n{}",
+        vk.log_tail()
+    );
+    assert_eq!(status.code(), Some(0), "stdout {seen:?} stderr {err:?}");
+    eprintln!("kubectl exec -i over SPDY: {:?}", started.elapsed());
+
+    // kubectl port-forward to the pod's localhost-only httpd, fetched with curl.
+    let mut pf = tokio::process::Command::new("kubectl")
+        .env("KUBECONFIG", &kubeconfig)
+        .env("KUBECTL_PORT_FORWARD_WEBSOCKETS", "false")
+        .args(["-n", &c.ns, "port-forward", "web", ":8080"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .context("kubectl port-forward")?;
+    let mut lines = tokio::io::BufReader::new(pf.stdout.take().context("stdout")?);
+    let mut line = String::new();
+    tokio::time::timeout(STREAM, async {
+        use tokio::io::AsyncBufReadExt;
+        while !line.contains("Forwarding from 127.0.0.1:") {
+            line.clear();
+            if lines.read_line(&mut line).await? == 0 {
+                break;
+            }
+        }
+        anyhow::Ok(())
+    })
+    .await
+    .context("kubectl port-forward to listen")??;
+    let local: u16 = line
+        .split("127.0.0.1:")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|p| p.parse().ok())
+        .with_context(|| format!("no local port in {line:?}"))?;
+    let out = tokio::process::Command::new("curl")
+        .args([
+            "-sS",
+            "--max-time",
+            "50",
+            &format!("http://127.0.0.1:{local}/index.html"),
+        ])
+        .output()
+        .await
+        .context("curl")?;
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "hello-from-pod\n",
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        vk.log_tail()
+    );
+    eprintln!("kubectl port-forward over SPDY: {:?}", started.elapsed());
+    let _ = pf.kill().await;
     Ok(())
 }

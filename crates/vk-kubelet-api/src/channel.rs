@@ -19,8 +19,8 @@ use crate::query::QueryError;
 /// The exec/attach channel of terminal sizes.
 pub const RESIZE_CHANNEL: u8 = 4;
 
-/// The WebSocket protocols of port-forward this node speaks (`portforward.k8s.io`
-/// is SPDY's, which it does not).
+/// The WebSocket protocols of port-forward this node speaks (SPDY's
+/// `portforward.k8s.io` is served by the server's SPDY sessions).
 pub const PORT_FORWARD_PROTOCOLS: [&str; 1] = ["v4.channel.k8s.io"];
 
 #[derive(Deserialize)]

@@ -4,7 +4,8 @@
 //! authentication (client certificates, TokenReview) and authorisation
 //! (SubjectAccessReview on `nodes/<subresource>`).
 //!
-//! - [`attrs`], [`query`], [`summary`], [`channel`]: the pure parts.
+//! - [`attrs`], [`query`], [`summary`], [`channel`], [`spdy`] (SPDY/3.1
+//!   frames): the pure parts.
 //! - [`backend`]: what a provider implements ([`backend::Backend`]) and the
 //!   pods of the node ([`backend::Pods`]).
 //! - [`auth`]: who is asking and whether they may.
@@ -20,6 +21,7 @@ pub mod kube_pods;
 pub mod query;
 pub mod server;
 pub mod serving_cert;
+pub mod spdy;
 pub mod summary;
 pub mod tls;
 

@@ -1,7 +1,8 @@
 //! The kubelet's HTTPS paths on axum: authentication and authorisation in
 //! front of everything, then logs, exec/attach over WebSocket
-//! (`v5.channel.k8s.io`, `v4.channel.k8s.io`, terminal resizes), port-forward
-//! over WebSocket ([`port_forward`]), health, stats and metrics.
+//! (`v5.channel.k8s.io`, `v4.channel.k8s.io`, terminal resizes) or SPDY/3.1
+//! ([`spdy_stream`]), port-forward over WebSocket ([`port_forward`]) or SPDY,
+//! health, stats and metrics.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -484,7 +485,7 @@ async fn stream(
     name: String,
     container: String,
     ws: Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>,
-    req: Request,
+    mut req: Request,
     kind: Kind,
 ) -> Response {
     let q = match StreamQuery::parse(req.uri().query().unwrap_or(""), kind == Kind::Exec) {
@@ -509,19 +510,25 @@ async fn stream(
             )));
         }
     }
-    let Ok(ws) = ws else {
-        let spdy = req
-            .headers()
-            .get(header::UPGRADE)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.to_ascii_lowercase().starts_with("spdy"));
-        return error(KubeletError::bad_request(if spdy {
-            "SPDY streaming is not supported by this node; use WebSocket (v5.channel.k8s.io or v4.channel.k8s.io, kubectl 1.30+)".to_string()
-        } else {
-            "exec and attach need a WebSocket upgrade with protocol v5.channel.k8s.io or v4.channel.k8s.io".to_string()
-        }));
+    // SPDY/3.1 (what API servers send kubelets) or WebSocket.
+    let spdy = if spdy_stream::is_spdy_upgrade(req.headers()) {
+        match spdy_stream::negotiate(req.headers(), &spdy_stream::EXEC_PROTOCOLS) {
+            Ok(p) => Some(p),
+            Err(m) => return spdy_stream::refuse(m),
+        }
+    } else {
+        None
     };
-    let Some(protocol) = offered_protocol(req.headers()) else {
+    let ws = match (spdy, ws) {
+        (Some(_), _) => None,
+        (None, Ok(ws)) => Some(ws),
+        (None, Err(_)) => {
+            return error(KubeletError::bad_request(
+                "exec and attach need a WebSocket (v5.channel.k8s.io or v4.channel.k8s.io) or SPDY/3.1 (v4.channel.k8s.io) upgrade",
+            ));
+        }
+    };
+    let Some(protocol) = spdy.or_else(|| offered_protocol(req.headers())) else {
         return error(KubeletError::bad_request(
             "no supported streaming protocol offered; this node speaks v5.channel.k8s.io and v4.channel.k8s.io",
         ));
@@ -544,6 +551,14 @@ async fn stream(
     let started = match started {
         Ok(s) => s,
         Err(e) => return error(e),
+    };
+    let Some(ws) = ws else {
+        let Some(on_upgrade) = req.extensions_mut().remove::<hyper::upgrade::OnUpgrade>() else {
+            return error(KubeletError::bad_request(
+                "the connection cannot be upgraded",
+            ));
+        };
+        return spdy_stream::exec(api, pod, container, q, started, protocol, on_upgrade);
     };
     let v5 = protocol == PROTOCOLS[0];
     ws.protocols([protocol])
@@ -786,5 +801,6 @@ async fn pods_list(State(api): State<Arc<KubeletApi>>) -> Response {
 }
 
 mod port_forward;
+mod spdy_stream;
 #[cfg(test)]
 mod tests;

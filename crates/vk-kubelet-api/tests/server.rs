@@ -233,7 +233,7 @@ async fn auth_logs_errors_and_stats_over_tls() {
         .send()
         .await
         .unwrap();
-    // Port-forward is a WebSocket (SPDY is not spoken here).
+    // Port-forward needs an upgrade (WebSocket or SPDY/3.1).
     assert_eq!(r.status(), 400);
     assert!(r.text().await.unwrap().contains("WebSocket"));
     // The viewer may read stats (nodes/stats) but not exec.

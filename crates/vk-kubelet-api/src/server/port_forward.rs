@@ -16,7 +16,7 @@ use futures::{SinkExt, StreamExt};
 use k8s_openapi::api::core::v1::Pod;
 use tracing::debug;
 
-use super::{KubeletApi, error, pod_of};
+use super::{KubeletApi, error, pod_of, spdy_stream};
 use crate::backend::KubeletError;
 use crate::channel::{
     PORT_FORWARD_PROTOCOLS, data_channel, error_channel, forward_error, forward_ports, frame,
@@ -50,19 +50,28 @@ async fn serve(
     ns: String,
     name: String,
     ws: Upgrade,
-    req: Request,
+    mut req: Request,
 ) -> Response {
+    if spdy_stream::is_spdy_upgrade(req.headers()) {
+        if let Err(m) = spdy_stream::negotiate(req.headers(), &[spdy_stream::PORT_FORWARD_PROTOCOL])
+        {
+            return spdy_stream::refuse(m);
+        }
+        let pod = match pod_of(&api, &ns, &name).await {
+            Ok(p) => p,
+            Err(e) => return error(e),
+        };
+        let Some(on_upgrade) = req.extensions_mut().remove::<hyper::upgrade::OnUpgrade>() else {
+            return error(KubeletError::bad_request(
+                "the connection cannot be upgraded",
+            ));
+        };
+        return spdy_stream::port_forward(api, pod, on_upgrade);
+    }
     let Ok(ws) = ws else {
-        let spdy = req
-            .headers()
-            .get(header::UPGRADE)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.to_ascii_lowercase().starts_with("spdy"));
-        return error(KubeletError::bad_request(if spdy {
-            "SPDY port forwarding is not supported by this node; use WebSocket (v4.channel.k8s.io)"
-        } else {
-            "port forwarding needs a WebSocket upgrade (protocol v4.channel.k8s.io)"
-        }));
+        return error(KubeletError::bad_request(
+            "port forwarding needs a WebSocket (protocol v4.channel.k8s.io) or SPDY/3.1 (portforward.k8s.io) upgrade",
+        ));
     };
     let ports = match forward_ports(req.uri().query().unwrap_or("")) {
         Ok(p) => p,
@@ -101,7 +110,7 @@ async fn serve(
 }
 
 /// What the kubelet calls the pod in errors (`name_namespace`) and its uid.
-fn pod_names(pod: &Pod) -> (String, String) {
+pub(super) fn pod_names(pod: &Pod) -> (String, String) {
     (
         format!(
             "{}_{}",
