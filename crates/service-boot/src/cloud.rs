@@ -295,6 +295,7 @@ impl RenderedCloud {
         let suffix = password(8).to_lowercase();
         let p = &opts.prefix;
         let mc = vec![var("EXTSVC_MEMCACHED")];
+        flush_memcached(&mc[0]);
         let [
             ks_port,
             pl_port,
@@ -1123,4 +1124,28 @@ pub fn register_service_at_ca(
     su.env("OS_PASSWORD", admin_password)
         .env("SERVICE_PASSWORD", service_password);
     run(&mut su, &format!("service-user step for {}", entry.user));
+}
+
+/// Empties the harness's memcached before a cloud boots on it. Keystone's cache keys carry no
+/// deployment namespace (oslo.cache has no key prefix; the region key is shared by name), so
+/// entries an earlier test's Keystone left in the same memcached answer this fresh database:
+/// a cached "Region RegionOne exists" made `keystone-manage bootstrap` fail on the endpoint's
+/// foreign key. Emptying a cache is always safe for the services still using it.
+fn flush_memcached(addr: &str) {
+    use std::io::{Read as _, Write as _};
+    let mut conn = std::net::TcpStream::connect(addr)
+        .unwrap_or_else(|e| panic!("connecting to memcached at {addr}: {e}"));
+    conn.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap_or_else(|e| panic!("memcached at {addr}: {e}"));
+    conn.write_all(b"flush_all\r\n")
+        .unwrap_or_else(|e| panic!("flush_all to memcached at {addr}: {e}"));
+    let mut answer = [0u8; 16];
+    let n = conn
+        .read(&mut answer)
+        .unwrap_or_else(|e| panic!("reading memcached's answer to flush_all: {e}"));
+    assert!(
+        answer[..n].starts_with(b"OK"),
+        "memcached at {addr} answered flush_all with {:?}",
+        String::from_utf8_lossy(&answer[..n])
+    );
 }
