@@ -285,6 +285,13 @@ async fn delete_pods(pods: &Api<Pod>, run: &str, timeout: Duration) -> anyhow::R
     pods.delete_collection(&DeleteParams::default(), &lp)
         .await
         .context("deleting the pods")?;
+    wait_gone(pods, run, timeout).await?;
+    Ok(started.elapsed().as_secs_f64())
+}
+
+/// Waits until `pods` (a namespace's, or all) holds no pod of the run.
+pub(crate) async fn wait_gone(pods: &Api<Pod>, run: &str, timeout: Duration) -> anyhow::Result<()> {
+    let lp = ListParams::default().labels(&format!("{RUN_LABEL}={run}"));
     wait_for(
         timeout,
         Duration::from_millis(500),
@@ -298,8 +305,7 @@ async fn delete_pods(pods: &Api<Pod>, run: &str, timeout: Duration) -> anyhow::R
             })
         },
     )
-    .await?;
-    Ok(started.elapsed().as_secs_f64())
+    .await
 }
 
 /// Removes the run's pods at once (no node involved) and the node object.

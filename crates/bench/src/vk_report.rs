@@ -216,6 +216,30 @@ fn mem(m: &Memory) -> String {
     format!("{:.1} MiB", mib(m.rss_kib))
 }
 
+/// The memory line of an in-memory run: idle, running and after deletion.
+fn fake_memory(o: &mut String, [idle, running, after]: [&Memory; 3], pods: u32) {
+    let _ = writeln!(
+        o,
+        "  memory (RSS): no pod {}, {} pods Running {}, after deleting them {}; peak (VmHWM) {:.1} MiB; {:.1} KiB per pod",
+        mem(idle),
+        pods,
+        mem(running),
+        mem(after),
+        mib(after.hwm_kib),
+        per(running.rss_kib as f64 - idle.rss_kib as f64, pods)
+    );
+}
+
+/// `op n, ...` of the counters that are not zero.
+fn nonzero(calls: &BTreeMap<String, u64>) -> String {
+    calls
+        .iter()
+        .filter(|(_, n)| **n > 0)
+        .map(|(op, n)| format!("{op} {n}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// The readable section.
 pub fn render(o: &mut String, v: &VkRun) {
     if let Some(r) = &v.real {
@@ -299,18 +323,10 @@ pub fn render(o: &mut String, v: &VkRun) {
             f.nodes.len(),
             f.note
         );
-        let _ = writeln!(
+        fake_memory(
             o,
-            "  memory (RSS): no pod {}, {} pods Running {}, after deleting them {}; peak (VmHWM) {:.1} MiB; {:.1} KiB per pod",
-            mem(&f.memory_idle),
+            [&f.memory_idle, &f.memory_running, &f.memory_after_delete],
             f.pods,
-            mem(&f.memory_running),
-            mem(&f.memory_after_delete),
-            mib(f.memory_after_delete.hwm_kib),
-            per(
-                f.memory_running.rss_kib as f64 - f.memory_idle.rss_kib as f64,
-                f.pods
-            )
         );
         let _ = writeln!(
             o,
@@ -319,12 +335,7 @@ pub fn render(o: &mut String, v: &VkRun) {
             f.start_s,
             f64::from(f.pods) / f.start_s.max(f64::MIN_POSITIVE) * 60.0,
             f.delete_s,
-            f.calls
-                .iter()
-                .filter(|(_, n)| **n > 0)
-                .map(|(op, n)| format!("{op} {n}"))
-                .collect::<Vec<_>>()
-                .join(", ")
+            nonzero(&f.calls)
         );
     }
     if let Some(f) = &v.fake {
@@ -333,18 +344,10 @@ pub fn render(o: &mut String, v: &VkRun) {
             "\nZun virtual kubelet, in-memory Zun: {} pods, node {} ({})",
             f.pods, f.node, f.note
         );
-        let _ = writeln!(
+        fake_memory(
             o,
-            "  memory (RSS): no pod {}, {} pods Running {}, after deleting them {}; peak (VmHWM) {:.1} MiB; {:.1} KiB per pod",
-            mem(&f.memory_idle),
+            [&f.memory_idle, &f.memory_running, &f.memory_after_delete],
             f.pods,
-            mem(&f.memory_running),
-            mem(&f.memory_after_delete),
-            mib(f.memory_after_delete.hwm_kib),
-            per(
-                f.memory_running.rss_kib as f64 - f.memory_idle.rss_kib as f64,
-                f.pods
-            )
         );
         let _ = writeln!(
             o,
@@ -352,12 +355,7 @@ pub fn render(o: &mut String, v: &VkRun) {
             f.pods,
             f.start_s,
             f.delete_s,
-            f.zun_calls
-                .iter()
-                .filter(|(_, n)| **n > 0)
-                .map(|(op, n)| format!("{op} {n}"))
-                .collect::<Vec<_>>()
-                .join(", ")
+            nonzero(&f.zun_calls)
         );
     }
 }

@@ -316,20 +316,7 @@ async fn delete_spread(
             .with_context(|| format!("deleting the pods of {}", t.namespace))?;
     }
     let all: Api<Pod> = Api::all(bench.client.clone());
-    wait_for(
-        timeout,
-        Duration::from_millis(500),
-        "the pods to be gone",
-        async || {
-            let left = all.list(&lp).await?.items.len();
-            Ok(if left == 0 {
-                Check::Done(())
-            } else {
-                Check::Pending(format!("{left} left"))
-            })
-        },
-    )
-    .await?;
+    vk::wait_gone(&all, &bench.run, timeout).await?;
     Ok(started.elapsed().as_secs_f64())
 }
 

@@ -21,6 +21,7 @@
 //! - [`labels`], [`quantity`]: ownership labels and resource quantities.
 
 pub mod downward;
+pub mod events;
 pub mod kubelet;
 pub mod labels;
 pub mod netpol;

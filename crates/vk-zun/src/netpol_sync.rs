@@ -20,10 +20,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Event, Namespace, ObjectReference, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 use openstack::Network;
 use openstack::model::{
@@ -391,40 +390,14 @@ async fn pass(
 
 /// A Warning Event on the policy (failures to post it are only logged).
 async fn event(client: &Client, pol: &NetworkPolicy, reason: &str, message: &str) {
-    let ns = pol.namespace().unwrap_or_default();
-    let now = Time(jiff::Timestamp::now());
-    let ev = Event {
-        metadata: kube::api::ObjectMeta {
-            generate_name: Some(format!("{}.", pol.name_any())),
-            namespace: Some(ns.clone()),
-            ..Default::default()
-        },
-        involved_object: ObjectReference {
-            api_version: Some("networking.k8s.io/v1".into()),
-            kind: Some("NetworkPolicy".into()),
-            name: Some(pol.name_any()),
-            namespace: Some(ns.clone()),
-            uid: pol.uid(),
-            ..Default::default()
-        },
-        reason: Some(reason.into()),
-        message: Some(message.into()),
-        type_: Some("Warning".into()),
-        first_timestamp: Some(now.clone()),
-        last_timestamp: Some(now),
-        count: Some(1),
-        source: Some(k8s_openapi::api::core::v1::EventSource {
-            component: Some("virtual-kubelet-network-policies".into()),
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
-    if let Err(e) = Api::<Event>::namespaced(client.clone(), &ns)
-        .create(&PostParams::default(), &ev)
-        .await
-    {
-        warn!(error = %e, "posting an Event failed");
-    }
+    crate::events::warning(
+        client,
+        pol,
+        "virtual-kubelet-network-policies",
+        reason,
+        message,
+    )
+    .await;
 }
 
 #[cfg(test)]

@@ -17,10 +17,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Event, ObjectReference, Pod, Service};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use openstack::loadbalancer::{
     LoadBalancer, LoadBalancerCreate, LoadBalancers, Member, StatusTree, status,
@@ -489,40 +488,7 @@ async fn service(
 
 /// A Warning Event on the Service (failures to post it are only logged).
 async fn event(client: &Client, svc: &Service, reason: &str, message: &str) {
-    let ns = svc.namespace().unwrap_or_default();
-    let now = Time(jiff::Timestamp::now());
-    let ev = Event {
-        metadata: kube::api::ObjectMeta {
-            generate_name: Some(format!("{}.", svc.name_any())),
-            namespace: Some(ns.clone()),
-            ..Default::default()
-        },
-        involved_object: ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("Service".into()),
-            name: Some(svc.name_any()),
-            namespace: Some(ns.clone()),
-            uid: svc.uid(),
-            ..Default::default()
-        },
-        reason: Some(reason.into()),
-        message: Some(message.into()),
-        type_: Some("Warning".into()),
-        first_timestamp: Some(now.clone()),
-        last_timestamp: Some(now),
-        count: Some(1),
-        source: Some(k8s_openapi::api::core::v1::EventSource {
-            component: Some("virtual-kubelet-services".into()),
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
-    if let Err(e) = Api::<Event>::namespaced(client.clone(), &ns)
-        .create(&PostParams::default(), &ev)
-        .await
-    {
-        warn!(error = %e, "posting an Event failed");
-    }
+    crate::events::warning(client, svc, "virtual-kubelet-services", reason, message).await;
 }
 
 #[cfg(test)]
