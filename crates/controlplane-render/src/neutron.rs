@@ -431,8 +431,11 @@ pub fn metadata_agent_ini(i: &NeutronInputs<'_>) -> Result<String, NeutronError>
         .set("ovs", "ovsdb_connection", "unix:/run/openvswitch/db.sock");
     if let (Some(ca), "https") = (&m.ca_file, m.nova_protocol.as_str()) {
         // The agent verifies Nova's certificate with this CA (never `nova_metadata_insecure`).
-        ini.set("DEFAULT", "auth_ca_cert", ca.clone())
-            .set("DEFAULT", "nova_metadata_insecure", "false");
+        ini.set("DEFAULT", "auth_ca_cert", ca.clone()).set(
+            "DEFAULT",
+            "nova_metadata_insecure",
+            "false",
+        );
     }
     i.ovn.render_into(&mut ini, false)?;
     Ok(ini.render())

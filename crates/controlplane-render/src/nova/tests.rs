@@ -379,8 +379,14 @@ fn with_tls_both_apis_and_the_novnc_proxy_serve_the_certificate() {
     let conf = novncproxy_tls(&files[NOVA_CONF], &crt, &key);
     let ini = crate::ini::Ini::parse(&conf);
     assert_eq!(ini.get("DEFAULT", "ssl_only"), Some("true"));
-    assert_eq!(ini.get("DEFAULT", "cert"), Some("/etc/openstack-tls/tls.crt"));
-    assert_eq!(ini.get("DEFAULT", "key"), Some("/etc/openstack-tls/tls.key"));
+    assert_eq!(
+        ini.get("DEFAULT", "cert"),
+        Some("/etc/openstack-tls/tls.crt")
+    );
+    assert_eq!(
+        ini.get("DEFAULT", "key"),
+        Some("/etc/openstack-tls/tls.key")
+    );
     // The rest of the file is kept, and the options are Nova's own.
     assert_eq!(ini.get("DEFAULT", "cpu_allocation_ratio"), Some("4.0"));
     crate::ini::assert_options_known(controlplane_api::ServiceName::Nova, &conf, &[]);
