@@ -159,13 +159,26 @@ pub fn networks(spec: &controlplane_api::NeutronSpec) -> Networks {
     }
 }
 
-/// Nova's metadata API as the agents reach it (pure): Service `<nova>-metadata`, port 8775.
-pub fn nova_metadata(nova: &str, namespace: &str, shared_secret: String) -> Metadata {
+/// Where a node is to place Nova's CA (key [`METADATA_AGENT_CA_KEY`] of the agents' Secret,
+/// present when Nova serves TLS): the agent's `auth_ca_cert` names this path.
+pub const METADATA_AGENT_CA_FILE: &str = "/etc/neutron/nova-metadata-ca.crt";
+/// Key of Nova's CA in Secret `<name>-neutron-metadata-agent`.
+pub const METADATA_AGENT_CA_KEY: &str = "nova-metadata-ca.crt";
+
+/// Nova's metadata API as the agents reach it (pure): Service `<nova>-metadata`, port 8775,
+/// over https verified with [`METADATA_AGENT_CA_FILE`] when Nova serves TLS (`nova_tls`).
+pub fn nova_metadata(
+    nova: &str,
+    namespace: &str,
+    shared_secret: String,
+    nova_tls: bool,
+) -> Metadata {
     Metadata {
         nova_host: format!("{nova}-metadata.{namespace}.svc"),
         nova_port: NOVA_METADATA_PORT,
-        nova_protocol: "http".into(),
+        nova_protocol: if nova_tls { "https" } else { "http" }.into(),
         shared_secret,
+        ca_file: nova_tls.then(|| METADATA_AGENT_CA_FILE.to_string()),
     }
 }
 
@@ -273,7 +286,7 @@ async fn pass(p: &mut Pass<'_, Neutron>) -> Result<State, Error> {
         memcache_servers,
         ovn,
         // Not read by the server's files; replaced below when Nova's secret exists.
-        metadata: nova_metadata("", &p.ns, String::new()),
+        metadata: nova_metadata("", &p.ns, String::new(), false),
         networks: networks(spec),
         paths: Paths::pod(),
         listen: format!("0.0.0.0:{}", render::PORT),
@@ -462,7 +475,7 @@ async fn pass(p: &mut Pass<'_, Neutron>) -> Result<State, Error> {
             ),
         });
     };
-    inputs.metadata = nova_metadata(&nova.name, &p.ns, shared);
+    inputs.metadata = nova_metadata(&nova.name, &p.ns, shared, nova_ca.is_some());
     let agent = match render::metadata_agent_ini(&inputs) {
         Ok(a) => a,
         Err(e) => {
@@ -478,7 +491,14 @@ async fn pass(p: &mut Pass<'_, Neutron>) -> Result<State, Error> {
             &p.owner,
             &metadata_agent_secret_name(&obj.name_any()),
             "metadata-agent",
-            BTreeMap::from([(render::METADATA_AGENT_FILE.to_string(), agent)]),
+            {
+                let mut data = BTreeMap::from([(render::METADATA_AGENT_FILE.to_string(), agent)]);
+                // Nova's CA, for the node setup to place at METADATA_AGENT_CA_FILE.
+                if let Some(ca) = &nova_ca {
+                    data.insert(METADATA_AGENT_CA_KEY.to_string(), ca.clone());
+                }
+                data
+            },
         ),
     )
     .await?;
@@ -585,9 +605,13 @@ mod tests {
 
     #[test]
     fn nova_metadata_is_its_service_on_8775() {
-        let m = nova_metadata("cloud-nova", "os", "s".into());
+        let m = nova_metadata("cloud-nova", "os", "s".into(), false);
         assert_eq!(m.nova_host, "cloud-nova-metadata.os.svc");
         assert_eq!(m.nova_port, 8775);
+        assert_eq!((m.nova_protocol.as_str(), m.ca_file), ("http", None));
+        let tls = nova_metadata("cloud-nova", "os", "s".into(), true);
+        assert_eq!(tls.nova_protocol, "https");
+        assert_eq!(tls.ca_file.as_deref(), Some(METADATA_AGENT_CA_FILE));
         assert_eq!(
             metadata_secret_name("cloud-nova"),
             "cloud-nova-metadata-proxy"

@@ -94,6 +94,47 @@ pub const COMPONENTS: [(&str, Option<u16>); 5] = [
     ("novncproxy", Some(render::NOVNCPROXY_PORT)),
 ];
 
+/// The components that serve the certificate with `tls`: both uwsgi APIs and the noVNC
+/// proxy. The conductor and the scheduler serve nothing.
+pub const TLS_COMPONENTS: [&str; 3] = ["api", "metadata", "novncproxy"];
+
+/// The serving certificate's names beyond the API Service's (pure): the metadata API's and the
+/// noVNC proxy's Services (one certificate for the three listeners) and the public hosts of
+/// `publicEndpoint` and `vncProxyPublicEndpoint`.
+pub fn tls_extra_names(spec: &NovaSpec, name: &str, ns: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    for component in ["metadata", "novncproxy"] {
+        names.extend(tls::service_dns_names(&format!("{name}-{component}"), ns));
+    }
+    for url in [&spec.public_endpoint, &spec.vnc_proxy_public_endpoint]
+        .into_iter()
+        .flatten()
+    {
+        if let Some(h) = tls::url_host(url)
+            && !names.contains(&h)
+        {
+            names.push(h);
+        }
+    }
+    names
+}
+
+/// A component's Deployment (pure): with `tls_secret`, the components of [`TLS_COMPONENTS`]
+/// mount the certificate (and their HTTP probes become HTTPS; the proxy's is TCP).
+pub fn component_deployment(
+    owner: &objects::Owner,
+    t: &controlplane_api::common::ServiceTemplate,
+    params: ComponentParams,
+    tls_secret: Option<&str>,
+) -> k8s_openapi::api::apps::v1::Deployment {
+    let serves = TLS_COMPONENTS.contains(&params.component.as_str());
+    let mut dep = objects::component_deployment(owner, t, params);
+    if let (Some(secret), true) = (tls_secret, serves) {
+        tls::serve_tls(&mut dep, secret);
+    }
+    dep
+}
+
 /// The API database's and cell0's names beside cell1's `base` (`nova` → `nova_api`,
 /// `nova_cell0`): Nova's own convention.
 pub fn database_names(base: &str) -> (String, String) {
@@ -178,11 +219,17 @@ fn render_state(e: NovaError) -> State {
     }
 }
 
-/// The noVNC proxy's base URL users open (pure).
+/// The noVNC proxy's base URL users open (pure): `https` for the in-cluster Service when the
+/// spec asks for TLS (the proxy then accepts TLS only).
 pub fn vnc_base_url(spec: &NovaSpec, name: &str, ns: &str) -> String {
+    let scheme = if spec.template.tls.is_some() {
+        "https"
+    } else {
+        "http"
+    };
     let root = spec.vnc_proxy_public_endpoint.clone().unwrap_or_else(|| {
         format!(
-            "http://{name}-novncproxy.{ns}.svc:{}",
+            "{scheme}://{name}-novncproxy.{ns}.svc:{}",
             render::NOVNCPROXY_PORT
         )
     });
@@ -328,20 +375,29 @@ async fn pass(p: &mut Pass<'_, Nova>) -> Result<State, Error> {
     if let Some(c) = files.get_mut(render::NOVA_CONF) {
         *c = render::zones::with_default_zone(c, zones);
     }
-    // TLS: the compute API serves its certificate (the metadata API and the noVNC proxy stay
-    // plain HTTP); every client section verifies with the bundle.
+    // TLS: the compute API, the metadata API and the noVNC proxy serve one certificate (it
+    // names the three Services); every client section verifies with the bundle.
     let serving = or_state!(
-        p.serving_tls(spec.template.tls.as_ref(), spec.public_endpoint.as_deref())
-            .await?
+        p.serving_tls_names(
+            spec.template.tls.as_ref(),
+            &tls_extra_names(spec, &name, &p.ns)
+        )
+        .await?
     );
     tls::edit_files(
         &mut files,
         render::POD_CONFIG_DIR,
         &[render::NOVA_CONF],
-        &[render::API_UWSGI],
+        &render::UWSGI_FILES,
         client_ca.as_deref(),
         serving.as_ref().map(|_| tls::POD_TLS_DIR),
     );
+    if serving.is_some()
+        && let Some(c) = files.get_mut(render::NOVA_CONF)
+    {
+        let (crt, key) = tls::pod_files(tls::POD_TLS_DIR);
+        *c = render::novncproxy_tls(c, &crt, &key);
+    }
     let mut compute = match compute_node_conf(&inputs, &spec.compute_driver) {
         Ok(c) => c,
         Err(e) => return Ok(render_state(e)),
@@ -533,7 +589,7 @@ async fn pass(p: &mut Pass<'_, Nova>) -> Result<State, Error> {
             ),
         };
         let dep_name = p.names.n(component);
-        let mut dep = objects::component_deployment(
+        let mut dep = component_deployment(
             &p.owner,
             &spec.template,
             ComponentParams {
@@ -547,10 +603,8 @@ async fn pass(p: &mut Pass<'_, Nova>) -> Result<State, Error> {
                 replicas: want,
                 privileged: false,
             },
+            serving.as_ref().map(|s| s.secret.as_str()),
         );
-        if let (Some(s), "api") = (&serving, component) {
-            tls::serve_tls(&mut dep, &s.secret);
-        }
         if !zones.is_empty() {
             // Every component serves all zones: spread it over them (and the nodes).
             controlplane_render::zones::spread(&mut dep);
@@ -626,4 +680,173 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
     crate::service::run(ctx, api, watched, shutdown).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+
+    fn owner() -> objects::Owner {
+        objects::Owner {
+            reference: OwnerReference {
+                api_version: "controlplane.sunet.se/v1alpha1".into(),
+                kind: "Nova".into(),
+                name: "nova".into(),
+                uid: "u".into(),
+                controller: Some(true),
+                block_owner_deletion: Some(true),
+            },
+            namespace: "os".into(),
+            instance: "nova".into(),
+            service: "nova".into(),
+        }
+    }
+
+    fn params(component: &str, check: Check) -> ComponentParams {
+        ComponentParams {
+            name: format!("nova-{component}"),
+            component: component.into(),
+            image: "img".into(),
+            command: vec!["x".into()],
+            check,
+            config_hash: "h".into(),
+            volumes: vec![objects::secret_volume(
+                "config",
+                "nova-config",
+                render::POD_CONFIG_DIR,
+            )],
+            replicas: 1,
+            privileged: false,
+        }
+    }
+
+    fn mounts_tls(d: &k8s_openapi::api::apps::v1::Deployment) -> bool {
+        let pod = d.spec.template.spec.as_ref();
+        let Some(pod) = pod else { return false };
+        let volume = pod.volumes.iter().flatten().any(|v| {
+            v.secret.as_ref().and_then(|s| s.secret_name.as_deref()) == Some("nova-api-tls")
+        });
+        let mount = pod.containers[0]
+            .volume_mounts
+            .iter()
+            .flatten()
+            .any(|m| m.mount_path == tls::POD_TLS_DIR);
+        volume && mount
+    }
+
+    #[test]
+    fn the_metadata_api_and_the_novnc_proxy_mount_the_certificate_with_tls() {
+        let t = controlplane_api::common::ServiceTemplate::default();
+        let metadata = || {
+            params(
+                "metadata",
+                Check::Http {
+                    port: render::METADATA_PORT,
+                    path: "/".into(),
+                },
+            )
+        };
+        let novnc = || {
+            params(
+                "novncproxy",
+                Check::Tcp {
+                    port: render::NOVNCPROXY_PORT,
+                },
+            )
+        };
+        let md = component_deployment(&owner(), &t, metadata(), Some("nova-api-tls"));
+        assert!(mounts_tls(&md));
+        let c = &md.spec.template.spec.as_ref().expect("pod").containers[0];
+        let scheme = |p: &Option<k8s_openapi::api::core::v1::Probe>| {
+            p.as_ref()
+                .and_then(|p| p.http_get.as_ref())
+                .and_then(|g| g.scheme.clone())
+        };
+        assert_eq!(scheme(&c.readiness_probe).as_deref(), Some("HTTPS"));
+        assert_eq!(scheme(&c.liveness_probe).as_deref(), Some("HTTPS"));
+        assert!(mounts_tls(&component_deployment(
+            &owner(),
+            &t,
+            novnc(),
+            Some("nova-api-tls")
+        )));
+        // Plain HTTP: no certificate; the conductor never mounts it.
+        assert!(!mounts_tls(&component_deployment(
+            &owner(),
+            &t,
+            metadata(),
+            None
+        )));
+        assert!(!mounts_tls(&component_deployment(
+            &owner(),
+            &t,
+            novnc(),
+            None
+        )));
+        assert!(!mounts_tls(&component_deployment(
+            &owner(),
+            &t,
+            params("conductor", Check::None),
+            Some("nova-api-tls")
+        )));
+    }
+
+    fn spec(extra: serde_json::Value) -> NovaSpec {
+        let mut v = serde_json::json!({
+            "keystone": {"name": "keystone"},
+            "placement": {"name": "placement"},
+            "database": {"service": {"name": "db"}},
+            "messaging": {"name": "mq"},
+        });
+        if let (Some(o), Some(e)) = (v.as_object_mut(), extra.as_object()) {
+            o.extend(e.clone());
+        }
+        serde_json::from_value(v).expect("spec")
+    }
+
+    #[test]
+    fn the_certificate_names_the_metadata_and_novnc_services_and_public_hosts() {
+        let s = spec(serde_json::json!({
+            "tls": {},
+            "publicEndpoint": "https://nova.example.org",
+            "vncProxyPublicEndpoint": "https://vnc.example.org:6080",
+        }));
+        let names = tls_extra_names(&s, "nova", "os");
+        for n in [
+            "nova-metadata.os.svc",
+            "nova-metadata",
+            "nova-novncproxy.os.svc",
+            "nova-novncproxy.os.svc.cluster.local",
+            "nova.example.org",
+            "vnc.example.org",
+        ] {
+            assert!(names.iter().any(|x| x == n), "{n} missing from {names:?}");
+        }
+        let ca = tls::generate_ca("ca", 1_800_000_000).expect("ca");
+        let mut all = tls::service_dns_names("nova-api", "os");
+        all.extend(names);
+        let leaf = tls::issue_serving(&ca, &all, 1_800_000_000).expect("leaf");
+        assert_eq!(
+            tls::reissue_reason(&leaf.cert, &ca.cert, &all, 1_800_000_000),
+            None
+        );
+        // A certificate of the API's names only (before this change) is re-issued.
+        let old = tls::issue_serving(
+            &ca,
+            &tls::service_dns_names("nova-api", "os"),
+            1_800_000_000,
+        )
+        .expect("old");
+        assert!(tls::reissue_reason(&old.cert, &ca.cert, &all, 1_800_000_000).is_some());
+        // The in-cluster noVNC URL is https with TLS, http without.
+        assert_eq!(
+            vnc_base_url(&spec(serde_json::json!({"tls": {}})), "nova", "os"),
+            "https://nova-novncproxy.os.svc:6080/vnc_lite.html"
+        );
+        assert_eq!(
+            vnc_base_url(&spec(serde_json::json!({})), "nova", "os"),
+            "http://nova-novncproxy.os.svc:6080/vnc_lite.html"
+        );
+    }
 }

@@ -521,21 +521,31 @@ impl<K: ServiceKind> Pass<'_, K> {
         tls: Option<&controlplane_api::common::ApiTls>,
         public_endpoint: Option<&str>,
     ) -> Result<Result<Option<crate::tls::Serving>, State>, Error> {
-        self.plain_http = tls.is_none();
-        let Some(t) = tls else {
-            return Ok(Ok(None));
-        };
         let extra: Vec<String> = public_endpoint
             .and_then(controlplane_render::tls::url_host)
             .into_iter()
             .collect();
+        self.serving_tls_names(tls, &extra).await
+    }
+
+    /// [`Pass::serving_tls`] with the certificate's names beyond the API Service's given
+    /// whole: `extra` (public hosts, other Services of the same certificate).
+    pub async fn serving_tls_names(
+        &mut self,
+        tls: Option<&controlplane_api::common::ApiTls>,
+        extra: &[String],
+    ) -> Result<Result<Option<crate::tls::Serving>, State>, Error> {
+        self.plain_http = tls.is_none();
+        let Some(t) = tls else {
+            return Ok(Ok(None));
+        };
         let s = match crate::tls::serving(
             &self.ctx.client,
             &self.ns,
             &self.owner,
             &self.names.api(),
             t,
-            &extra,
+            extra,
         )
         .await?
         {

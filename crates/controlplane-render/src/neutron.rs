@@ -189,6 +189,9 @@ pub struct Metadata {
     pub nova_protocol: String,
     /// The generated secret shared with Nova's `[neutron] metadata_proxy_shared_secret`.
     pub shared_secret: String,
+    /// With `https`: the CA file the agent verifies Nova's certificate with (`auth_ca_cert`);
+    /// `None` leaves the agent on the system's trust store.
+    pub ca_file: Option<String>,
 }
 
 /// Tenant and provider network settings of ML2.
@@ -426,6 +429,14 @@ pub fn metadata_agent_ini(i: &NeutronInputs<'_>) -> Result<String, NeutronError>
         .set("DEFAULT", "state_path", i.paths.state_path.clone())
         // The node's own Open_vSwitch database, which ovn-controller uses too.
         .set("ovs", "ovsdb_connection", "unix:/run/openvswitch/db.sock");
+    if let (Some(ca), "https") = (&m.ca_file, m.nova_protocol.as_str()) {
+        // The agent verifies Nova's certificate with this CA (never `nova_metadata_insecure`).
+        ini.set("DEFAULT", "auth_ca_cert", ca.clone()).set(
+            "DEFAULT",
+            "nova_metadata_insecure",
+            "false",
+        );
+    }
     i.ovn.render_into(&mut ini, false)?;
     Ok(ini.render())
 }
@@ -590,6 +601,7 @@ mod tests {
                 nova_port: 8775,
                 nova_protocol: "http".into(),
                 shared_secret: "mdsecret".into(),
+                ca_file: None,
             },
             networks: Networks::default(),
             paths: Paths::pod(),
@@ -829,5 +841,25 @@ mod tests {
             &metadata_agent_ini(&i).unwrap(),
             &[],
         );
+    }
+
+    #[test]
+    fn the_agent_calls_nova_metadata_over_https_verifying_with_the_ca() {
+        let t = ServiceTemplate::default();
+        let mut i = inputs(&t);
+        let plain = Ini::parse(&metadata_agent_ini(&i).unwrap());
+        assert_eq!(plain.get("DEFAULT", "nova_metadata_protocol"), Some("http"));
+        assert_eq!(plain.get("DEFAULT", "auth_ca_cert"), None);
+        i.metadata.nova_protocol = "https".into();
+        i.metadata.ca_file = Some("/etc/neutron/nova-metadata-ca.crt".into());
+        let text = metadata_agent_ini(&i).unwrap();
+        let tls = Ini::parse(&text);
+        assert_eq!(tls.get("DEFAULT", "nova_metadata_protocol"), Some("https"));
+        assert_eq!(
+            tls.get("DEFAULT", "auth_ca_cert"),
+            Some("/etc/neutron/nova-metadata-ca.crt")
+        );
+        assert_eq!(tls.get("DEFAULT", "nova_metadata_insecure"), Some("false"));
+        crate::ini::assert_options_known(controlplane_api::ServiceName::Neutron, &text, &[]);
     }
 }

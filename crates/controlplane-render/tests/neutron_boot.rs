@@ -267,6 +267,7 @@ async fn rendered_neutron_boots_and_drives_real_ovn() {
             nova_host: "127.0.0.1".into(),
             nova_port: 8775,
             nova_protocol: "http".into(),
+            ca_file: None,
             shared_secret: password(32),
         },
         networks: Networks::default(),

@@ -611,6 +611,7 @@ impl RenderedCloud {
                 nova_host: "127.0.0.1".into(),
                 nova_port: md_port,
                 nova_protocol: "http".into(),
+                ca_file: None,
                 shared_secret: metadata_secret.clone(),
             },
             networks: neutron::Networks::default(),

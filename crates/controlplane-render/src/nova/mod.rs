@@ -377,6 +377,20 @@ pub fn metadata_uwsgi_ini(i: &NovaInputs<'_>) -> String {
     uwsgi(i, &i.metadata_listen, "nova.wsgi.metadata:application")
 }
 
+/// The uwsgi files that serve an API: with TLS both become `https-socket` listeners.
+pub const UWSGI_FILES: [&str; 2] = [API_UWSGI, METADATA_UWSGI];
+
+/// `nova.conf` with the noVNC proxy serving TLS only (pure): `[DEFAULT] ssl_only`, `cert` and
+/// `key` (nova-novncproxy's own options, handed to websockify; no other process reads them).
+/// Plain `ws://` connections are refused, so browsers need the `https` base URL.
+pub fn novncproxy_tls(nova_conf: &str, cert_file: &str, key_file: &str) -> String {
+    let mut ini = Ini::parse(nova_conf);
+    ini.set("DEFAULT", "ssl_only", "true")
+        .set("DEFAULT", "cert", cert_file)
+        .set("DEFAULT", "key", key_file);
+    ini.render()
+}
+
 /// The files of the control plane's config Secret.
 pub fn config_files(i: &NovaInputs<'_>) -> Result<BTreeMap<String, String>, NovaError> {
     Ok(BTreeMap::from([

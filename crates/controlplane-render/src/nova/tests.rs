@@ -351,3 +351,43 @@ fn every_rendered_option_is_one_nova_defines() {
     crate::ini::assert_options_known(service, &conf, &[]);
     crate::ini::assert_options_known(service, &ca(compute_conf(&i, &node()).unwrap()), &[]);
 }
+
+#[test]
+fn with_tls_both_apis_and_the_novnc_proxy_serve_the_certificate() {
+    let t = template();
+    let i = inputs(&t);
+    let mut files = config_files(&i).unwrap();
+    crate::tls::edit_files(
+        &mut files,
+        POD_CONFIG_DIR,
+        &[NOVA_CONF],
+        &UWSGI_FILES,
+        None,
+        Some(crate::tls::POD_TLS_DIR),
+    );
+    for f in [API_UWSGI, METADATA_UWSGI] {
+        assert!(
+            files[f].contains("https-socket = 0.0.0.0:")
+                && files[f].contains(",/etc/openstack-tls/tls.crt,/etc/openstack-tls/tls.key")
+                && !files[f].contains("http-socket"),
+            "{f}: {}",
+            files[f]
+        );
+    }
+    assert!(files[METADATA_UWSGI].contains("https-socket = 0.0.0.0:8775,"));
+    let (crt, key) = crate::tls::pod_files(crate::tls::POD_TLS_DIR);
+    let conf = novncproxy_tls(&files[NOVA_CONF], &crt, &key);
+    let ini = crate::ini::Ini::parse(&conf);
+    assert_eq!(ini.get("DEFAULT", "ssl_only"), Some("true"));
+    assert_eq!(
+        ini.get("DEFAULT", "cert"),
+        Some("/etc/openstack-tls/tls.crt")
+    );
+    assert_eq!(
+        ini.get("DEFAULT", "key"),
+        Some("/etc/openstack-tls/tls.key")
+    );
+    // The rest of the file is kept, and the options are Nova's own.
+    assert_eq!(ini.get("DEFAULT", "cpu_allocation_ratio"), Some("4.0"));
+    crate::ini::assert_options_known(controlplane_api::ServiceName::Nova, &conf, &[]);
+}
