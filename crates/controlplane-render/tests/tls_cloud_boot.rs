@@ -227,6 +227,27 @@ async fn every_api_serves_tls_and_validates_tokens_against_https_keystone() {
         eprintln!("{svc}: {url} answered 200 over https to a real token");
     }
 
+    // Nova's metadata API (the rendered metadata uwsgi with the `https-socket` edit): its
+    // version list over https to a client with the CA, a certificate error without it.
+    let md = format!("{}/", cloud.endpoints["nova-metadata"]);
+    assert!(md.starts_with("https://"), "{md}");
+    let (status, text) = get(&client, &md, None).await;
+    assert_eq!(status, 200, "metadata API over https: {text}; {}", logs());
+    assert!(
+        text.contains("latest"),
+        "not the metadata version list: {text}"
+    );
+    let err = plain
+        .get(&md)
+        .send()
+        .await
+        .expect_err("a client without the CA must not connect to the metadata API");
+    assert!(
+        chain(&err).to_lowercase().contains("certificate"),
+        "the metadata API refused for another reason: {}",
+        chain(&err)
+    );
+
     // Nova's clients over TLS with the rendered bundle: the compute node's resource provider
     // in Placement, Glance's images and Neutron's networks through Nova's proxy APIs.
     let providers = format!("{}/resource_providers", cloud.endpoints["placement"]);

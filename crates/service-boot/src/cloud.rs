@@ -56,7 +56,8 @@ pub struct RenderedCloud {
     pub keystone_url: String,
     /// Keystone's admin password (user `admin`, project `admin`, domain `Default`).
     pub admin_password: String,
-    /// Each API's base URL by service (`placement`, `glance`, `neutron`, `nova`, `cinder`).
+    /// Each API's base URL by service (`placement`, `glance`, `neutron`, `nova`, `cinder`;
+    /// in the TLS cloud also `nova-metadata`).
     pub endpoints: BTreeMap<&'static str, String>,
     /// How long each phase of the boot took.
     pub timings: Vec<(&'static str, Duration)>,
@@ -76,13 +77,14 @@ impl std::fmt::Debug for RenderedCloud {
     }
 }
 
-const LOGS: [&str; 12] = [
+const LOGS: [&str; 13] = [
     "keystone.log",
     "keystone-uwsgi.log",
     "placement.log",
     "glance.log",
     "neutron.log",
     "nova-api.log",
+    "nova-metadata.log",
     "nova-conductor.log",
     "nova-scheduler.log",
     "nova-compute.log",
@@ -687,13 +689,13 @@ impl RenderedCloud {
         std::fs::create_dir_all(&no_paths.state_path).expect("nova state");
         let no_dir = PathBuf::from(&no_paths.config_dir);
         let mut no_files = nova::config_files(&no_inputs).expect("Nova renders");
-        // The compute API serves TLS; the metadata API stays plain HTTP (as the operator runs it).
+        // The compute API and the metadata API serve TLS (as the operator runs them).
         edit(
             "nova",
             &no_paths.config_dir,
             &mut no_files,
             &[nova::NOVA_CONF],
-            &[nova::API_UWSGI],
+            &nova::UWSGI_FILES,
         );
         write_files(&no_dir, &no_files);
         let compute_conf = no_dir.join(nova::COMPUTE_CONF);
@@ -954,6 +956,16 @@ impl RenderedCloud {
             "uwsgi (nova-api)",
             &uwsgi(&no_dir, nova::API_UWSGI),
         ));
+        // The metadata API in the TLS cloud only: the proof of its https listener (nothing
+        // else of the cloud calls it).
+        if opts.tls {
+            procs.push(spawn_logged(
+                &root,
+                "nova-metadata.log",
+                "uwsgi (nova-metadata)",
+                &uwsgi(&no_dir, nova::METADATA_UWSGI),
+            ));
+        }
         procs.push(spawn_logged(
             &root,
             "nova-conductor.log",
@@ -997,7 +1009,10 @@ impl RenderedCloud {
             url(ne_port),
             url(no_port),
             url(ci_port),
-        ] {
+        ]
+        .into_iter()
+        .chain(opts.tls.then(|| format!("{}/", url(md_port))))
+        {
             wait_http_ca(&base, ca_pem, 240, logs).await;
         }
         // An API answering on its port is not proof enough that it is ours: a service that
@@ -1027,7 +1042,10 @@ impl RenderedCloud {
                 ("neutron", url(ne_port)),
                 ("nova", nova_base),
                 ("cinder", url(ci_port)),
-            ]),
+            ])
+            .into_iter()
+            .chain(opts.tls.then(|| ("nova-metadata", url(md_port))))
+            .collect(),
             timings,
             ca_file: api_ca.as_ref().map(|(_, _, f, _)| f.clone()),
             ca: api_ca.map(|(_, _, _, ca)| ca),
