@@ -151,7 +151,9 @@ pub(crate) fn parse_image(ctx: &str, v: &Value) -> Result<crate::model::Image> {
     let status = opt_str(obj, "status")
         .map(ImageStatus::from)
         .ok_or_else(|| Error::unexpected(format!("{ctx}: image {id} has no status")))?;
-    let tags = obj
+    // Glance keeps tags as a set and lists them in no fixed order (a GET and a list of the
+    // same image can differ): sorted, two reads of one image compare equal.
+    let mut tags: Vec<String> = obj
         .get("tags")
         .and_then(Value::as_array)
         .map(|a| {
@@ -161,6 +163,7 @@ pub(crate) fn parse_image(ctx: &str, v: &Value) -> Result<crate::model::Image> {
                 .collect()
         })
         .unwrap_or_default();
+    tags.sort();
     // User properties are strings when set through this port; anything else
     // (set by other tools) is kept as its JSON text so it is not lost.
     let properties: BTreeMap<String, String> = obj
