@@ -495,6 +495,36 @@ async fn real_body(
     Ok(())
 }
 
+/// Runs a measurement's body until it ends or `token` is cancelled; `true` when it succeeded,
+/// else its error (with `tail`, e.g. the node's log, when there is one) or the interruption
+/// goes into `problems` under `what`.
+pub(crate) async fn settle(
+    what: &str,
+    body: impl std::future::Future<Output = anyhow::Result<()>>,
+    token: &CancellationToken,
+    problems: &mut Vec<String>,
+    tail: impl FnOnce() -> Option<String>,
+) -> bool {
+    let outcome = tokio::select! {
+        o = body => Some(o),
+        _ = token.cancelled() => None,
+    };
+    match outcome {
+        Some(Ok(())) => true,
+        Some(Err(e)) => {
+            problems.push(match tail() {
+                Some(t) => format!("{what}: {e:#}\nlog tail:\n{t}"),
+                None => format!("{what}: {e:#}"),
+            });
+            false
+        }
+        None => {
+            problems.push(format!("{what}: interrupted"));
+            false
+        }
+    }
+}
+
 /// The binary against real Zun. `None` (and problems) when it could not run.
 pub async fn real(
     bench: &Bench,
@@ -553,21 +583,14 @@ pub async fn real(
         counted_from: counter.name().into(),
         ..Default::default()
     };
-    let outcome = tokio::select! {
-        o = real_body(bench, &vk, &counter, opts, &mut r) => Some(o),
-        _ = token.cancelled() => None,
-    };
-    let ok = match outcome {
-        Some(Ok(())) => true,
-        Some(Err(e)) => {
-            problems.push(format!("vk: {e:#}\nnode log tail:\n{}", vk.log_tail(20)));
-            false
-        }
-        None => {
-            problems.push("vk: interrupted".into());
-            false
-        }
-    };
+    let ok = settle(
+        "vk",
+        real_body(bench, &vk, &counter, opts, &mut r),
+        token,
+        problems,
+        || Some(vk.log_tail(20)),
+    )
+    .await;
     if !ok {
         force_cleanup(bench, &node).await;
     }
@@ -683,21 +706,14 @@ pub async fn fake(
         child.id(),
         opts.fake_pods
     );
-    let outcome = tokio::select! {
-        o = fake_body(bench, child.id(), opts, &mut f) => Some(o),
-        _ = token.cancelled() => None,
-    };
-    let ok = match outcome {
-        Some(Ok(())) => true,
-        Some(Err(e)) => {
-            problems.push(format!("vk fake: {e:#}"));
-            false
-        }
-        None => {
-            problems.push("vk fake: interrupted".into());
-            false
-        }
-    };
+    let ok = settle(
+        "vk fake",
+        fake_body(bench, child.id(), opts, &mut f),
+        token,
+        problems,
+        || None,
+    )
+    .await;
     if !ok {
         force_cleanup(bench, &node).await;
     }

@@ -415,24 +415,14 @@ pub async fn real(
         poll_interval_s: opts.poll_interval_s,
         ..Default::default()
     };
-    let outcome = tokio::select! {
-        o = real_body(bench, &process, &tenants, opts, &mut r) => Some(o),
-        _ = token.cancelled() => None,
-    };
-    let ok = match outcome {
-        Some(Ok(())) => true,
-        Some(Err(e)) => {
-            problems.push(format!(
-                "vk tenants: {e:#}\nlog tail:\n{}",
-                process.tail(20)
-            ));
-            false
-        }
-        None => {
-            problems.push("vk tenants: interrupted".into());
-            false
-        }
-    };
+    let ok = vk::settle(
+        "vk tenants",
+        real_body(bench, &process, &tenants, opts, &mut r),
+        token,
+        problems,
+        || Some(process.tail(20)),
+    )
+    .await;
     if !ok {
         remove_tenants(bench, &tenants).await;
     }
@@ -525,21 +515,7 @@ pub async fn fake(
         f.memory_after_delete = Memory::of(pid)?;
         anyhow::Ok(())
     };
-    let outcome = tokio::select! {
-        o = body => Some(o),
-        _ = token.cancelled() => None,
-    };
-    let ok = match outcome {
-        Some(Ok(())) => true,
-        Some(Err(e)) => {
-            problems.push(format!("vk fake tenants: {e:#}"));
-            false
-        }
-        None => {
-            problems.push("vk fake tenants: interrupted".into());
-            false
-        }
-    };
+    let ok = vk::settle("vk fake tenants", body, token, problems, || None).await;
     if let Err(e) = vk::stop_child(&mut child).await {
         problems.push(format!("vk fake tenants: {e:#}"));
     }
