@@ -70,6 +70,8 @@ pub struct Context {
     locks: Mutex<HashMap<String, std::sync::Arc<tokio::sync::Mutex<()>>>>,
     /// Kinds whose converged objects a periodic drift check watches (no per-object resync).
     drift_checked: Mutex<BTreeSet<String>>,
+    /// Lookups every project pass repeats (roles, domains, users, external networks).
+    pub lookups: crate::project::cache::LookupCache,
 }
 
 impl Context {
@@ -94,6 +96,7 @@ impl Context {
             failures: Mutex::new(HashMap::new()),
             locks: Mutex::new(HashMap::new()),
             drift_checked: Mutex::new(BTreeSet::new()),
+            lookups: Default::default(),
         }
     }
 

@@ -14,7 +14,7 @@ use openstack::model::{
     RoleAssignment,
 };
 
-use super::{AreaOutcome, Env, FederationInput, Note, combine, os, resolve_domain};
+use super::{AreaOutcome, Env, FederationInput, Note, combine, os, resolve_domain_cached};
 use crate::context::Config;
 use crate::error::{ReconcileError, Result};
 use crate::ownership::{Owner, Ownership};
@@ -389,14 +389,12 @@ async fn find_group(
 }
 
 async fn domain_of(env: &Env<'_>, spec: &OpenstackProjectSpec) -> Result<Option<Domain>> {
-    resolve_domain(env.cloud.identity.as_ref(), &spec.domain)
-        .await
-        .map_err(|e| {
-            os(
-                format!("spec.domain: looking up domain {:?}", spec.domain),
-                e,
-            )
-        })
+    resolve_domain_cached(env, &spec.domain).await.map_err(|e| {
+        os(
+            format!("spec.domain: looking up domain {:?}", spec.domain),
+            e,
+        )
+    })
 }
 
 /// Ensures the domain, project and group; records their IDs in status as soon as known.
@@ -583,9 +581,7 @@ impl<'e, 'a> Lookups<'e, 'a> {
         if let Some(d) = self.domains.get(name) {
             return Ok(d.clone());
         }
-        let d = resolve_domain(self.env.cloud.identity.as_ref(), name)
-            .await?
-            .map(|d| d.id);
+        let d = resolve_domain_cached(self.env, name).await?.map(|d| d.id);
         self.domains.insert(name.to_string(), d.clone());
         Ok(d)
     }
@@ -599,13 +595,23 @@ impl<'e, 'a> Lookups<'e, 'a> {
         if let Some(u) = self.users.get(&key) {
             return Ok(u.clone());
         }
-        let u = self
-            .env
-            .cloud
-            .identity
-            .find_user(domain_id, name)
-            .await?
-            .map(|u| u.id);
+        let cache = self.env.locks.lookups();
+        let u = match cache.user(domain_id, name) {
+            Some(id) => Some(id),
+            None => {
+                let u = self
+                    .env
+                    .cloud
+                    .identity
+                    .find_user(domain_id, name)
+                    .await?
+                    .map(|u| u.id);
+                if let Some(id) = &u {
+                    cache.put_user(domain_id, name, id);
+                }
+                u
+            }
+        };
         self.users.insert(key, u.clone());
         Ok(u)
     }
@@ -744,7 +750,11 @@ async fn resolve_bindings(
 
 /// Global roles by name.
 async fn role_ids(env: &Env<'_>) -> Result<BTreeMap<String, String>> {
-    Ok(env
+    let cache = env.locks.lookups();
+    if let Some(r) = cache.roles() {
+        return Ok(r);
+    }
+    let roles: BTreeMap<String, String> = env
         .cloud
         .identity
         .list_roles()
@@ -753,7 +763,9 @@ async fn role_ids(env: &Env<'_>) -> Result<BTreeMap<String, String>> {
         .into_iter()
         .filter(|r| r.domain_id.is_none())
         .map(|r| (r.name, r.id))
-        .collect())
+        .collect();
+    cache.put_roles(&roles);
+    Ok(roles)
 }
 
 fn managed_role_ids(config: &Config, roles: &BTreeMap<String, String>) -> BTreeSet<String> {

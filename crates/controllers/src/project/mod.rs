@@ -11,6 +11,7 @@
 //! groups from converging. Every area runs, its condition is set, and the pass ends with the
 //! most urgent error (see [`combine`]) or `Ready` when all areas are.
 
+pub mod cache;
 pub mod drift;
 pub mod federation;
 pub mod identity;
@@ -46,6 +47,7 @@ use crate::context::{Config, Context};
 use crate::error::{ReconcileError, Result};
 use crate::framework::{Managed, Progress, now, owner_of, publish};
 use crate::ownership::Owner;
+use cache::LookupCache;
 
 /// Condition: the Keystone project and its user group match the spec (seed type).
 pub const PROJECT_READY: &str = "ProjectReady";
@@ -65,19 +67,30 @@ pub const FEDERATION_READY: &str = "FederationReady";
 pub trait LockProvider: Send + Sync {
     /// The lock for `key`; the same key always yields the same lock.
     fn lock_for(&self, key: &str) -> Arc<tokio::sync::Mutex<()>>;
+    /// The process-wide lookup cache shared by every pass.
+    fn lookups(&self) -> &LookupCache;
 }
 
 impl LockProvider for Context {
     fn lock_for(&self, key: &str) -> Arc<tokio::sync::Mutex<()>> {
         Context::lock_for(self, key)
     }
+    fn lookups(&self) -> &LookupCache {
+        &self.lookups
+    }
 }
 
 /// A process-local [`LockProvider`] (tests and tools without a [`Context`]).
 #[derive(Default)]
-pub struct LocalLocks(Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>);
+pub struct LocalLocks(
+    Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    LookupCache,
+);
 
 impl LockProvider for LocalLocks {
+    fn lookups(&self) -> &LookupCache {
+        &self.1
+    }
     fn lock_for(&self, key: &str) -> Arc<tokio::sync::Mutex<()>> {
         self.0
             .lock()
@@ -447,6 +460,22 @@ fn ready_reason(created: bool, changed: bool) -> &'static str {
     }
 }
 
+/// [`resolve_domain`] through the process-wide lookup cache.
+pub async fn resolve_domain_cached(
+    env: &Env<'_>,
+    name_or_id: &str,
+) -> Result<Option<Domain>, openstack::Error> {
+    let cache = env.locks.lookups();
+    if let Some(d) = cache.domain(name_or_id) {
+        return Ok(Some(d));
+    }
+    let d = resolve_domain(env.cloud.identity.as_ref(), name_or_id).await?;
+    if let Some(d) = &d {
+        cache.put_domain(name_or_id, d);
+    }
+    Ok(d)
+}
+
 /// Finds a domain by name, else by ID (`spec.domain` accepts both, as the seed's did).
 pub async fn resolve_domain(
     identity: &dyn Identity,
@@ -501,6 +530,10 @@ pub async fn reconcile_project(
 ) -> Reconciled<Progress> {
     let mut events = Vec::new();
     let result = run(env, obj, status, federation, &mut events).await;
+    if result.is_err() {
+        // A failure may come from a stale cached ID (see `cache`): the retry reads afresh.
+        env.locks.lookups().clear();
+    }
     Reconciled { result, events }
 }
 

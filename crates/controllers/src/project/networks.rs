@@ -578,12 +578,19 @@ async fn observe(
             if !need_external {
                 return Ok(Vec::new());
             }
-            net.list_networks(&NetworkFilter {
-                external: Some(true),
-                ..Default::default()
-            })
-            .await
-            .map_err(|e| os("listing external networks", e))
+            let cache = env.locks.lookups();
+            if let Some(ext) = cache.external_networks() {
+                return Ok(ext);
+            }
+            let ext = net
+                .list_networks(&NetworkFilter {
+                    external: Some(true),
+                    ..Default::default()
+                })
+                .await
+                .map_err(|e| os("listing external networks", e))?;
+            cache.put_external_networks(&ext);
+            Ok(ext)
         },
     )?;
     let wanted: BTreeSet<String> = entries

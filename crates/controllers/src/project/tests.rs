@@ -503,10 +503,52 @@ async fn large_project_converges_and_resync_makes_no_writes() {
         "steady-state resync of the large project: {reads} read calls: {:?}",
         w.fake.calls()
     );
-    // domain, project, group, roles, 3 users, 1 group, the reader role group, the project
-    // group's members, assignments, 3 quota sets, networks/subnets/routers, 3 router interface
-    // lists, external networks, security groups, mapping, IdP, protocol.
-    assert_eq!(reads, 25);
+    // project, group, 1 group, the reader role group (2 gets), the project group's members,
+    // assignments, 3 quota sets, networks/subnets/routers, 3 router interface lists, security
+    // groups, mapping, IdP, protocol. The domain, the roles, the 3 users and the external
+    // networks come from the lookup cache the converging pass filled.
+    assert_eq!(reads, 19);
+
+    w.locks.lookups().clear();
+    w.fake.reset_calls();
+    w.pass(&obj, &mut st, fed(&obj)).await.unwrap();
+    assert_eq!(w.fake.writes(), 0, "{:?}", w.fake.write_calls());
+    assert_eq!(
+        w.fake.reads(),
+        25,
+        "a cold cache: + domain, roles, 3 users, external networks"
+    );
+}
+
+#[tokio::test]
+async fn a_stale_cached_user_fails_one_pass_and_the_retry_reads_afresh() {
+    let w = World::new().await;
+    let obj = from_yaml(BIG, "uid-stale");
+    let mut st = OpenstackProjectStatus::default();
+    // As if alice had been deleted and made again under the same name after a lookup.
+    w.locks
+        .lookups()
+        .put_user(&w.sso.id, "alice@example.com", "a-deleted-user-id");
+    let first = w.pass(&obj, &mut st, fed(&obj)).await;
+    assert!(first.is_err(), "{first:?}");
+    assert_eq!(
+        w.locks.lookups().user(&w.sso.id, "alice@example.com"),
+        None,
+        "a failed pass empties the cache"
+    );
+    let p = w.converge(&obj, &mut st, 3).await.unwrap();
+    assert!(matches!(p, Progress::Ready { .. }), "{p:?}");
+    let alice = w.user("alice@example.com").await;
+    let Actor::User(alice) = alice else {
+        panic!("not a user: {alice:?}")
+    };
+    let members = w
+        .cloud
+        .identity
+        .list_group_users(st.group_id.as_deref().unwrap())
+        .await
+        .unwrap();
+    assert!(members.iter().any(|u| u.id == alice), "{members:?}");
 }
 
 #[tokio::test]
