@@ -89,6 +89,10 @@ struct Args {
     /// gives up.
     #[arg(long, default_value_t = 20)]
     seconds_per_project: u64,
+    /// The drift-check phase of each size: the operator restarted with this
+    /// `--resync-seconds`, one period between two checks measured (0: skip the phase).
+    #[arg(long, default_value_t = 20)]
+    drift_seconds: u64,
     /// vk: pods on the real Zun of the test cloud (0: skip the real run).
     #[arg(long, default_value_t = 100)]
     pods: u32,
@@ -390,7 +394,16 @@ async fn run(args: Args) -> anyhow::Result<(Report, PathBuf)> {
                 let mut errors = Vec::new();
                 if args.wants(Scenario::Convergence) {
                     for n in &args.sizes {
-                        match scenarios::convergence(&bench, op, *n, &users, per_project).await {
+                        match scenarios::convergence(
+                            &bench,
+                            op,
+                            *n,
+                            &users,
+                            per_project,
+                            args.drift_seconds,
+                        )
+                        .await
+                        {
                             Ok(r) => {
                                 errors.extend(r.workload.iter().map(|w| format!("N={n}: {w}")));
                                 errors.extend(r.residue.other_security_groups.iter().map(|g| {

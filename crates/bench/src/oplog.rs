@@ -76,6 +76,18 @@ pub fn parse_line(line: &str) -> Option<OsRequest> {
     })
 }
 
+/// `(checked, drifted)` of a `drift check done` line (the periodic drift check's summary).
+pub fn drift_check(line: &str) -> Option<(u64, u64)> {
+    if !line.contains("drift check done") {
+        return None;
+    }
+    let v: Value = serde_json::from_str(line).ok()?;
+    if v["message"].as_str() != Some("drift check done") {
+        return None;
+    }
+    Some((v["checked"].as_u64()?, v["drifted"].as_u64()?))
+}
+
 /// Every `openstack request` line of a piece of log.
 pub fn parse(text: &str) -> Vec<OsRequest> {
     text.lines().filter_map(parse_line).collect()

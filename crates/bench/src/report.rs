@@ -110,6 +110,9 @@ pub struct SizeRun {
     pub delete_trouble: Trouble,
     /// A forced reconcile of the N unchanged projects.
     pub steady: Steady,
+    /// One period of the drift check over the N converged projects (`None`: not measured,
+    /// `--drift-seconds 0`).
+    pub drift: Option<Drift>,
     /// From the delete requests until the last project was gone, in seconds.
     pub delete_s: f64,
     /// OpenStack calls by operation during deletion.
@@ -132,6 +135,27 @@ pub struct Steady {
     /// Read calls.
     pub reads: f64,
     /// Write calls (0 expected).
+    pub writes: f64,
+    /// Calls by operation.
+    pub calls: BTreeMap<String, f64>,
+}
+
+/// One period of the periodic drift check, with every project converged and unchanged: what
+/// an idle operator costs between two checks (at the default `--resync-seconds 300`, per 5
+/// minutes).
+#[derive(Debug, Serialize)]
+pub struct Drift {
+    /// `--resync-seconds` the operator ran with for this phase.
+    pub period_s: u64,
+    /// Projects the measured check compared (`checked` in its log line).
+    pub checked: u64,
+    /// Projects it found different (0 expected).
+    pub drifted: u64,
+    /// Reconciles in the window (0 expected: the check repairs only what differs).
+    pub reconciles: f64,
+    /// Read calls in the window.
+    pub reads: f64,
+    /// Write calls in the window (0 expected).
     pub writes: f64,
     /// Calls by operation.
     pub calls: BTreeMap<String, f64>,
@@ -416,6 +440,43 @@ pub fn render(r: &Report) -> String {
                 s.steady.reads / f64::from(s.projects.max(1))
             );
         }
+        let _ = writeln!(
+            o,
+            "\nSteady state with the drift check: one period, N converged projects left alone"
+        );
+        let _ = writeln!(
+            o,
+            "{:>5} {:>7} {:>8} {:>8} {:>7} {:>7} {:>11} {:>12}",
+            "N", "period", "checked", "drifted", "reads", "writes", "reads/proj", "passes"
+        );
+        for s in &r.convergence {
+            let Some(d) = &s.drift else { continue };
+            let _ = writeln!(
+                o,
+                "{:>5} {:>7} {:>8} {:>8} {:>7} {:>7} {:>11.2} {:>12}",
+                s.projects,
+                format!("{} s", d.period_s),
+                d.checked,
+                d.drifted,
+                d.reads,
+                d.writes,
+                d.reads / f64::from(s.projects.max(1)),
+                d.reconciles
+            );
+        }
+        let _ = writeln!(
+            o,
+            "reads/proj = reads of one period ÷ N (= per project per 5 min at the default \
+             --resync-seconds 300); calls: {}",
+            r.convergence
+                .iter()
+                .filter_map(|s| s
+                    .drift
+                    .as_ref()
+                    .map(|d| format!("N = {}: {:?}", s.projects, d.calls)))
+                .collect::<Vec<_>>()
+                .join("; ")
+        );
     }
     if let Some(x) = &r.reaction {
         let _ = writeln!(

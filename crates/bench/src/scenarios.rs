@@ -20,7 +20,7 @@ use crate::floor;
 use crate::machine::Memory;
 use crate::manifests;
 use crate::oplog::{self, LogCursor};
-use crate::report::{MemoryRun, Reaction, SizeRun, Steady, Trouble};
+use crate::report::{Drift, MemoryRun, Reaction, SizeRun, Steady, Trouble};
 use crate::stats;
 use crate::world::{Bench, settled};
 
@@ -100,6 +100,7 @@ pub async fn convergence(
     n: u32,
     users: &[String],
     per_project: Duration,
+    drift_seconds: u64,
 ) -> anyhow::Result<SizeRun> {
     let timeout = size_timeout(n, per_project);
     let before = settled(op, SETTLE).await?;
@@ -159,6 +160,14 @@ pub async fn convergence(
 
     eprintln!("bench: forcing a reconcile of the {n} unchanged projects");
     let steady = steady_state(bench, op, &names, timeout).await?;
+    let drift = if drift_seconds == 0 {
+        None
+    } else {
+        eprintln!(
+            "bench: one drift-check period ({drift_seconds} s) of the {n} converged projects"
+        );
+        Some(drift_period(op, n, drift_seconds, timeout).await?)
+    };
 
     eprintln!("bench: deleting {n} projects");
     bench.remember_projects().await?;
@@ -200,6 +209,7 @@ pub async fn convergence(
         delete_trouble: trouble(&before_delete, &after_delete),
         mean_in_flight: busy_s / converge_s,
         steady,
+        drift,
         delete_s,
         delete_calls: delta(&before_delete.api_calls(), &after_delete.api_calls()),
         keystone_projects_left,
@@ -349,6 +359,96 @@ async fn steady_state(
         writes,
         calls,
     })
+}
+
+/// Restarts the operator with `--resync-seconds period`, waits until its start-up passes are
+/// done and a drift check has compared all `n` projects, then measures the calls from that
+/// check's end to the next one's: one period of an idle operator. Restarts it with the long
+/// period again afterwards, start-up passes done, so deletion is measured as before.
+async fn drift_period(
+    op: &Operator,
+    n: u32,
+    period: u64,
+    timeout: Duration,
+) -> anyhow::Result<Drift> {
+    let original = op.resync_seconds();
+    let mut cursor = LogCursor::at_end(op.log_path())?;
+    op.restart_with_resync(Duration::from_secs(30), period)
+        .await?;
+    op.wait_ready(Duration::from_secs(120)).await?;
+    startup_passes(op, n, timeout).await?;
+    // The first check that compared all n ends the start-up; the next one ends the window.
+    let first = next_drift_check(&mut cursor, n, timeout).await?;
+    let before = op.metrics().await?;
+    let second = next_drift_check(&mut cursor, n, Duration::from_secs(period * 3 + 60)).await?;
+    let after = settled(op, SETTLE).await?;
+    let calls = delta(&before.api_calls(), &after.api_calls());
+    let (reads, writes) = split(&calls);
+    let reconciles = after.reconciles("OpenstackProject") - before.reconciles("OpenstackProject");
+    anyhow::ensure!(
+        first.1 == 0,
+        "the drift check before the window found {} of {n} projects different",
+        first.1
+    );
+    op.restart_with_resync(Duration::from_secs(30), original)
+        .await?;
+    op.wait_ready(Duration::from_secs(120)).await?;
+    startup_passes(op, n, timeout).await?;
+    settled(op, SETTLE).await?;
+    Ok(Drift {
+        period_s: period,
+        checked: second.0,
+        drifted: second.1,
+        reconciles,
+        reads,
+        writes,
+        calls,
+    })
+}
+
+/// Waits until a freshly started operator has reconciled the `n` projects once (the
+/// controller's initial list) and its counters settled.
+async fn startup_passes(op: &Operator, n: u32, timeout: Duration) -> anyhow::Result<()> {
+    wait_for(
+        timeout,
+        Duration::from_millis(250),
+        "the start-up passes",
+        async || {
+            let done = op.metrics().await?.reconciles("OpenstackProject");
+            Ok(if done >= f64::from(n) {
+                Check::Done(())
+            } else {
+                Check::Pending(format!("{done} of {n} reconciles"))
+            })
+        },
+    )
+    .await?;
+    settled(op, SETTLE).await?;
+    Ok(())
+}
+
+/// The next `drift check done` log line that compared `n` projects: (checked, drifted).
+async fn next_drift_check(
+    cursor: &mut LogCursor,
+    n: u32,
+    timeout: Duration,
+) -> anyhow::Result<(u64, u64)> {
+    wait_for(
+        timeout,
+        Duration::from_millis(100),
+        "a drift check of every project",
+        async || {
+            for line in cursor.read_new()?.lines() {
+                if let Some((checked, drifted)) = oplog::drift_check(line)
+                    && checked >= u64::from(n)
+                {
+                    return Ok(Check::Done((checked, drifted)));
+                }
+            }
+            Ok(Check::Pending("no drift check of every project yet".into()))
+        },
+    )
+    .await
 }
 
 /// Changes one converged project's spec `samples` times, one change at a time, and measures

@@ -7,7 +7,7 @@ use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
@@ -61,6 +61,8 @@ pub struct Operator {
     child: Mutex<Option<Child>>,
     http: reqwest::Client,
     log_printed: AtomicBool,
+    /// `--resync-seconds` of the next spawn when not 0 (see [`Operator::restart_with_resync`]).
+    resync_override: AtomicU64,
 }
 
 impl std::fmt::Debug for Operator {
@@ -117,6 +119,7 @@ impl Operator {
                 .build()
                 .context("building an HTTP client")?,
             log_printed: AtomicBool::new(false),
+            resync_override: AtomicU64::new(0),
             opts,
         };
         op.spawn()?;
@@ -133,7 +136,7 @@ impl Operator {
             "--cluster-id".into(),
             self.cluster_id.clone(),
             "--resync-seconds".into(),
-            self.opts.resync_seconds.to_string(),
+            self.resync_seconds().to_string(),
             "--image-poll-seconds".into(),
             self.opts.image_poll_seconds.to_string(),
             "--log-format".into(),
@@ -420,6 +423,22 @@ impl Operator {
             );
         }
         self.spawn()
+    }
+
+    /// The `--resync-seconds` the process runs with.
+    pub fn resync_seconds(&self) -> u64 {
+        match self.resync_override.load(Ordering::Relaxed) {
+            0 => self.opts.resync_seconds,
+            n => n,
+        }
+    }
+
+    /// [`Operator::restart`] with another `--resync-seconds` (kept for later restarts), e.g.
+    /// to watch the periodic drift check of objects converged under a long period.
+    pub async fn restart_with_resync(&self, timeout: Duration, seconds: u64) -> anyhow::Result<()> {
+        self.resync_override
+            .store(seconds.max(1), Ordering::Relaxed);
+        self.restart(timeout).await
     }
 }
 

@@ -596,6 +596,11 @@ impl<'e, 'a> Lookups<'e, 'a> {
             return Ok(u.clone());
         }
         let cache = self.env.locks.lookups();
+        let lock = self
+            .env
+            .locks
+            .lock_for(&format!("lookup/user/{domain_id}/{name}"));
+        let _one = lock.lock().await;
         let u = match cache.user(domain_id, name) {
             Some(id) => Some(id),
             None => {
@@ -751,6 +756,8 @@ async fn resolve_bindings(
 /// Global roles by name.
 async fn role_ids(env: &Env<'_>) -> Result<BTreeMap<String, String>> {
     let cache = env.locks.lookups();
+    let lock = env.locks.lock_for("lookup/roles");
+    let _one = lock.lock().await;
     if let Some(r) = cache.roles() {
         return Ok(r);
     }

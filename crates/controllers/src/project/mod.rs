@@ -466,6 +466,10 @@ pub async fn resolve_domain_cached(
     name_or_id: &str,
 ) -> Result<Option<Domain>, openstack::Error> {
     let cache = env.locks.lookups();
+    // One lookup at a time per key: passes starting together wait for the first answer
+    // instead of all asking.
+    let lock = env.locks.lock_for(&format!("lookup/domain/{name_or_id}"));
+    let _one = lock.lock().await;
     if let Some(d) = cache.domain(name_or_id) {
         return Ok(Some(d));
     }

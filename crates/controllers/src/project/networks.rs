@@ -579,6 +579,8 @@ async fn observe(
                 return Ok(Vec::new());
             }
             let cache = env.locks.lookups();
+            let lock = env.locks.lock_for("lookup/external-networks");
+            let _one = lock.lock().await;
             if let Some(ext) = cache.external_networks() {
                 return Ok(ext);
             }
