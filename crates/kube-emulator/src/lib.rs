@@ -37,6 +37,7 @@ pub mod csr;
 pub mod discovery;
 pub mod error;
 pub mod faults;
+pub mod kubelet_proxy;
 pub mod ops;
 pub mod patch;
 pub mod protobuf;

@@ -12,7 +12,6 @@
 //! `viewer` may only read `nodes/stats` and `nodes/metrics` (metrics-server's rights). A real cluster (`E2E_KUBECONFIG`) has no such rules
 //! to set, so there these tests say so and do nothing.
 
-mod kubelet_proxy;
 mod vk_common;
 
 use std::path::{Path, PathBuf};
@@ -929,7 +928,7 @@ async fn spdy_body(c: &Case) -> anyhow::Result<()> {
     c.wait_pod("web", "the pod to run", &vk, |s| phase(s) == "Running")
         .await?;
     let kubelet: std::net::SocketAddr = format!("127.0.0.1:{}", vk.kubelet_port).parse()?;
-    let kubeconfig = kubelet_proxy::start(
+    let kubeconfig = kube_emulator::kubelet_proxy::start(
         c.client.clone(),
         kubelet,
         pki.ca_der.clone(),

@@ -12,9 +12,6 @@ use std::process::Stdio;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use axum::body::Body;
-use axum::extract::{Request, State};
-use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use k8s_openapi::api::core::v1::{
     Container, ContainerState, ContainerStateRunning, ContainerStatus, Pod, PodSpec, PodStatus,
@@ -175,136 +172,6 @@ impl Backend for Local {
     }
 }
 
-/// The proxy's state: the emulator's client and where the kubelet is.
-#[derive(Clone)]
-struct Proxy {
-    kube: kube::Client,
-    kubelet: std::net::SocketAddr,
-    tls: tokio_rustls::TlsConnector,
-}
-
-/// The kubelet path of an API server streaming path, if it is one.
-fn kubelet_path(path: &str, query: &str) -> Option<String> {
-    let rest = path.strip_prefix("/api/v1/namespaces/")?;
-    let parts: Vec<&str> = rest.split('/').collect();
-    let [ns, "pods", pod, sub] = parts[..] else {
-        return None;
-    };
-    match sub {
-        "exec" | "attach" => {
-            let container = url::form_urlencoded::parse(query.as_bytes())
-                .find(|(k, _)| k == "container")
-                .map(|(_, v)| v.into_owned())?;
-            Some(format!("/{sub}/{ns}/{pod}/{container}?{query}"))
-        }
-        "portforward" => Some(format!("/portForward/{ns}/{pod}?{query}")),
-        _ => None,
-    }
-}
-
-async fn proxy(State(p): State<Proxy>, req: Request) -> Response {
-    let path = req.uri().path().to_string();
-    let query = req.uri().query().unwrap_or("").to_string();
-    match kubelet_path(&path, &query) {
-        Some(target) => upgrade(p, req, target).await.unwrap_or_else(|e| {
-            (axum::http::StatusCode::BAD_GATEWAY, e.to_string()).into_response()
-        }),
-        None => forward(p, req).await.unwrap_or_else(|e| {
-            (axum::http::StatusCode::BAD_GATEWAY, e.to_string()).into_response()
-        }),
-    }
-}
-
-async fn forward(p: Proxy, req: Request) -> anyhow::Result<Response> {
-    let (parts, body) = req.into_parts();
-    let body = axum::body::to_bytes(body, 16 << 20).await?;
-    let mut out = http::Request::builder().method(parts.method).uri(
-        parts
-            .uri
-            .path_and_query()
-            .map(|p| p.as_str())
-            .unwrap_or("/"),
-    );
-    for (k, v) in &parts.headers {
-        if k != http::header::HOST && k != http::header::ACCEPT_ENCODING {
-            out = out.header(k, v);
-        }
-    }
-    let resp = p
-        .kube
-        .send(out.body(kube::client::Body::from(body.to_vec()))?)
-        .await?;
-    let (parts, body) = resp.into_parts();
-    Ok(Response::from_parts(parts, Body::new(body)))
-}
-
-/// The API server's pass-through of an upgrade: the request to the kubelet,
-/// its answer back, then bytes both ways.
-async fn upgrade(p: Proxy, mut req: Request, target: String) -> anyhow::Result<Response> {
-    let tcp = tokio::net::TcpStream::connect(p.kubelet).await?;
-    let mut tls = p
-        .tls
-        .connect(rustls::pki_types::ServerName::try_from("127.0.0.1")?, tcp)
-        .await?;
-    let mut head = format!(
-        "{} {target} HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {TOKEN}\r\nContent-Length: 0\r\n",
-        req.method(),
-        p.kubelet
-    );
-    for (k, v) in req.headers() {
-        let k = k.as_str();
-        if matches!(k, "connection" | "upgrade" | "x-stream-protocol-version") {
-            head.push_str(&format!("{k}: {}\r\n", v.to_str()?));
-        }
-    }
-    head.push_str("\r\n");
-    tls.write_all(head.as_bytes()).await?;
-    let mut buf = Vec::new();
-    let end = loop {
-        let mut chunk = [0u8; 4096];
-        let n = tls.read(&mut chunk).await?;
-        anyhow::ensure!(n > 0, "the kubelet closed before answering");
-        buf.extend_from_slice(&chunk[..n]);
-        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            break i + 4;
-        }
-    };
-    let text = String::from_utf8_lossy(&buf[..end]).into_owned();
-    let mut lines = text.split("\r\n");
-    let code: u16 = lines
-        .next()
-        .and_then(|l| l.split(' ').nth(1))
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(502);
-    let mut resp = Response::builder().status(code);
-    for l in lines.filter(|l| !l.is_empty()) {
-        if let Some((k, v)) = l.split_once(':') {
-            resp = resp.header(k.trim(), v.trim());
-        }
-    }
-    let rest = buf[end..].to_vec();
-    if code != 101 {
-        // The refusal's body (the kubelet closes after it or gives its length).
-        let mut body = rest;
-        let _ = tokio::time::timeout(
-            std::time::Duration::from_secs(2),
-            tls.read_to_end(&mut body),
-        )
-        .await;
-        return Ok(resp.body(Body::from(body))?);
-    }
-    let on_upgrade = hyper::upgrade::on(&mut req);
-    tokio::spawn(async move {
-        let Ok(up) = on_upgrade.await else { return };
-        let mut client = hyper_util::rt::TokioIo::new(up);
-        if !rest.is_empty() && client.write_all(&rest).await.is_err() {
-            return;
-        }
-        let _ = tokio::io::copy_bidirectional(&mut client, &mut tls).await;
-    });
-    Ok(resp.body(Body::empty())?)
-}
-
 async fn kubectl(
     kubeconfig: &std::path::Path,
     args: &[&str],
@@ -376,35 +243,18 @@ async fn real_kubectl_exec_and_port_forward_over_spdy() {
         prometheus_client::registry::Registry::default(),
     ));
     let serving = tls::self_signed("vk", &["127.0.0.1".into()]).unwrap();
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(serving.chain[0].clone()).unwrap();
+    let serving_ca = serving.chain[0].clone();
     let cfg = tls::server_config(serving, None).unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let kubelet = listener.local_addr().unwrap();
     let stop = tokio_util::sync::CancellationToken::new();
     tokio::spawn(tls::serve(listener, cfg, api.router(), stop.clone()));
-    // The API server.
-    let client_cfg = rustls::ClientConfig::builder()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    let state = Proxy {
-        kube: client,
-        kubelet,
-        tls: tokio_rustls::TlsConnector::from(Arc::new(client_cfg)),
-    };
-    let app = axum::Router::new().fallback(proxy).with_state(state);
-    let plistener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let paddr = plistener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(plistener, app).await });
+    // The API server's pass-through to the kubelet.
     let dir = tempfile_dir();
-    let kubeconfig = dir.join("kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: p\n  cluster:\n    server: http://{paddr}\ncontexts:\n- name: p\n  context:\n    cluster: p\n    user: u\n    namespace: default\nusers:\n- name: u\n  user: {{}}\ncurrent-context: p\n"
-        ),
-    )
-    .unwrap();
+    let kubeconfig =
+        kube_emulator::kubelet_proxy::start(client, kubelet, serving_ca.to_vec(), TOKEN, &dir)
+            .await
+            .unwrap();
 
     // Both streams and the exit code (the v4 error stream's Status).
     let started = std::time::Instant::now();

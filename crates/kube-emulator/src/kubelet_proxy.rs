@@ -2,7 +2,8 @@
 //! go to the test's Kubernetes API (the emulator), `pods/{pod}/exec|attach|portforward` are
 //! rewritten to the kubelet's paths (`/exec/{ns}/{pod}/{container}?…`, `/portForward/{ns}/{pod}`)
 //! with a bearer token the kubelet accepts, and the upgrade is passed through (bytes both ways
-//! after the 101), as an API server that does not translate streams does.
+//! after the 101), as an API server that does not translate streams does. Tests run the real
+//! kubectl through it against a kubelet API.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
