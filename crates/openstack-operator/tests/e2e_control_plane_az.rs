@@ -14,15 +14,14 @@ use std::sync::{Arc, Mutex};
 
 use controlplane_api::condition_types as ct;
 use cp_common::*;
-use e2e::{Check, Target, wait_for};
+use e2e::{Check, wait_for};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
-use kube::api::{DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{DynamicObject, ListParams};
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 
-const API: &str = "controlplane.sunet.se/v1alpha1";
 const ZONE_LABEL: &str = "controlplane.sunet.se/availability-zone";
 
 async fn wait_ready(api: &Api<DynamicObject>, name: &str, what: &str) -> anyhow::Result<String> {
@@ -35,16 +34,6 @@ async fn wait_ready(api: &Api<DynamicObject>, name: &str, what: &str) -> anyhow:
         })
     })
     .await
-}
-
-async fn apply(api: &Api<DynamicObject>, v: &Value) -> anyhow::Result<()> {
-    let name = v["metadata"]["name"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
-    api.patch(&name, &PatchParams::apply("e2e").force(), &Patch::Apply(v))
-        .await?;
-    Ok(())
 }
 
 fn spread_keys(d: &Deployment) -> Vec<(String, String)> {
@@ -77,64 +66,15 @@ async fn aggregate_zones(jobs: &Api<Job>) -> anyhow::Result<Vec<Value>> {
 /// two zones afterwards: the third's objects are removed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn control_plane_three_availability_zones() -> anyhow::Result<()> {
-    let env = harness_env()?;
-    let e = |k: &str| -> anyhow::Result<String> {
-        env.get(k)
-            .cloned()
-            .ok_or_else(|| anyhow::anyhow!("{k} missing from the external-services env"))
-    };
-    let target = Target::from_env().await?;
-    let client = target.client().await?;
-    install_crds(&client).await?;
-    let ns = create_namespace(&client).await?;
-    let (admin_user, admin_pw) = db_admin_user()?;
-    let (ks_admin_pw, ks_url) = test_cloud_keystone()?;
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
-    for s in [
-        secret(
-            "db-admin",
-            &[("username", &admin_user), ("password", &admin_pw)],
-        ),
-        secret(
-            "mq",
-            &[
-                ("username", &e("EXTSVC_AMQP_USER")?),
-                ("password", &e("EXTSVC_AMQP_PASSWORD")?),
-            ],
-        ),
-        secret("ks-keystone-admin", &[("password", &ks_admin_pw)]),
-        secret(
-            "ceph-keyring",
-            &[("keyring", "[client.cinder]\n\tkey = AQ==\n")],
-        ),
-    ] {
-        secrets.create(&PostParams::default(), &s).await?;
-    }
-    let ext = dyn_api(
-        &client,
-        &ns,
-        "OpenStackExternalService",
-        "openstackexternalservices",
-    );
-    apply(&ext, &json!({"apiVersion": API, "kind": "OpenStackExternalService", "metadata": {"name": "db"},
-        "spec": {"type": "database", "endpoints": ["127.0.0.1:13306"], "credentials": {"secretName": "db-admin"}}})).await?;
-    apply(&ext, &json!({"apiVersion": API, "kind": "OpenStackExternalService", "metadata": {"name": "mq"},
-        "spec": {"type": "messaging", "endpoints": [e("EXTSVC_AMQP")?], "credentials": {"secretName": "mq"},
-                 "extra": {"vhost": e("EXTSVC_AMQP_VHOST")?}}})).await?;
-    let ks_api = dyn_api(&client, &ns, "Keystone", "keystones");
-    apply(
-        &ks_api,
-        &json!({"apiVersion": API, "kind": "Keystone", "metadata": {"name": "ks"},
-        "spec": {"database": {"service": {"name": "db"}}}}),
-    )
-    .await?;
+    let ComputeStage {
+        target,
+        client,
+        ns,
+        ks_url,
+        admin_user,
+    } = compute_stage().await?;
     let pl_api = dyn_api(&client, &ns, "Placement", "placements");
-    apply(
-        &pl_api,
-        &json!({"apiVersion": API, "kind": "Placement", "metadata": {"name": "pl"},
-        "spec": {"database": {"service": {"name": "db"}}, "keystone": {"name": "ks"}}}),
-    )
-    .await?;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
     let zones = json!([
         {"name": "az1", "computeHosts": ["compute-a1", "compute-a2"]},
         {"name": "az2", "topologyValue": "dc-b", "computeHosts": ["compute-b1"]},

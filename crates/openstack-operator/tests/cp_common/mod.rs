@@ -16,7 +16,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::api::{DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
 
@@ -385,4 +385,105 @@ pub async fn wait_cond(
         })
     })
     .await
+}
+
+/// The control-plane API group/version.
+pub const API: &str = "controlplane.sunet.se/v1alpha1";
+
+/// Server-side applies `v` (forcing ownership, as a user editing the manifest would).
+pub async fn apply(api: &Api<DynamicObject>, v: &Value) -> anyhow::Result<()> {
+    let name = v["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    api.patch(&name, &PatchParams::apply("e2e").force(), &Patch::Apply(v))
+        .await?;
+    Ok(())
+}
+
+/// What the Nova and Cinder tests start from: a namespace holding the Secrets (database
+/// admin, RabbitMQ, the real Keystone's admin password, a Ceph keyring), the `db` and `mq`
+/// external services, a Keystone `ks` and a Placement `pl`.
+pub struct ComputeStage {
+    /// Keeps the Kubernetes API (the emulator) alive.
+    pub target: Target,
+    /// Its client.
+    pub client: Client,
+    /// The test's namespace.
+    pub ns: String,
+    /// The test cloud's Keystone URL (the operator is pointed at it for `ks`).
+    pub ks_url: String,
+    /// The MariaDB account the test made for the operator (dropped by the test at its end).
+    pub admin_user: String,
+}
+
+/// Sets up a [`ComputeStage`].
+pub async fn compute_stage() -> anyhow::Result<ComputeStage> {
+    let env = harness_env()?;
+    let e = |k: &str| -> anyhow::Result<String> {
+        env.get(k)
+            .cloned()
+            .ok_or_else(|| anyhow::anyhow!("{k} missing from the external-services env"))
+    };
+    let target = Target::from_env().await?;
+    let client = target.client().await?;
+    install_crds(&client).await?;
+    let ns = create_namespace(&client).await?;
+    let (admin_user, admin_pw) = db_admin_user()?;
+    let (ks_admin_pw, ks_url) = test_cloud_keystone()?;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    for s in [
+        secret(
+            "db-admin",
+            &[("username", &admin_user), ("password", &admin_pw)],
+        ),
+        secret(
+            "mq",
+            &[
+                ("username", &e("EXTSVC_AMQP_USER")?),
+                ("password", &e("EXTSVC_AMQP_PASSWORD")?),
+            ],
+        ),
+        // The Keystone's admin password, pre-created: the real Keystone's, so its token probe
+        // (and every service's) gets real tokens.
+        secret("ks-keystone-admin", &[("password", &ks_admin_pw)]),
+        secret(
+            "ceph-keyring",
+            &[("keyring", "[client.cinder]\n\tkey = AQ==\n")],
+        ),
+    ] {
+        secrets.create(&PostParams::default(), &s).await?;
+    }
+    let ext = dyn_api(
+        &client,
+        &ns,
+        "OpenStackExternalService",
+        "openstackexternalservices",
+    );
+    apply(&ext, &json!({"apiVersion": API, "kind": "OpenStackExternalService", "metadata": {"name": "db"},
+        "spec": {"type": "database", "endpoints": ["127.0.0.1:13306"], "credentials": {"secretName": "db-admin"}}})).await?;
+    apply(&ext, &json!({"apiVersion": API, "kind": "OpenStackExternalService", "metadata": {"name": "mq"},
+        "spec": {"type": "messaging", "endpoints": [e("EXTSVC_AMQP")?], "credentials": {"secretName": "mq"},
+                 "extra": {"vhost": e("EXTSVC_AMQP_VHOST")?}}})).await?;
+    let ks_api = dyn_api(&client, &ns, "Keystone", "keystones");
+    apply(
+        &ks_api,
+        &json!({"apiVersion": API, "kind": "Keystone", "metadata": {"name": "ks"},
+        "spec": {"database": {"service": {"name": "db"}}}}),
+    )
+    .await?;
+    let pl_api = dyn_api(&client, &ns, "Placement", "placements");
+    apply(
+        &pl_api,
+        &json!({"apiVersion": API, "kind": "Placement", "metadata": {"name": "pl"},
+        "spec": {"database": {"service": {"name": "db"}}, "keystone": {"name": "ks"}}}),
+    )
+    .await?;
+    Ok(ComputeStage {
+        target,
+        client,
+        ns,
+        ks_url,
+        admin_user,
+    })
 }
