@@ -66,7 +66,9 @@ pub struct MandatoryOp {
     pub made: u64,
     /// Median latency of its successful requests in the run, in ms (`None`: no sample).
     pub median_ms: Option<f64>,
-    /// Latency samples behind the median.
+    /// Mean latency of the same requests, in ms.
+    pub mean_ms: Option<f64>,
+    /// Latency samples behind the median and mean.
     pub samples: usize,
 }
 
@@ -77,8 +79,14 @@ pub struct Floor {
     pub operations: Vec<MandatoryOp>,
     /// Mandatory calls for all projects.
     pub mandatory_calls: u64,
-    /// Σ mandatory calls × median latency ÷ max concurrent calls, in seconds.
+    /// Σ mandatory calls × their mean latency ÷ max concurrent calls, in seconds: the time
+    /// OpenStack spent on the mandatory requests in this run, spread over every slot the
+    /// limiter allows. The mean, not the median: a request's slow tail is time every operator
+    /// pays (the median would leave it out of the floor and into the ratio).
     pub latency_floor_s: f64,
+    /// The same with each request's median latency (the definition before 2026-12-02, kept
+    /// for comparison with earlier runs).
+    pub latency_floor_median_s: f64,
     /// Mandatory calls ÷ requests per second (0 when the rate is unlimited), in seconds.
     pub rate_floor_s: f64,
     /// The larger of the two: no operator with these limits can be faster.
@@ -98,7 +106,7 @@ pub fn floor(
 ) -> Floor {
     let mut operations = Vec::new();
     let mut missing = Vec::new();
-    let mut busy_ms = 0.0;
+    let (mut busy_ms, mut busy_median_ms) = (0.0, 0.0);
     for (op, method, per) in MANDATORY_PROJECT_WRITES {
         let key = request_key(op, method);
         let samples = durations_ms
@@ -106,9 +114,13 @@ pub fn floor(
             .map(Vec::as_slice)
             .unwrap_or_default();
         let median_ms = stats::median(samples);
-        match median_ms {
-            Some(m) => busy_ms += m * f64::from(per * projects),
-            None => missing.push(key.clone()),
+        let mean_ms = stats::mean(samples);
+        match (mean_ms, median_ms) {
+            (Some(mean), Some(median)) => {
+                busy_ms += mean * f64::from(per * projects);
+                busy_median_ms += median * f64::from(per * projects);
+            }
+            _ => missing.push(key.clone()),
         }
         operations.push(MandatoryOp {
             operation: (*op).to_string(),
@@ -116,11 +128,14 @@ pub fn floor(
             per_project: *per,
             made: requests.get(&key).copied().unwrap_or(0),
             median_ms,
+            mean_ms,
             samples: samples.len(),
         });
     }
     let mandatory_calls = u64::from(mandatory_per_project()) * u64::from(projects);
-    let latency_floor_s = busy_ms / 1000.0 / max_concurrent.max(1) as f64;
+    let slots = max_concurrent.max(1) as f64;
+    let latency_floor_s = busy_ms / 1000.0 / slots;
+    let latency_floor_median_s = busy_median_ms / 1000.0 / slots;
     let rate_floor_s = if requests_per_second == 0 {
         0.0
     } else {
@@ -130,6 +145,7 @@ pub fn floor(
         operations,
         mandatory_calls,
         latency_floor_s,
+        latency_floor_median_s,
         rate_floor_s,
         floor_s: latency_floor_s.max(rate_floor_s),
         missing,
@@ -159,6 +175,19 @@ mod tests {
         let slow_rate = floor(10, &durations, &BTreeMap::new(), 10, 1);
         assert_eq!(slow_rate.rate_floor_s, 10.0 * per);
         assert_eq!(slow_rate.floor_s, slow_rate.rate_floor_s);
+    }
+
+    #[test]
+    fn the_floor_counts_the_slow_tail_and_keeps_the_median_figure() {
+        // Mean 400 ms, median 100 ms: one request in four took 1.3 s.
+        let durations: BTreeMap<String, Vec<f64>> = MANDATORY_PROJECT_WRITES
+            .iter()
+            .map(|(op, method, _)| (request_key(op, method), vec![100.0, 100.0, 100.0, 1300.0]))
+            .collect();
+        let per = f64::from(mandatory_per_project());
+        let f = floor(1, &durations, &BTreeMap::new(), 1, 0);
+        assert!((f.latency_floor_s - per * 0.4).abs() < 1e-9, "{f:?}");
+        assert!((f.latency_floor_median_s - per * 0.1).abs() < 1e-9, "{f:?}");
     }
 
     #[test]

@@ -277,7 +277,7 @@ pub fn render(r: &Report) -> String {
         for s in &r.convergence {
             let _ = writeln!(
                 o,
-                "{:>5} {:>9} {:>9} {:>7} {:>7} {:>8.1} {:>10} {:>10} {:>7.1} {:>9.1} {:>9}",
+                "{:>5} {:>9} {:>9} {:>7} {:>7} {:>8.1} {:>10} {:>10} {:>7.2} {:>9.1} {:>9}",
                 s.projects,
                 secs(s.converge_s),
                 secs(s.median_ready_s),
@@ -293,9 +293,24 @@ pub fn render(r: &Report) -> String {
         }
         let _ = writeln!(
             o,
-            "floor(lat) = Σ mandatory writes × their median latency ÷ --max-concurrent-calls; \
+            "floor(lat) = Σ mandatory writes × their mean latency ÷ --max-concurrent-calls \
+             (with the median instead, the definition before 2026-12-02: {}); \
              floor(rate) = mandatory writes ÷ --requests-per-second; ratio = converge ÷ the larger; \
-             in flight = Σ request durations ÷ converge (OpenStack requests in flight on average)"
+             in flight = Σ request durations ÷ converge (OpenStack requests in flight on average)",
+            r.convergence
+                .iter()
+                .map(|s| format!(
+                    "N = {}: {}, ratio {:.2}",
+                    s.projects,
+                    secs(s.floor.latency_floor_median_s),
+                    if s.floor.latency_floor_median_s > 0.0 {
+                        s.converge_s / s.floor.latency_floor_median_s.max(s.floor.rate_floor_s)
+                    } else {
+                        0.0
+                    }
+                ))
+                .collect::<Vec<_>>()
+                .join("; ")
         );
         let _ = writeln!(
             o,

@@ -18,6 +18,11 @@ pub fn median(samples: &[f64]) -> Option<f64> {
     percentile(samples, 50.0)
 }
 
+/// The arithmetic mean; `None` for no samples.
+pub fn mean(samples: &[f64]) -> Option<f64> {
+    (!samples.is_empty()).then(|| samples.iter().sum::<f64>() / samples.len() as f64)
+}
+
 /// The smallest sample.
 pub fn min(samples: &[f64]) -> Option<f64> {
     samples.iter().copied().min_by(f64::total_cmp)
