@@ -1083,6 +1083,115 @@ mod tests {
         );
     }
 
+    /// Folds `edits` ((groups, rules) of each project, in order) as a batch does, each
+    /// committed; every edit's own change and the batch's net change.
+    fn fold_all(
+        observed: Option<Value>,
+        edits: &[(&[&str], Vec<Value>)],
+    ) -> (Vec<Result<MappingChange, String>>, MappingChange) {
+        let mut fold = RuleFold::new(observed);
+        let each = edits
+            .iter()
+            .map(|(mine, rules)| {
+                let c = fold.merge(mine, "sso", rules)?;
+                fold.commit(c.clone());
+                Ok(c)
+            })
+            .collect();
+        (each, fold.net())
+    }
+
+    #[test]
+    fn a_batch_folds_every_projects_edit_into_one_write() {
+        let x = project_rule("x-users", "sso", &users(&["1"]));
+        let a = project_rule("a-users", "sso", &users(&["2"]));
+        let b = project_rule("b-users", "sso", &users(&["3"]));
+        // a is added, x's project was deleted, b is added: one write of the end result.
+        let edits: [(&[&str], Vec<Value>); 3] = [
+            (&["a-users"], vec![a.clone()]),
+            (&["x-users"], vec![]),
+            (&["b-users"], vec![b.clone()]),
+        ];
+        let (each, net) = fold_all(Some(json!([x.clone()])), &edits);
+        assert_eq!(
+            each,
+            vec![
+                Ok(MappingChange::Write(json!([x, a.clone()]))),
+                Ok(MappingChange::Write(json!([a.clone()]))),
+                Ok(MappingChange::Write(json!([a.clone(), b.clone()]))),
+            ]
+        );
+        assert_eq!(net, MappingChange::Write(json!([a.clone(), b.clone()])));
+        // The write's response was lost: the next batch reads the result back and finds
+        // every edit in (merge is idempotent).
+        let (each, net) = fold_all(Some(json!([a.clone(), b.clone()])), &edits);
+        assert!(
+            each.iter().all(|c| c == &Ok(MappingChange::Unchanged)),
+            "{each:?}"
+        );
+        assert_eq!(net, MappingChange::Unchanged);
+        // The first project of a new mapping: one write creates it with every rule.
+        let (_, net) = fold_all(None, &edits);
+        assert_eq!(net, MappingChange::Write(json!([a, b])));
+    }
+
+    #[test]
+    fn a_batch_deletes_the_mapping_only_when_its_end_result_is_empty() {
+        let a = project_rule("a-users", "sso", &users(&["2"]));
+        let b = project_rule("b-users", "sso", &users(&["3"]));
+        let c = project_rule("c-users", "sso", &users(&["4"]));
+        let both = json!([a.clone(), b.clone()]);
+        let (each, net) = fold_all(
+            Some(both.clone()),
+            &[(&["a-users"], vec![]), (&["b-users"], vec![])],
+        );
+        assert_eq!(each[1], Ok(MappingChange::Delete));
+        assert_eq!(net, MappingChange::Delete);
+        // Emptied, then a new project's rule: one write, no delete and create.
+        let (each, net) = fold_all(
+            Some(both.clone()),
+            &[
+                (&["a-users"], vec![]),
+                (&["b-users"], vec![]),
+                (&["c-users"], vec![c.clone()]),
+            ],
+        );
+        assert_eq!(each[2], Ok(MappingChange::Write(json!([c.clone()]))));
+        assert_eq!(net, MappingChange::Write(json!([c])));
+        // Removals from a mapping that is not there change nothing.
+        assert_eq!(
+            fold_all(None, &[(&["a-users"], vec![])]).1,
+            MappingChange::Unchanged
+        );
+        // Rules that are not a list: every edit fails, nothing is written.
+        let (each, net) = fold_all(Some(json!({"x": 1})), &[(&["a-users"], vec![a.clone()])]);
+        assert!(each[0].is_err());
+        assert_eq!(net, MappingChange::Unchanged);
+    }
+
+    #[test]
+    fn an_edit_left_uncommitted_stays_out_of_the_batch() {
+        // A project whose IdP step failed: merged (to know whether it needs the IdP), not
+        // committed; the others' rules are written without its rule.
+        let a = project_rule("a-users", "sso", &users(&["2"]));
+        let b = project_rule("b-users", "sso", &users(&["3"]));
+        let mut fold = RuleFold::new(None);
+        let ca = fold
+            .merge(&["a-users"], "sso", std::slice::from_ref(&a))
+            .unwrap();
+        assert!(fold.exists_after(&ca));
+        let cb = fold
+            .merge(&["b-users"], "sso", std::slice::from_ref(&b))
+            .unwrap();
+        fold.commit(cb);
+        assert_eq!(fold.net(), MappingChange::Write(json!([b])));
+        assert!(fold.exists() && !fold.existed());
+        // No rule and no mapping: nothing needs the IdP.
+        let fold = RuleFold::new(None);
+        let c = fold.merge(&["a-users"], "sso", &[]).unwrap();
+        assert!(!fold.exists_after(&c));
+    }
+
     #[test]
     fn idp_remote_ids_are_corrected_but_not_its_enabled_flag() {
         assert!(
