@@ -529,21 +529,21 @@ pub(crate) fn pending(env: &Env<'_>, idp: &str) -> usize {
 /// waited (the queue is empty after each batch), runs them as one batch ([`run_batch`]) and
 /// answers each. A request answered by an earlier leader returns at once.
 async fn commit(env: &Env<'_>, idp: &str, request: Request) -> Committed {
-    let abandoned = abandoned(&request.ctx, idp);
+    let cancelled = abandoned(&request.ctx, idp);
     let lock = mapping_lock(env, idp);
     let queue = queue_for(&lock);
     let (answer, mut outcome) = oneshot::channel();
     queue.lock().push(Pending { request, answer });
     let guard = tokio::select! {
         biased;
-        done = &mut outcome => return done.unwrap_or(abandoned),
+        done = &mut outcome => return done.unwrap_or(cancelled),
         guard = lock.lock() => guard,
     };
     // Answered by the leader that held the lock just before us, or that leader was cancelled
     // after taking our request (nothing is known of its writes: the project retries).
     match outcome.try_recv() {
         Ok(done) => return done,
-        Err(oneshot::error::TryRecvError::Closed) => return abandoned,
+        Err(oneshot::error::TryRecvError::Closed) => return cancelled,
         Err(oneshot::error::TryRecvError::Empty) => {}
     }
     // Not answered, so still queued (a leader takes requests only while holding the lock and
@@ -561,7 +561,7 @@ async fn commit(env: &Env<'_>, idp: &str, request: Request) -> Committed {
         let _ = answer.send(done);
     }
     drop(guard);
-    outcome.await.unwrap_or(abandoned)
+    outcome.await.unwrap_or(cancelled)
 }
 
 fn abandoned(ctx: &str, idp: &str) -> Committed {
