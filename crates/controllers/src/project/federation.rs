@@ -4,16 +4,34 @@
 //! of `member` map into the project group, the users of another role into that role's group,
 //! so every federated user gets exactly the roles of their bindings. A rule is identified by
 //! its group name AND domain (seed W12: the name alone let `a.b` and `a_b` clobber each other).
-//! The mapping is read-modified-written under a per-IdP lock, and written only when the rules
-//! change. An identity provider the operator created (marked in its description) is created
-//! in the `sso-domain` (so Keystone makes no domain of its own for it) and removed with the
-//! mapping when the last rule goes; one it found is never removed.
+//! An identity provider the operator created (marked in its description) is created in the
+//! `sso-domain` (so Keystone makes no domain of its own for it) and removed with the mapping
+//! when the last rule goes; one it found is never removed.
+//!
+//! The mapping is read-modified-written under a per-IdP lock, by a group commit: the passes
+//! of all projects that need the IdP's mapping while one batch of it is under way queue their
+//! edits, and the next holder of the lock takes every queued edit and runs them as one batch:
+//! one read of the mapping (and of the IdP and protocol when needed), each project's
+//! [`merge_rules`] in queue order on the rules as folded so far ([`RuleFold`], pure), one
+//! write of the result (or the mapping's removal when no rule is left), and each project's
+//! outcome (its errors with its own context, whether it wrote) handed back to it. So N
+//! projects arriving together cost 2 to 4 requests instead of N times that, one after the
+//! other. A failed shared read or write fails every project of the batch, and each retries as
+//! it would alone; a lost write response is safe because the next batch reads the rules back
+//! and finds them in (the merge is idempotent). The mapping is written only when the rules
+//! change.
+
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex, Weak};
 
 use api::naming::{FEDERATION_PROTOCOL, GROUP_DESCRIPTION_PREFIX, mapping_name};
 use api::project::FederationRuleStatus;
 use openstack::OptionalExt;
-use openstack::model::{IdentityProvider, IdentityProviderCreate, IdentityProviderUpdate};
+use openstack::model::{
+    FederationProtocol, IdentityProvider, IdentityProviderCreate, IdentityProviderUpdate,
+};
 use serde_json::{Value, json};
+use tokio::sync::oneshot;
 
 use super::{AreaOutcome, Env, FederationSettings, os, resolve_domain};
 use crate::error::ReconcileError;
@@ -110,6 +128,76 @@ fn truncate(s: &str) -> String {
     s.chars().take(80).collect()
 }
 
+/// Several projects' edits of the shared rules folded, in order, into one write (the group
+/// commit, see [`apply`]): each edit is [`merge_rules`] on the rules as the edits before it
+/// left them, exactly as if the projects had run one after another, and [`RuleFold::net`] is
+/// the one change that takes Keystone from what was read to the end result.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RuleFold {
+    /// The rules read from Keystone (`None`: no mapping).
+    observed: Option<Value>,
+    /// The rules after the edits committed so far (`None`: the mapping is to be absent).
+    current: Option<Value>,
+}
+
+impl RuleFold {
+    /// Starts from the rules read (`None`: no mapping).
+    pub fn new(observed: Option<Value>) -> Self {
+        RuleFold {
+            current: observed.clone(),
+            observed,
+        }
+    }
+
+    /// What one project's edit (see [`merge_rules`]) changes in the rules folded so far,
+    /// without committing it: its IdP step may still fail, and then its rules stay out.
+    pub fn merge(
+        &self,
+        mine: &[&str],
+        domain: &str,
+        rules: &[Value],
+    ) -> Result<MappingChange, String> {
+        merge_rules(self.current.as_ref(), mine, domain, rules)
+    }
+
+    /// Whether the mapping exists once `change` (from [`RuleFold::merge`]) is committed.
+    pub fn exists_after(&self, change: &MappingChange) -> bool {
+        match change {
+            MappingChange::Delete => false,
+            MappingChange::Write(_) => true,
+            MappingChange::Unchanged => self.current.is_some(),
+        }
+    }
+
+    /// Commits `change` (from [`RuleFold::merge`] on the current state).
+    pub fn commit(&mut self, change: MappingChange) {
+        match change {
+            MappingChange::Unchanged => {}
+            MappingChange::Write(rules) => self.current = Some(rules),
+            MappingChange::Delete => self.current = None,
+        }
+    }
+
+    /// Whether the mapping was there when read.
+    pub fn existed(&self) -> bool {
+        self.observed.is_some()
+    }
+
+    /// Whether the mapping is there once the net change is made.
+    pub fn exists(&self) -> bool {
+        self.current.is_some()
+    }
+
+    /// The one change that takes the mapping from what was read to the folded rules.
+    pub fn net(&self) -> MappingChange {
+        match (&self.observed, &self.current) {
+            (a, b) if a == b => MappingChange::Unchanged,
+            (_, Some(rules)) => MappingChange::Write(rules.clone()),
+            (_, None) => MappingChange::Delete,
+        }
+    }
+}
+
 /// What to do about the identity provider.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum IdpStep {
@@ -197,6 +285,12 @@ pub fn idp_step_allowed(
 /// Ensures IdP, mapping rules and protocol for a project (see module docs). `groups` are
 /// (group name, its users), the project group first; `retired` names groups whose rules must
 /// go (names before a rename, roles no longer bound).
+///
+/// The shared objects are written by a group commit ([`commit`]): every project whose pass
+/// needs the IdP's mapping while another batch of it is under way joins the next batch, which
+/// reads the mapping, IdP and protocol once, folds the projects' rules in order and writes the
+/// mapping once. The outcome is this project's own: its errors (with its own context), whether
+/// a write of its happened, and whether its change removed the mapping.
 pub(crate) async fn apply(
     env: &Env<'_>,
     settings: &FederationSettings,
@@ -205,7 +299,6 @@ pub(crate) async fn apply(
     retired: &[String],
 ) -> AreaOutcome {
     let mut out = AreaOutcome::default();
-    let identity = &env.cloud.identity;
     let idp = settings.idp.as_str();
     let domain = settings.sso_domain.as_deref().unwrap_or(project_domain);
     let mapping = mapping_name(idp);
@@ -235,162 +328,30 @@ pub(crate) async fn apply(
         .filter(|(_, users)| !users.is_empty())
         .map(|(g, users)| project_rule(g, domain, users))
         .collect();
-    let mine: Vec<&str> = groups
+    let mine: Vec<String> = groups
         .iter()
-        .map(|(g, _)| g.as_str())
-        .chain(retired.iter().map(String::as_str))
+        .map(|(g, _)| g.clone())
+        .chain(retired.iter().cloned())
         .collect();
-
-    let lock = env.locks.lock_for(&format!("mapping/{idp}"));
-    let _guard = lock.lock().await;
-
-    let observed = match identity.get_mapping(&mapping).await.optional() {
-        Ok(m) => m,
-        Err(e) => {
-            out.errors
-                .push(os(format!("{ctx}: reading mapping {mapping}"), e));
-            return out;
-        }
-    };
-    let change = match merge_rules(observed.as_ref().map(|m| &m.rules), &mine, domain, &rules) {
-        Ok(c) => c,
-        Err(m) => {
-            out.errors
-                .push(ReconcileError::OpenStack(openstack::Error::unexpected(
-                    format!("{ctx}: mapping {mapping}: {m}"),
-                )));
-            return out;
-        }
-    };
-    let mapping_exists = match &change {
-        MappingChange::Delete => false,
-        MappingChange::Write(_) => true,
-        MappingChange::Unchanged => observed.is_some(),
-    };
-
-    // The IdP first: the protocol needs it.
-    if mapping_exists {
-        let current = match identity.get_identity_provider(idp).await.optional() {
-            Ok(i) => i,
-            Err(e) => {
-                out.errors
-                    .push(os(format!("{ctx}: reading identity provider {idp}"), e));
-                return out;
-            }
-        };
-        // Only a new IdP needs the domain's ID.
-        let domain_id = match &current {
-            Some(_) => None,
-            None => match resolve_domain(identity.as_ref(), domain).await {
-                Ok(Some(d)) => Some(d.id),
-                Ok(None) => {
-                    out.errors.push(ReconcileError::DependencyMissing(format!(
-                        "domain {domain:?} (sso-domain in ConfigMap {}), to create identity provider {idp:?} in",
-                        settings.config_map
-                    )));
-                    return out;
-                }
-                Err(e) => {
-                    out.errors
-                        .push(os(format!("{ctx}: looking up domain {domain:?}"), e));
-                    return out;
-                }
-            },
-        };
-        let step = plan_idp(
-            current.as_ref(),
-            idp,
-            &settings.remote_id,
-            domain_id.as_deref(),
-            &env.owner.cluster,
-        );
-        if !settings.may_manage_idp
-            && let Err(e) = idp_step_allowed(&step, settings)
-        {
-            out.errors.push(e);
-            return out;
-        }
-        let res = match &step {
-            IdpStep::None => Ok(()),
-            IdpStep::Create(req) => identity.create_identity_provider(req).await.map(|_| ()),
-            IdpStep::Update(req) => identity
-                .update_identity_provider(idp, req)
-                .await
-                .map(|_| ()),
-        };
-        match res {
-            Ok(()) if step != IdpStep::None => out.changed = true,
-            Ok(()) => {}
-            Err(e) => {
-                out.errors
-                    .push(os(format!("{ctx}: identity provider {idp}"), e));
-                return out;
-            }
-        }
-    }
-
-    match change {
-        MappingChange::Unchanged => {}
-        MappingChange::Write(rules) => {
-            let res = if observed.is_some() {
-                identity.update_mapping(&mapping, &rules).await
-            } else {
-                identity.create_mapping(&mapping, &rules).await
-            };
-            if let Err(e) = res {
-                out.errors
-                    .push(os(format!("{ctx}: writing mapping {mapping}"), e));
-                return out;
-            }
-            out.changed = true;
-        }
-        MappingChange::Delete => {
-            delete_mapping(env, idp, &mapping, &ctx, &mut out).await;
-            out.detail = Some(format!(
-                "no users in spec.roleBindings; this project's rule was the last in {mapping}, which was removed"
-            ));
-            return out;
-        }
-    }
-
-    if mapping_exists {
-        match identity
-            .get_federation_protocol(idp, FEDERATION_PROTOCOL)
-            .await
-            .optional()
-        {
-            Ok(None) => match identity
-                .create_federation_protocol(idp, FEDERATION_PROTOCOL, &mapping)
-                .await
-            {
-                Ok(_) => out.changed = true,
-                Err(e) => out.errors.push(os(
-                    format!("{ctx}: creating protocol {FEDERATION_PROTOCOL} of {idp}"),
-                    e,
-                )),
-            },
-            Ok(Some(p)) if p.mapping_id != mapping && !settings.may_manage_idp => {
-                out.errors.push(ReconcileError::PolicyViolation(format!(
-                    "{ctx}: protocol {FEDERATION_PROTOCOL} of identity provider {idp} uses mapping {:?}, not {mapping}; only a ConfigMap in the operator's federation namespaces (--federation-namespaces) may repoint it",
-                    p.mapping_id
-                )))
-            }
-            Ok(Some(p)) if p.mapping_id != mapping => match identity
-                .update_federation_protocol(idp, FEDERATION_PROTOCOL, &mapping)
-                .await
-            {
-                Ok(_) => out.changed = true,
-                Err(e) => out.errors.push(os(
-                    format!("{ctx}: pointing protocol {FEDERATION_PROTOCOL} of {idp} at {mapping}"),
-                    e,
-                )),
-            },
-            Ok(Some(_)) => {}
-            Err(e) => out.errors.push(os(
-                format!("{ctx}: reading protocol {FEDERATION_PROTOCOL} of {idp}"),
-                e,
-            )),
-        }
+    let done = commit(
+        env,
+        idp,
+        Request {
+            ctx,
+            mine,
+            domain: domain.to_string(),
+            rules,
+            uses: Some(settings.clone()),
+        },
+    )
+    .await;
+    out.errors = done.errors;
+    out.changed = done.changed;
+    if done.took_last {
+        out.detail = Some(format!(
+            "no users in spec.roleBindings; this project's rule was the last in {mapping}, which was removed"
+        ));
+        return out;
     }
     let mapped: Vec<String> = groups
         .iter()
@@ -409,62 +370,6 @@ pub(crate) async fn apply(
     out
 }
 
-/// Deletes the protocol (it points at the mapping) and then the mapping; gone is fine.
-async fn delete_mapping(env: &Env<'_>, idp: &str, mapping: &str, ctx: &str, out: &mut AreaOutcome) {
-    let identity = &env.cloud.identity;
-    match identity
-        .get_federation_protocol(idp, FEDERATION_PROTOCOL)
-        .await
-        .optional()
-    {
-        Ok(Some(p)) if p.mapping_id == mapping => {
-            if let Err(e) = identity
-                .delete_federation_protocol(idp, FEDERATION_PROTOCOL)
-                .await
-                .optional()
-            {
-                out.errors.push(os(
-                    format!("{ctx}: deleting protocol {FEDERATION_PROTOCOL} of {idp}"),
-                    e,
-                ));
-                return;
-            }
-            out.changed = true;
-        }
-        Ok(_) => {}
-        Err(e) => {
-            out.errors.push(os(
-                format!("{ctx}: reading protocol {FEDERATION_PROTOCOL} of {idp}"),
-                e,
-            ));
-            return;
-        }
-    }
-    match identity.delete_mapping(mapping).await.optional() {
-        Ok(_) => out.changed = true,
-        Err(e) => {
-            out.errors
-                .push(os(format!("{ctx}: deleting mapping {mapping}"), e));
-            return;
-        }
-    }
-    // No project uses the IdP any more: one we created goes too (one we found stays).
-    match identity.get_identity_provider(idp).await.optional() {
-        Ok(Some(i)) if idp_is_ours(&i, &env.owner.cluster) => {
-            match identity.delete_identity_provider(idp).await.optional() {
-                Ok(_) => out.changed = true,
-                Err(e) => out
-                    .errors
-                    .push(os(format!("{ctx}: deleting identity provider {idp}"), e)),
-            }
-        }
-        Ok(_) => {}
-        Err(e) => out
-            .errors
-            .push(os(format!("{ctx}: reading identity provider {idp}"), e)),
-    }
-}
-
 /// Removes this project's rules for `groups` (deletion). The IdP stays while other projects
 /// have rules; the last rule takes the mapping, protocol and an IdP we created with it.
 pub(crate) async fn remove(
@@ -475,7 +380,7 @@ pub(crate) async fn remove(
 ) -> AreaOutcome {
     let domain = settings.sso_domain.as_deref().unwrap_or(project_domain);
     let ctx = format!("spec.federationRef (ConfigMap {})", settings.config_map);
-    remove_rule(env, &settings.idp, domain, groups, &ctx).await
+    remove_rule(env, &settings.idp, domain, groups, ctx).await
 }
 
 /// Removes the rule recorded in `status.federationRule`: after `spec.federationRef` was
@@ -490,11 +395,10 @@ pub(crate) async fn remove_recorded(env: &Env<'_>, rule: &FederationRuleStatus) 
         &rule.identity_provider,
         &rule.domain,
         &recorded_groups(rule),
-        &ctx,
+        ctx,
     )
     .await
 }
-
 /// Every group with a rule recorded in `rule`.
 pub fn recorded_groups(rule: &FederationRuleStatus) -> Vec<String> {
     std::iter::once(rule.group.clone())
@@ -524,38 +428,524 @@ async fn remove_rule(
     idp: &str,
     domain: &str,
     groups: &[String],
-    ctx: &str,
+    ctx: String,
 ) -> AreaOutcome {
-    let mut out = AreaOutcome::default();
+    let done = commit(
+        env,
+        idp,
+        Request {
+            ctx,
+            mine: groups.to_vec(),
+            domain: domain.to_string(),
+            rules: Vec::new(),
+            uses: None,
+        },
+    )
+    .await;
+    AreaOutcome {
+        errors: done.errors,
+        changed: done.changed,
+        detail: None,
+    }
+}
+
+/// One project's part of a batch.
+struct Request {
+    /// What its errors are about (its spec field or record), so each names its own object.
+    ctx: String,
+    /// The groups whose rules are this project's (see [`merge_rules`]).
+    mine: Vec<String>,
+    /// The domain named in its rules.
+    domain: String,
+    /// Its rules wanted now; none for a removal.
+    rules: Vec<Value>,
+    /// The settings of a project using the IdP, whose IdP and protocol must be in place while
+    /// its rules are; `None` for a removal, which only takes rules out.
+    uses: Option<FederationSettings>,
+}
+
+/// A project's outcome of a batch: what it would have got alone.
+#[derive(Debug, Default)]
+struct Committed {
+    /// Its failures.
+    errors: Vec<ReconcileError>,
+    /// Whether a write of its (rules, IdP, protocol, removal) happened.
+    changed: bool,
+    /// Its change left the mapping empty, and the mapping (with protocol and our IdP) was
+    /// removed.
+    took_last: bool,
+}
+
+/// A request waiting for the next batch, and where its outcome goes.
+struct Pending {
+    request: Request,
+    answer: oneshot::Sender<Committed>,
+}
+
+/// The requests queued for one IdP's next batch.
+#[derive(Default)]
+struct Queue(Mutex<Vec<Pending>>);
+
+impl Queue {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Pending>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// The queue of each mapping lock. A queue belongs to the lock (one per lock provider and
+/// IdP), so two IdPs, or two [`LockProvider`](super::LockProvider)s such as two tests' fake
+/// clouds, never share a batch; keeping it here rather than in the provider leaves the
+/// provider a plain lock table. The `Weak` keeps the lock's allocation, so its address cannot
+/// be reused by another lock while the entry exists; entries of dropped locks are pruned.
+type Queues = Mutex<Vec<(Weak<tokio::sync::Mutex<()>>, Arc<Queue>)>>;
+static QUEUES: LazyLock<Queues> = LazyLock::new(Queues::default);
+
+fn queue_for(lock: &Arc<tokio::sync::Mutex<()>>) -> Arc<Queue> {
+    let mut all = QUEUES.lock().unwrap_or_else(|p| p.into_inner());
+    all.retain(|(l, _)| l.strong_count() > 0);
+    if let Some((_, q)) = all
+        .iter()
+        .find(|(l, _)| std::ptr::eq(l.as_ptr(), Arc::as_ptr(lock)))
+    {
+        return q.clone();
+    }
+    let q = Arc::new(Queue::default());
+    all.push((Arc::downgrade(lock), q.clone()));
+    q
+}
+
+fn mapping_lock(env: &Env<'_>, idp: &str) -> Arc<tokio::sync::Mutex<()>> {
+    env.locks.lock_for(&format!("mapping/{idp}"))
+}
+
+/// How many requests wait for `idp`'s next batch (tests: to know a batch has formed).
+#[cfg(test)]
+pub(crate) fn pending(env: &Env<'_>, idp: &str) -> usize {
+    queue_for(&mapping_lock(env, idp)).lock().len()
+}
+
+/// The group commit: queues `request` for `idp`'s next batch and waits for its outcome. The
+/// holder of the IdP's mapping lock is the leader: it takes every request queued while it
+/// waited (the queue is empty after each batch), runs them as one batch ([`run_batch`]) and
+/// answers each. A request answered by an earlier leader returns at once.
+async fn commit(env: &Env<'_>, idp: &str, request: Request) -> Committed {
+    let cancelled = abandoned(&request.ctx, idp);
+    let lock = mapping_lock(env, idp);
+    let queue = queue_for(&lock);
+    let (answer, mut outcome) = oneshot::channel();
+    queue.lock().push(Pending { request, answer });
+    let guard = tokio::select! {
+        biased;
+        done = &mut outcome => return done.unwrap_or(cancelled),
+        guard = lock.lock() => guard,
+    };
+    // Answered by the leader that held the lock just before us, or that leader was cancelled
+    // after taking our request (nothing is known of its writes: the project retries).
+    match outcome.try_recv() {
+        Ok(done) => return done,
+        Err(oneshot::error::TryRecvError::Closed) => return cancelled,
+        Err(oneshot::error::TryRecvError::Empty) => {}
+    }
+    // Not answered, so still queued (a leader takes requests only while holding the lock and
+    // answers them all before releasing it): we lead. Requests whose pass was cancelled meanwhile
+    // are dropped.
+    let (requests, answers): (Vec<Request>, Vec<oneshot::Sender<Committed>>) =
+        std::mem::take(&mut *queue.lock())
+            .into_iter()
+            .filter(|p| !p.answer.is_closed())
+            .map(|p| (p.request, p.answer))
+            .unzip();
+    let outcomes = run_batch(env, idp, &requests).await;
+    for (answer, done) in answers.into_iter().zip(outcomes) {
+        // Err: that pass was cancelled since; nobody is waiting for its outcome.
+        let _ = answer.send(done);
+    }
+    drop(guard);
+    outcome.await.unwrap_or(cancelled)
+}
+
+fn abandoned(ctx: &str, idp: &str) -> Committed {
+    Committed {
+        errors: vec![ReconcileError::OpenStack(openstack::Error::Transient {
+            message: format!(
+                "{ctx}: the batch writing mapping {} was cancelled before it answered",
+                mapping_name(idp)
+            ),
+        })],
+        ..Default::default()
+    }
+}
+
+/// Gives every project of the batch still without an error the failure `e` of `what`, each
+/// with its own context: a failed shared read or write fails the whole batch, and each project
+/// retries as it would alone (a lost write response is safe: the next batch reads the rules
+/// back and finds them in).
+fn fail_all(
+    requests: &[Request],
+    outs: &mut [Committed],
+    only: impl Fn(usize) -> bool,
+    what: &str,
+    e: &openstack::Error,
+) {
+    for (i, (r, o)) in requests.iter().zip(outs.iter_mut()).enumerate() {
+        if only(i) && o.errors.is_empty() {
+            o.errors.push(os(format!("{}: {what}", r.ctx), e.clone()));
+        }
+    }
+}
+
+/// The shared objects as this batch knows them; `None`: not read yet, or to be read again
+/// after a write of ours failed (its response may have been lost after it landed).
+#[derive(Default)]
+struct Seen {
+    idp: Option<Option<IdentityProvider>>,
+    protocol: Option<Option<FederationProtocol>>,
+    /// Domain name → ID (or its absence), for creating the IdP.
+    domains: HashMap<String, Option<String>>,
+}
+
+/// Runs one batch of `idp`'s mapping (see [`commit`]): one read of the mapping; each request
+/// in order merged into the rules folded so far ([`RuleFold`]), after its IdP step when its
+/// rules keep the mapping (a project whose IdP step fails keeps its rules out, as it would
+/// alone); one write of the result (or its removal with the protocol and our IdP); then the
+/// protocol step of every project using the mapping. The IdP and protocol are read once and
+/// written only by the first project that needs it. One outcome per request, in order.
+async fn run_batch(env: &Env<'_>, idp: &str, requests: &[Request]) -> Vec<Committed> {
     let identity = &env.cloud.identity;
     let mapping = mapping_name(idp);
-    let lock = env.locks.lock_for(&format!("mapping/{idp}"));
-    let _guard = lock.lock().await;
+    let mut outs: Vec<Committed> = requests.iter().map(|_| Committed::default()).collect();
+    let everyone = |_: usize| true;
     let observed = match identity.get_mapping(&mapping).await.optional() {
-        Ok(m) => m,
+        Ok(m) => m.map(|m| m.rules),
         Err(e) => {
-            out.errors
-                .push(os(format!("{ctx}: reading mapping {mapping}"), e));
-            return out;
+            fail_all(
+                requests,
+                &mut outs,
+                everyone,
+                &format!("reading mapping {mapping}"),
+                &e,
+            );
+            return outs;
         }
     };
-    let mine: Vec<&str> = groups.iter().map(String::as_str).collect();
-    match merge_rules(observed.as_ref().map(|m| &m.rules), &mine, domain, &[]) {
-        Ok(MappingChange::Unchanged) => {}
-        Ok(MappingChange::Write(rules)) => match identity.update_mapping(&mapping, &rules).await {
-            Ok(_) => out.changed = true,
-            Err(e) => out
-                .errors
-                .push(os(format!("{ctx}: writing mapping {mapping}"), e)),
-        },
-        Ok(MappingChange::Delete) => delete_mapping(env, idp, &mapping, ctx, &mut out).await,
-        Err(m) => out
-            .errors
-            .push(ReconcileError::OpenStack(openstack::Error::unexpected(
-                format!("{ctx}: mapping {mapping}: {m}"),
-            ))),
+    let mut fold = RuleFold::new(observed);
+    let mut seen = Seen::default();
+    // Requests whose rules changed the folded rules, and which need the protocol.
+    let mut wrote = vec![false; requests.len()];
+    let mut uses = vec![false; requests.len()];
+    // The request whose change last emptied the rules.
+    let mut emptied = None;
+    for (i, r) in requests.iter().enumerate() {
+        let mine: Vec<&str> = r.mine.iter().map(String::as_str).collect();
+        let change = match fold.merge(&mine, &r.domain, &r.rules) {
+            Ok(c) => c,
+            Err(m) => {
+                outs[i]
+                    .errors
+                    .push(ReconcileError::OpenStack(openstack::Error::unexpected(
+                        format!("{}: mapping {mapping}: {m}", r.ctx),
+                    )));
+                continue;
+            }
+        };
+        // The IdP first: the protocol needs it.
+        if let Some(settings) = &r.uses
+            && fold.exists_after(&change)
+        {
+            match ensure_idp(env, &mut seen, settings, &r.domain, &r.ctx).await {
+                Ok(changed) => outs[i].changed |= changed,
+                Err(IdpFailure::Read(e)) => {
+                    fail_all(
+                        requests,
+                        &mut outs,
+                        everyone,
+                        &format!("reading identity provider {idp}"),
+                        &e,
+                    );
+                    return outs;
+                }
+                Err(IdpFailure::Project(e)) => {
+                    outs[i].errors.push(e);
+                    continue;
+                }
+            }
+            uses[i] = true;
+        }
+        match &change {
+            MappingChange::Unchanged => {}
+            MappingChange::Write(_) => {
+                wrote[i] = true;
+                emptied = None;
+            }
+            MappingChange::Delete => {
+                wrote[i] = true;
+                emptied = Some(i);
+            }
+        }
+        fold.commit(change);
     }
-    out
+
+    let written = match fold.net() {
+        MappingChange::Unchanged => Ok(()),
+        MappingChange::Write(rules) => {
+            let res = if fold.existed() {
+                identity.update_mapping(&mapping, &rules).await
+            } else {
+                identity.create_mapping(&mapping, &rules).await
+            };
+            res.map(|_| ())
+                .map_err(|e| (format!("writing mapping {mapping}"), e))
+        }
+        MappingChange::Delete => delete_mapping(env, &mut seen, idp, &mapping).await,
+    };
+    if let Err((what, e)) = written {
+        fail_all(requests, &mut outs, everyone, &what, &e);
+        return outs;
+    }
+    for (o, w) in outs.iter_mut().zip(&wrote) {
+        o.changed |= *w && o.errors.is_empty();
+    }
+    if !fold.exists() {
+        if let Some(i) = emptied
+            && fold.existed()
+        {
+            outs[i].took_last = true;
+        }
+        return outs;
+    }
+
+    for (i, r) in requests.iter().enumerate() {
+        let Some(settings) = r
+            .uses
+            .as_ref()
+            .filter(|_| uses[i] && outs[i].errors.is_empty())
+        else {
+            continue;
+        };
+        match ensure_protocol(env, &mut seen, settings, idp, &mapping, &r.ctx).await {
+            Ok(changed) => outs[i].changed |= changed,
+            Err(IdpFailure::Read(e)) => {
+                // Only the projects using the protocol depend on it.
+                let users = |j: usize| uses[j];
+                fail_all(
+                    requests,
+                    &mut outs,
+                    users,
+                    &format!("reading protocol {FEDERATION_PROTOCOL} of {idp}"),
+                    &e,
+                );
+                return outs;
+            }
+            Err(IdpFailure::Project(e)) => outs[i].errors.push(e),
+        }
+    }
+    outs
+}
+
+/// Why an IdP or protocol step failed.
+enum IdpFailure {
+    /// Reading the shared object failed: the whole batch fails.
+    Read(openstack::Error),
+    /// This project's step failed (its settings, its domain, its write).
+    Project(ReconcileError),
+}
+
+/// The IdP step of one project (see [`plan_idp`]): whether it wrote.
+async fn ensure_idp(
+    env: &Env<'_>,
+    seen: &mut Seen,
+    settings: &FederationSettings,
+    domain: &str,
+    ctx: &str,
+) -> Result<bool, IdpFailure> {
+    let identity = &env.cloud.identity;
+    let idp = settings.idp.as_str();
+    let current = match &seen.idp {
+        Some(i) => i.clone(),
+        None => {
+            let i = identity
+                .get_identity_provider(idp)
+                .await
+                .optional()
+                .map_err(IdpFailure::Read)?;
+            seen.idp = Some(i.clone());
+            i
+        }
+    };
+    // Only a new IdP needs the domain's ID.
+    let domain_id = match &current {
+        Some(_) => None,
+        None => {
+            let id = match seen.domains.get(domain) {
+                Some(id) => id.clone(),
+                None => {
+                    let id = resolve_domain(identity.as_ref(), domain)
+                        .await
+                        .map_err(|e| {
+                            IdpFailure::Project(os(
+                                format!("{ctx}: looking up domain {domain:?}"),
+                                e,
+                            ))
+                        })?
+                        .map(|d| d.id);
+                    seen.domains.insert(domain.to_string(), id.clone());
+                    id
+                }
+            };
+            let Some(id) = id else {
+                return Err(IdpFailure::Project(ReconcileError::DependencyMissing(
+                    format!(
+                        "domain {domain:?} (sso-domain in ConfigMap {}), to create identity provider {idp:?} in",
+                        settings.config_map
+                    ),
+                )));
+            };
+            Some(id)
+        }
+    };
+    let step = plan_idp(
+        current.as_ref(),
+        idp,
+        &settings.remote_id,
+        domain_id.as_deref(),
+        &env.owner.cluster,
+    );
+    if !settings.may_manage_idp {
+        idp_step_allowed(&step, settings).map_err(IdpFailure::Project)?;
+    }
+    let res = match &step {
+        IdpStep::None => return Ok(false),
+        IdpStep::Create(req) => identity.create_identity_provider(req).await,
+        IdpStep::Update(req) => identity.update_identity_provider(idp, req).await,
+    };
+    match res {
+        Ok(i) => {
+            seen.idp = Some(Some(i));
+            Ok(true)
+        }
+        Err(e) => {
+            // Its response may have been lost after it landed: the next project reads again.
+            seen.idp = None;
+            Err(IdpFailure::Project(os(
+                format!("{ctx}: identity provider {idp}"),
+                e,
+            )))
+        }
+    }
+}
+
+/// The protocol step of one project whose rules are in the mapping: the protocol points at
+/// the mapping (only a trusted ConfigMap may repoint it). Whether it wrote.
+async fn ensure_protocol(
+    env: &Env<'_>,
+    seen: &mut Seen,
+    settings: &FederationSettings,
+    idp: &str,
+    mapping: &str,
+    ctx: &str,
+) -> Result<bool, IdpFailure> {
+    let identity = &env.cloud.identity;
+    let current = match &seen.protocol {
+        Some(p) => p.clone(),
+        None => {
+            let p = identity
+                .get_federation_protocol(idp, FEDERATION_PROTOCOL)
+                .await
+                .optional()
+                .map_err(IdpFailure::Read)?;
+            seen.protocol = Some(p.clone());
+            p
+        }
+    };
+    let (res, what) = match current {
+        Some(p) if p.mapping_id == mapping => return Ok(false),
+        Some(p) if !settings.may_manage_idp => {
+            return Err(IdpFailure::Project(ReconcileError::PolicyViolation(
+                format!(
+                    "{ctx}: protocol {FEDERATION_PROTOCOL} of identity provider {idp} uses mapping {:?}, not {mapping}; only a ConfigMap in the operator's federation namespaces (--federation-namespaces) may repoint it",
+                    p.mapping_id
+                ),
+            )));
+        }
+        Some(_) => (
+            identity
+                .update_federation_protocol(idp, FEDERATION_PROTOCOL, mapping)
+                .await,
+            format!("pointing protocol {FEDERATION_PROTOCOL} of {idp} at {mapping}"),
+        ),
+        None => (
+            identity
+                .create_federation_protocol(idp, FEDERATION_PROTOCOL, mapping)
+                .await,
+            format!("creating protocol {FEDERATION_PROTOCOL} of {idp}"),
+        ),
+    };
+    match res {
+        Ok(p) => {
+            seen.protocol = Some(Some(p));
+            Ok(true)
+        }
+        Err(e) => {
+            // Its response may have been lost after it landed: the next project reads again.
+            seen.protocol = None;
+            Err(IdpFailure::Project(os(format!("{ctx}: {what}"), e)))
+        }
+    }
+}
+
+/// Deletes the protocol (it points at the mapping), then the mapping, then an IdP we created
+/// (no project uses it any more; one we found stays); gone is fine. The failed step and its
+/// error.
+async fn delete_mapping(
+    env: &Env<'_>,
+    seen: &mut Seen,
+    idp: &str,
+    mapping: &str,
+) -> Result<(), (String, openstack::Error)> {
+    let identity = &env.cloud.identity;
+    let protocol = identity
+        .get_federation_protocol(idp, FEDERATION_PROTOCOL)
+        .await
+        .optional()
+        .map_err(|e| {
+            (
+                format!("reading protocol {FEDERATION_PROTOCOL} of {idp}"),
+                e,
+            )
+        })?;
+    if protocol.is_some_and(|p| p.mapping_id == mapping) {
+        identity
+            .delete_federation_protocol(idp, FEDERATION_PROTOCOL)
+            .await
+            .optional()
+            .map_err(|e| {
+                (
+                    format!("deleting protocol {FEDERATION_PROTOCOL} of {idp}"),
+                    e,
+                )
+            })?;
+    }
+    identity
+        .delete_mapping(mapping)
+        .await
+        .optional()
+        .map_err(|e| (format!("deleting mapping {mapping}"), e))?;
+    let current = match seen.idp.take() {
+        Some(i) => i,
+        None => identity
+            .get_identity_provider(idp)
+            .await
+            .optional()
+            .map_err(|e| (format!("reading identity provider {idp}"), e))?,
+    };
+    if current.is_some_and(|i| idp_is_ours(&i, &env.owner.cluster)) {
+        identity
+            .delete_identity_provider(idp)
+            .await
+            .optional()
+            .map_err(|e| (format!("deleting identity provider {idp}"), e))?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -691,6 +1081,115 @@ mod tests {
             ),
             Ok(MappingChange::Write(json!([new, other])))
         );
+    }
+
+    /// Folds `edits` ((groups, rules) of each project, in order) as a batch does, each
+    /// committed; every edit's own change and the batch's net change.
+    fn fold_all(
+        observed: Option<Value>,
+        edits: &[(&[&str], Vec<Value>)],
+    ) -> (Vec<Result<MappingChange, String>>, MappingChange) {
+        let mut fold = RuleFold::new(observed);
+        let each = edits
+            .iter()
+            .map(|(mine, rules)| {
+                let c = fold.merge(mine, "sso", rules)?;
+                fold.commit(c.clone());
+                Ok(c)
+            })
+            .collect();
+        (each, fold.net())
+    }
+
+    #[test]
+    fn a_batch_folds_every_projects_edit_into_one_write() {
+        let x = project_rule("x-users", "sso", &users(&["1"]));
+        let a = project_rule("a-users", "sso", &users(&["2"]));
+        let b = project_rule("b-users", "sso", &users(&["3"]));
+        // a is added, x's project was deleted, b is added: one write of the end result.
+        let edits: [(&[&str], Vec<Value>); 3] = [
+            (&["a-users"], vec![a.clone()]),
+            (&["x-users"], vec![]),
+            (&["b-users"], vec![b.clone()]),
+        ];
+        let (each, net) = fold_all(Some(json!([x.clone()])), &edits);
+        assert_eq!(
+            each,
+            vec![
+                Ok(MappingChange::Write(json!([x, a.clone()]))),
+                Ok(MappingChange::Write(json!([a.clone()]))),
+                Ok(MappingChange::Write(json!([a.clone(), b.clone()]))),
+            ]
+        );
+        assert_eq!(net, MappingChange::Write(json!([a.clone(), b.clone()])));
+        // The write's response was lost: the next batch reads the result back and finds
+        // every edit in (merge is idempotent).
+        let (each, net) = fold_all(Some(json!([a.clone(), b.clone()])), &edits);
+        assert!(
+            each.iter().all(|c| c == &Ok(MappingChange::Unchanged)),
+            "{each:?}"
+        );
+        assert_eq!(net, MappingChange::Unchanged);
+        // The first project of a new mapping: one write creates it with every rule.
+        let (_, net) = fold_all(None, &edits);
+        assert_eq!(net, MappingChange::Write(json!([a, b])));
+    }
+
+    #[test]
+    fn a_batch_deletes_the_mapping_only_when_its_end_result_is_empty() {
+        let a = project_rule("a-users", "sso", &users(&["2"]));
+        let b = project_rule("b-users", "sso", &users(&["3"]));
+        let c = project_rule("c-users", "sso", &users(&["4"]));
+        let both = json!([a.clone(), b.clone()]);
+        let (each, net) = fold_all(
+            Some(both.clone()),
+            &[(&["a-users"], vec![]), (&["b-users"], vec![])],
+        );
+        assert_eq!(each[1], Ok(MappingChange::Delete));
+        assert_eq!(net, MappingChange::Delete);
+        // Emptied, then a new project's rule: one write, no delete and create.
+        let (each, net) = fold_all(
+            Some(both.clone()),
+            &[
+                (&["a-users"], vec![]),
+                (&["b-users"], vec![]),
+                (&["c-users"], vec![c.clone()]),
+            ],
+        );
+        assert_eq!(each[2], Ok(MappingChange::Write(json!([c.clone()]))));
+        assert_eq!(net, MappingChange::Write(json!([c])));
+        // Removals from a mapping that is not there change nothing.
+        assert_eq!(
+            fold_all(None, &[(&["a-users"], vec![])]).1,
+            MappingChange::Unchanged
+        );
+        // Rules that are not a list: every edit fails, nothing is written.
+        let (each, net) = fold_all(Some(json!({"x": 1})), &[(&["a-users"], vec![a.clone()])]);
+        assert!(each[0].is_err());
+        assert_eq!(net, MappingChange::Unchanged);
+    }
+
+    #[test]
+    fn an_edit_left_uncommitted_stays_out_of_the_batch() {
+        // A project whose IdP step failed: merged (to know whether it needs the IdP), not
+        // committed; the others' rules are written without its rule.
+        let a = project_rule("a-users", "sso", &users(&["2"]));
+        let b = project_rule("b-users", "sso", &users(&["3"]));
+        let mut fold = RuleFold::new(None);
+        let ca = fold
+            .merge(&["a-users"], "sso", std::slice::from_ref(&a))
+            .unwrap();
+        assert!(fold.exists_after(&ca));
+        let cb = fold
+            .merge(&["b-users"], "sso", std::slice::from_ref(&b))
+            .unwrap();
+        fold.commit(cb);
+        assert_eq!(fold.net(), MappingChange::Write(json!([b])));
+        assert!(fold.exists() && !fold.existed());
+        // No rule and no mapping: nothing needs the IdP.
+        let fold = RuleFold::new(None);
+        let c = fold.merge(&["a-users"], "sso", &[]).unwrap();
+        assert!(!fold.exists_after(&c));
     }
 
     #[test]

@@ -2201,3 +2201,329 @@ async fn the_pass_that_creates_the_project_skips_the_reads_nothing_can_answer() 
         assert!(w.fake.call_count(op) >= 1, "{op}: {:?}", w.fake.calls());
     }
 }
+
+/// A small federated project `p{i}.example.com` (no networks).
+fn federated(i: usize) -> OpenstackProject {
+    let mut obj = from_yaml(SEED_README, &format!("uid-batch{i}"));
+    obj.spec.name = format!("p{i}.example.com");
+    obj.spec.networks = None;
+    obj
+}
+
+/// A pass (`delete` false) or a deletion of one project, with its federation input.
+struct Job {
+    obj: OpenstackProject,
+    status: OpenstackProjectStatus,
+    fed: FederationInput,
+    delete: bool,
+}
+
+impl Job {
+    fn pass(obj: OpenstackProject, status: OpenstackProjectStatus) -> Self {
+        let fed = fed(&obj);
+        Job {
+            obj,
+            status,
+            fed,
+            delete: false,
+        }
+    }
+}
+
+/// Runs `jobs` so that their federation steps form one batch of satosa's mapping, queued in
+/// the order given: the mapping lock is held until every job waits for it (the jobs' other
+/// areas run first), each job started once the one before it waits. The calls are counted
+/// from the moment all wait, so they are the batch's alone. Each job's result and status, in
+/// order.
+async fn in_one_batch(w: &Arc<World>, jobs: Vec<Job>) -> Vec<(Result<()>, OpenstackProjectStatus)> {
+    let probe = federated(0);
+    let lock = w.locks.lock_for("mapping/satosa");
+    let guard = lock.lock().await;
+    let mut tasks = Vec::new();
+    for (i, mut j) in jobs.into_iter().enumerate() {
+        let w2 = w.clone();
+        tasks.push(tokio::spawn(async move {
+            let res = if j.delete {
+                w2.delete(&j.obj, &mut j.status, j.fed).await
+            } else {
+                w2.pass(&j.obj, &mut j.status, j.fed).await.map(|_| ())
+            };
+            (res, j.status)
+        }));
+        // Not a timer: the pass runs whenever this task yields; the bound makes a pass that
+        // never reaches the mapping fail the test instead of hanging it.
+        let mut spins = 0;
+        while federation::pending(&w.env(&probe), "satosa") <= i {
+            spins += 1;
+            assert!(spins < 100_000, "pass {i} never queued for the mapping");
+            tokio::task::yield_now().await;
+        }
+    }
+    w.fake.reset_calls();
+    drop(guard);
+    let mut out = Vec::new();
+    for t in tasks {
+        out.push(t.await.unwrap());
+    }
+    out
+}
+
+#[tokio::test]
+async fn projects_arriving_together_read_and_write_the_mapping_once() {
+    let w = Arc::new(World::new().await);
+    let jobs = (1..=5)
+        .map(|i| Job::pass(federated(i), Default::default()))
+        .collect();
+    let done = in_one_batch(&w, jobs).await;
+    // The first batch of a new IdP: every shared object read once and made once.
+    for (op, n) in [
+        ("identity.get_mapping", 1),
+        ("identity.create_mapping", 1),
+        ("identity.update_mapping", 0),
+        ("identity.get_identity_provider", 1),
+        ("identity.create_identity_provider", 1),
+        ("identity.get_federation_protocol", 1),
+        ("identity.create_federation_protocol", 1),
+    ] {
+        assert_eq!(w.fake.call_count(op), n, "{op}: {:?}", w.fake.calls());
+    }
+    assert_eq!(w.fake.writes(), 3, "{:?}", w.fake.write_calls());
+    // Each project got its own outcome: ready, its own rule recorded.
+    for (i, (res, st)) in done.iter().enumerate() {
+        assert!(res.is_ok(), "{res:?}");
+        assert!(cond(st, FEDERATION_READY).is_true(), "{st:?}");
+        let group = format!("p{}-example-com-users", i + 1);
+        assert_eq!(
+            st.federation_rule.as_ref().map(|r| r.group.as_str()),
+            Some(group.as_str())
+        );
+        assert!(
+            cond(st, FEDERATION_READY)
+                .message
+                .as_deref()
+                .is_some_and(|m| m.contains(&group)),
+            "{st:?}"
+        );
+    }
+    let rules = w.mapping().await.unwrap().rules;
+    assert_eq!(rules.as_array().map(Vec::len), Some(5));
+    for (i, rule) in rules.as_array().into_iter().flatten().enumerate() {
+        let group = format!("p{}-example-com-users", i + 1);
+        assert!(
+            federation::is_project_rule(rule, &group, "sso-users"),
+            "{rule}"
+        );
+    }
+
+    // A second batch onto the existing mapping: one read, one update; the IdP and protocol
+    // are read once and left alone.
+    let jobs = (6..=9)
+        .map(|i| Job::pass(federated(i), Default::default()))
+        .collect();
+    for (res, _) in in_one_batch(&w, jobs).await {
+        assert!(res.is_ok(), "{res:?}");
+    }
+    for (op, n) in [
+        ("identity.get_mapping", 1),
+        ("identity.update_mapping", 1),
+        ("identity.get_identity_provider", 1),
+        ("identity.get_federation_protocol", 1),
+    ] {
+        assert_eq!(w.fake.call_count(op), n, "{op}: {:?}", w.fake.calls());
+    }
+    assert_eq!(w.fake.writes(), 1, "{:?}", w.fake.write_calls());
+    assert_eq!(
+        w.mapping().await.unwrap().rules.as_array().map(Vec::len),
+        Some(9)
+    );
+}
+
+#[tokio::test]
+async fn a_deletion_and_an_addition_in_one_batch_both_land() {
+    let w = Arc::new(World::new().await);
+    let old = federated(1);
+    let mut old_st = OpenstackProjectStatus::default();
+    w.pass(&old, &mut old_st, fed(&old)).await.unwrap();
+    assert!(old_st.federation_rule.is_some());
+    let gone = Job {
+        fed: fed(&old),
+        obj: old,
+        status: old_st,
+        delete: true,
+    };
+    let done = in_one_batch(&w, vec![gone, Job::pass(federated(2), Default::default())]).await;
+    for (res, _) in &done {
+        assert!(res.is_ok(), "{res:?}");
+    }
+    assert!(done[0].1.federation_rule.is_none(), "{:?}", done[0].1);
+    assert!(done[1].1.federation_rule.is_some(), "{:?}", done[1].1);
+    // One write: the deleted project's rule out, the new one's in; the mapping stays.
+    assert_eq!(w.fake.call_count("identity.get_mapping"), 1);
+    assert_eq!(w.fake.call_count("identity.update_mapping"), 1);
+    assert_eq!(w.fake.call_count("identity.delete_mapping"), 0);
+    let rules = w.mapping().await.unwrap().rules;
+    assert_eq!(rules.as_array().map(Vec::len), Some(1));
+    assert!(federation::is_project_rule(
+        &rules[0],
+        "p2-example-com-users",
+        "sso-users"
+    ));
+
+    // Deleting the last project and one that never had a rule: the mapping goes, and with it
+    // the protocol and the IdP we created.
+    let last = federated(2);
+    let jobs = vec![
+        Job {
+            fed: fed(&last),
+            obj: last,
+            status: done[1].1.clone(),
+            delete: true,
+        },
+        Job {
+            fed: fed(&federated(3)),
+            obj: federated(3),
+            status: Default::default(),
+            delete: true,
+        },
+    ];
+    for (res, _) in in_one_batch(&w, jobs).await {
+        assert!(res.is_ok(), "{res:?}");
+    }
+    assert_eq!(w.fake.call_count("identity.get_mapping"), 1);
+    assert_eq!(w.fake.call_count("identity.delete_mapping"), 1);
+    assert!(w.mapping().await.is_none());
+    assert!(
+        w.cloud
+            .identity
+            .get_identity_provider("satosa")
+            .await
+            .optional()
+            .unwrap()
+            .is_none()
+    );
+}
+
+#[tokio::test]
+async fn projects_of_another_idp_never_wait_for_a_batch() {
+    let w = Arc::new(World::new().await);
+    let probe = federated(0);
+    let lock = w.locks.lock_for("mapping/satosa");
+    let guard = lock.lock().await;
+    // satosa's batch cannot run (its lock is held): a keycloak project still converges.
+    let obj = federated(1);
+    let mut st = OpenstackProjectStatus::default();
+    let mut input = fed(&obj);
+    if let FederationInput::Settings(s) = &mut input {
+        s.idp = "keycloak".into();
+    }
+    w.pass(&obj, &mut st, input).await.unwrap();
+    assert_eq!(federation::pending(&w.env(&probe), "satosa"), 0);
+    assert_eq!(federation::pending(&w.env(&probe), "keycloak"), 0);
+    drop(guard);
+    let k = w
+        .cloud
+        .identity
+        .get_mapping("keycloak_oidc_mapping")
+        .await
+        .unwrap();
+    assert_eq!(k.rules.as_array().map(Vec::len), Some(1));
+    assert!(w.mapping().await.is_none());
+}
+
+#[tokio::test]
+async fn a_failed_read_or_lost_write_fails_the_whole_batch_and_the_next_converges() {
+    let w = Arc::new(World::new().await);
+    let n = 3;
+    let jobs = |sts: Vec<OpenstackProjectStatus>| -> Vec<Job> {
+        sts.into_iter()
+            .enumerate()
+            .map(|(i, st)| Job::pass(federated(i + 1), st))
+            .collect()
+    };
+    // The mapping cannot be read: every project of the batch fails, each naming its own
+    // ConfigMap and the mapping, and nothing is written.
+    w.fake.fail_next(
+        "identity.get_mapping",
+        1,
+        openstack::Error::Transient {
+            message: "injected".into(),
+        },
+    );
+    let done = in_one_batch(&w, jobs(vec![Default::default(); n])).await;
+    for (res, st) in &done {
+        assert!(res.is_err(), "{res:?}");
+        let m = cond(st, FEDERATION_READY)
+            .message
+            .clone()
+            .unwrap_or_default();
+        assert!(
+            m.contains("spec.federationRef (ConfigMap demo/federation-config): reading mapping satosa_oidc_mapping"),
+            "{m}"
+        );
+    }
+    assert_eq!(w.fake.writes(), 0, "{:?}", w.fake.write_calls());
+    // The write lands but its response is lost: every project fails and retries.
+    w.fake.lose_next_response("identity.create_mapping", 1);
+    let done = in_one_batch(&w, jobs(done.into_iter().map(|(_, st)| st).collect())).await;
+    for (res, st) in &done {
+        assert!(res.is_err(), "{res:?}");
+        assert!(!cond(st, FEDERATION_READY).is_true(), "{st:?}");
+    }
+    assert_eq!(w.fake.call_count("identity.create_mapping"), 1);
+    assert_eq!(
+        w.mapping().await.unwrap().rules.as_array().map(Vec::len),
+        Some(n)
+    );
+    // The next batch reads the rules back and finds them in: no second write of the
+    // mapping; the protocol the failed batch never reached is made once.
+    let done = in_one_batch(&w, jobs(done.into_iter().map(|(_, st)| st).collect())).await;
+    for (res, st) in &done {
+        assert!(res.is_ok(), "{res:?}");
+        assert!(cond(st, FEDERATION_READY).is_true(), "{st:?}");
+    }
+    for (op, count) in [
+        ("identity.create_mapping", 0),
+        ("identity.update_mapping", 0),
+        ("identity.create_identity_provider", 0),
+        ("identity.create_federation_protocol", 1),
+    ] {
+        assert_eq!(w.fake.call_count(op), count, "{op}: {:?}", w.fake.calls());
+    }
+    assert_eq!(
+        w.mapping().await.unwrap().rules.as_array().map(Vec::len),
+        Some(n)
+    );
+}
+
+#[tokio::test]
+async fn a_project_whose_idp_step_fails_keeps_its_rule_out_of_the_batch() {
+    let w = Arc::new(World::new().await);
+    // A tenant's own ConfigMap may not create the IdP: that project waits for an
+    // administrator, while a trusted project of the same batch creates it and is mapped.
+    let tenant = federated(1);
+    let tenant_input = tenant_fed("https://idp.example.com", "sso-users");
+    let jobs = vec![
+        Job {
+            obj: tenant,
+            status: Default::default(),
+            fed: tenant_input,
+            delete: false,
+        },
+        Job::pass(federated(2), Default::default()),
+    ];
+    let done = in_one_batch(&w, jobs).await;
+    let (res, st) = &done[0];
+    assert!(
+        matches!(res, Err(ReconcileError::DependencyMissing(m)) if m.contains("identity provider \"satosa\"")),
+        "{res:?}"
+    );
+    assert!(!cond(st, FEDERATION_READY).is_true());
+    assert!(done[1].0.is_ok(), "{:?}", done[1].0);
+    let rules = w.mapping().await.unwrap().rules;
+    assert_eq!(rules.as_array().map(Vec::len), Some(1));
+    assert!(federation::is_project_rule(
+        &rules[0],
+        "p2-example-com-users",
+        "sso-users"
+    ));
+}
