@@ -335,7 +335,9 @@ mod tests {
         assert_eq!(c.unsupported(CacheClient::Oslo), None);
         assert_eq!(c.unsupported(CacheClient::Django), None);
         for v in [VerifyMode::CaOnly, VerifyMode::Insecure] {
-            c.tls.as_mut().map(|t| t.verify = v);
+            if let Some(t) = c.tls.as_mut() {
+                t.verify = v;
+            }
             let why = c.unsupported(CacheClient::Oslo).unwrap_or_default();
             assert!(why.starts_with("spec.tls.verify"), "{why}");
             assert_eq!(c.unsupported(CacheClient::Django), None);
