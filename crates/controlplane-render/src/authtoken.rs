@@ -61,11 +61,7 @@ mod tests {
             project: "service".into(),
         };
         let mut ini = Ini::default();
-        set(
-            &mut ini,
-            &k,
-            &crate::cache::Cache::plain(vec!["mc:11211".to_string()]),
-        );
+        set(&mut ini, &k, &crate::cache::full());
         for key in OWNED_OPTIONS {
             assert!(
                 ini.get("keystone_authtoken", key).is_some(),

@@ -62,6 +62,27 @@ pub struct Cache {
     pub sasl: Option<CacheSasl>,
 }
 
+/// A cache using every option the renderers can write (TLS with a client certificate, SASL):
+/// what the tests of "every owned option is rendered" render with.
+#[cfg(test)]
+pub(crate) fn full() -> Cache {
+    Cache {
+        servers: vec!["mc-0:11212".into()],
+        tls: Some(CacheTls {
+            ca_file: "/etc/ssl/cache-ca/ca.crt".into(),
+            client_cert: Some((
+                "/etc/ssl/cache-client/tls.crt".into(),
+                "/etc/ssl/cache-client/tls.key".into(),
+            )),
+            verify: VerifyMode::Full,
+        }),
+        sasl: Some(CacheSasl {
+            username: "u".into(),
+            password: "p".into(),
+        }),
+    }
+}
+
 /// A client library of memcached, for what it can honour.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CacheClient {

@@ -91,7 +91,9 @@ fn nova_snapshots() {
 #[test]
 fn the_options_validation_refuses_are_the_ones_rendered() {
     let t = ServiceTemplate::default();
-    let ini = Ini::parse(&nova_conf(&inputs(&t)).unwrap());
+    let mut i = inputs(&t);
+    i.cache = crate::cache::full();
+    let ini = Ini::parse(&nova_conf(&i).unwrap());
     for (section, key) in controlplane_api::validation::NOVA_OWNED_OPTIONS {
         assert!(
             ini.get(section, key).is_some(),
