@@ -5,9 +5,11 @@
 //! keystonemiddleware's key, and Keystone's items appear, read back over TLS. A Placement whose
 //! cache is `memcached-wrong-name` (a certificate for another host name) refuses that server
 //! (no item lands there, its TLS handshakes fail) while its API keeps answering. With
-//! `memcached-sasl` both cache through SASL (oslo.cache's pool, keystonemiddleware's).
+//! `memcached-sasl` both cache through SASL (oslo.cache's pool, keystonemiddleware's). Horizon's
+//! rendered settings, run by its venv's Django, round-trip a value through `memcached-tls`,
+//! fail on `memcached-wrong-name` with `Full` and pass with `CaOnly`.
 //!
-//! The proof takes about a minute (two Keystones, three Placements, one after another).
+//! The proof takes 60-80 s (two Keystones, three Placements, one after another; Django).
 //!
 //! Needs: `scripts/test-cloud up` (MariaDB on :13306, Keystone on :5000, the venv),
 //! `scripts/control-plane-deps` (python-binary-memcached in the venv) and
@@ -31,7 +33,7 @@ use controlplane_api::keystone::{DatabaseSpec, TokenSettings};
 use controlplane_render::KeyRepository;
 use controlplane_render::cache::{Cache, CacheSasl, CacheTls};
 use controlplane_render::secrets::password;
-use controlplane_render::{keystone, placement};
+use controlplane_render::{horizon, keystone, placement};
 
 const REGION: &str = "CpProofCacheTls";
 const USER: &str = "cpproof_cachetls";
@@ -271,6 +273,54 @@ async fn exercise_keystone(client: &reqwest::Client, base: &str, pw: &str) {
             .unwrap_or_else(|e| panic!("catalog: {e}; {}", logs()));
         assert_eq!(r.status(), 200, "catalog; {}", logs());
     }
+}
+
+/// Horizon's rendered `local_settings.py` for `cache`, executed by the Horizon venv's Python:
+/// Django's cache (the sessions' store) sets and reads back a value; stdout is `ok`, or the
+/// error Django raised.
+fn django_cache_roundtrip(root: &Path, tag: &str, cache: Cache) -> String {
+    const SCRIPT: &str = r#"import os, runpy, sys
+from django.conf import settings
+ns = runpy.run_path(sys.argv[1])
+settings.configure(CACHES=ns["CACHES"])
+from django.core.cache import cache
+try:
+    cache.set("cpproof-cache-tls", "here")
+    got = cache.get("cpproof-cache-tls")
+    print("ok" if got == "here" else "read back %r" % (got,))
+except Exception as e:
+    print("%s: %s" % (type(e).__name__, e))
+"#;
+    let template = ServiceTemplate::default();
+    let inputs = horizon::HorizonInputs {
+        template: &template,
+        keystone_url: "http://127.0.0.1:5000/v3".into(),
+        region: "RegionOne".into(),
+        allowed_hosts: vec!["127.0.0.1".into()],
+        secret_key: password(32),
+        cache,
+        keystone_ca_file: None,
+        https: false,
+        config_dir: root.join(tag).display().to_string(),
+        static_root: root.join(tag).join("static").display().to_string(),
+        python_home: None,
+        listen: "127.0.0.1:1".into(),
+        workers: 1,
+    };
+    let file = root.join(format!("{tag}-local_settings.py"));
+    std::fs::write(&file, horizon::local_settings(&inputs)).expect("local_settings.py");
+    let python = test_cloud_dir().join("horizon-venv/bin/python3");
+    assert!(
+        python.exists(),
+        "{} missing: run scripts/control-plane-deps",
+        python.display()
+    );
+    run(
+        Command::new(python).arg("-c").arg(SCRIPT).arg(&file),
+        "Django cache round trip",
+    )
+    .trim()
+    .to_string()
 }
 
 /// Placement's rendered files for `cache` under `root/<tag>`; its base URL.
@@ -566,5 +616,18 @@ async fn services_cache_in_memcached_over_tls_and_sasl() {
         "keystonemiddleware did not cache the token in the SASL memcached; {}",
         logs()
     );
+    // Horizon: Django's pymemcache client with the rendered TLS context reaches the TLS
+    // memcached, and refuses the wrong-name one (full verification).
+    assert_eq!(
+        django_cache_roundtrip(root, "hz-tls", tls(&tls_server.addr)),
+        "ok"
+    );
+    let refused = django_cache_roundtrip(root, "hz-wrong", tls(&wrong_server.addr));
+    assert!(refused.contains("CERTIFICATE_VERIFY_FAILED"), "{refused}");
+    let mut ca_only = tls(&wrong_server.addr);
+    if let Some(t) = ca_only.tls.as_mut() {
+        t.verify = VerifyMode::CaOnly;
+    }
+    assert_eq!(django_cache_roundtrip(root, "hz-ca-only", ca_only), "ok");
     eprintln!("cache TLS/SASL proof took {:?}", started.elapsed());
 }
