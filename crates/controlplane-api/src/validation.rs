@@ -30,6 +30,16 @@ pub const KEYSTONE_OWNED_OPTIONS: &[(&str, &str)] = &[
     ("token", "expiration"),
     ("token", "allow_expired_window"),
     ("cache", "memcache_servers"),
+    // The cache's TLS and SASL (from the cache external service): an override could turn
+    // them off or point them elsewhere.
+    ("cache", "backend"),
+    ("cache", "tls_enabled"),
+    ("cache", "tls_cafile"),
+    ("cache", "tls_certfile"),
+    ("cache", "tls_keyfile"),
+    ("cache", "memcache_sasl_enabled"),
+    ("cache", "username"),
+    ("cache", "password"),
 ];
 
 /// Placement's options the operator renders itself (database, token validation and the
@@ -137,6 +147,16 @@ pub const NOVA_OWNED_OPTIONS: &[(&str, &str)] = &[
     ("service_user", "project_name"),
     ("service_user", "send_service_user_token"),
     ("cache", "memcache_servers"),
+    // The cache's TLS and SASL (from the cache external service): an override could turn
+    // them off or point them elsewhere.
+    ("cache", "backend"),
+    ("cache", "tls_enabled"),
+    ("cache", "tls_cafile"),
+    ("cache", "tls_certfile"),
+    ("cache", "tls_keyfile"),
+    ("cache", "memcache_sasl_enabled"),
+    ("cache", "username"),
+    ("cache", "password"),
     ("vnc", "novncproxy_host"),
     ("vnc", "novncproxy_port"),
 ];
@@ -185,6 +205,14 @@ pub const AUTHTOKEN_OWNED_OPTIONS: &[&str] = &[
     "user_domain_name",
     "project_domain_name",
     "memcached_servers",
+    "memcache_use_advanced_pool",
+    "memcache_tls_enabled",
+    "memcache_tls_cafile",
+    "memcache_tls_certfile",
+    "memcache_tls_keyfile",
+    "memcache_sasl_enabled",
+    "memcache_username",
+    "memcache_password",
 ];
 
 /// Whether the operator renders `[section] key` for `service` itself (refused as an override):

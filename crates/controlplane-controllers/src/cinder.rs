@@ -22,6 +22,7 @@ use kube::{Api, Resource, ResourceExt};
 
 use crate::runtime::{self, Ctx, Error, State};
 use crate::service::{Pass, ServiceKind, Watched, or_state};
+use controlplane_render::cache::CacheClient;
 
 /// The Job steps, in order (`online-data-migrations` runs once the Deployments rolled).
 pub const STEPS: [&str; 5] = [
@@ -162,9 +163,12 @@ async fn pass(p: &mut Pass<'_, Cinder>) -> Result<State, Error> {
         .await?
     );
     let mq = or_state!(p.messaging(&spec.messaging.name).await?);
-    let memcache_servers = or_state!(
-        p.cache(spec.cache.as_ref().map(|c| c.name.as_str()))
-            .await?
+    let cache = or_state!(
+        p.cache(
+            spec.cache.as_ref().map(|c| c.name.as_str()),
+            CacheClient::Oslo
+        )
+        .await?
     );
     let user_secret = p.names.service_user();
     let service_password = or_state!(p.generated_password(&user_secret).await?);
@@ -188,7 +192,7 @@ async fn pass(p: &mut Pass<'_, Cinder>) -> Result<State, Error> {
         database: db.database.clone(),
         messaging: mq.cinder(),
         keystone: auth.clone(),
-        memcache_servers,
+        cache: cache.cache.clone(),
         backends: backends(&spec.backends),
         // Volumes belong to this stable host, whatever pod runs cinder-volume.
         volume_host: name.clone(),
@@ -250,6 +254,7 @@ async fn pass(p: &mut Pass<'_, Cinder>) -> Result<State, Error> {
         &objects::secret(&p.owner, &p.names.config(), "config", files),
     )
     .await?;
+    config_hash = cache.config_hash(&config_hash);
     p.status.config_hash = Some(config_hash.clone());
     let mut internal = render::internal_url(&name, &p.ns);
     if serving.is_some() {
@@ -267,6 +272,7 @@ async fn pass(p: &mut Pass<'_, Cinder>) -> Result<State, Error> {
         render::POD_CONFIG_DIR,
     )];
     volumes.extend(db.ca_volume.iter().cloned());
+    volumes.extend(cache.volumes.iter().cloned());
     volumes.extend(mq.volumes.iter().cloned());
     let paths = Paths::pod();
 

@@ -25,6 +25,7 @@ use kube::{Api, ResourceExt};
 
 use crate::runtime::{self, Ctx, Error, State};
 use crate::service::{Pass, ServiceKind, Watched, or_state, secret_str};
+use controlplane_render::cache::CacheClient;
 
 /// The Job steps, in order.
 pub const STEPS: [&str; 3] = ["db-init", "db-sync", "service-user"];
@@ -258,9 +259,12 @@ async fn pass(p: &mut Pass<'_, Glance>) -> Result<State, Error> {
         )
         .await?
     );
-    let memcache_servers = or_state!(
-        p.cache(spec.cache.as_ref().map(|c| c.name.as_str()))
-            .await?
+    let cache = or_state!(
+        p.cache(
+            spec.cache.as_ref().map(|c| c.name.as_str()),
+            CacheClient::Oslo
+        )
+        .await?
     );
     let (s3, s3_ca) = match &spec.storage.s3 {
         Some(s) => {
@@ -311,7 +315,7 @@ async fn pass(p: &mut Pass<'_, Glance>) -> Result<State, Error> {
         template: &spec.template,
         database: db.database.clone(),
         keystone: auth.clone(),
-        memcache_servers,
+        cache: cache.cache.clone(),
         backends: backends(spec, s3),
         web_download: web_download(spec),
         public_url: Some(public.clone()),
@@ -350,6 +354,7 @@ async fn pass(p: &mut Pass<'_, Glance>) -> Result<State, Error> {
         &objects::secret(&p.owner, &p.names.config(), "config", files),
     )
     .await?;
+    config_hash = cache.config_hash(&config_hash);
     p.status.config_hash = Some(config_hash.clone());
     p.status.endpoint = Some(internal.clone());
 
@@ -359,6 +364,7 @@ async fn pass(p: &mut Pass<'_, Glance>) -> Result<State, Error> {
         render::POD_CONFIG_DIR,
     )];
     job_volumes.extend(db.ca_volume.iter().cloned());
+    job_volumes.extend(cache.volumes.iter().cloned());
 
     // Jobs, in order; each waits for the one before.
     if let Some(s) = p.db_init(&image, &db, &db_secret).await? {
@@ -389,6 +395,7 @@ async fn pass(p: &mut Pass<'_, Glance>) -> Result<State, Error> {
         &storage,
     );
     params.volumes.extend(db.ca_volume.iter().cloned());
+    params.volumes.extend(cache.volumes.iter().cloned());
     let mut dep = objects::api_deployment(&p.owner, &spec.template, params);
     if let Some(s) = &serving {
         tls::serve_tls(&mut dep, &s.secret);

@@ -24,6 +24,7 @@ use kube::{Api, ResourceExt};
 
 use crate::runtime::{Ctx, Error, State};
 use crate::service::{Pass, ServiceKind, Watched, or_state};
+use controlplane_render::cache::CacheClient;
 
 /// The page the kubelet and the operator probe: it renders only with working settings and
 /// the compressed static manifest.
@@ -134,7 +135,9 @@ pub fn config_volume(secret: &str, files: &BTreeMap<String, String>) -> (Volume,
 /// static-files emptyDir, init containers running the setup commands (collectstatic, then
 /// compress) into it, and HTTP probes of the login page sent with the Service's host name
 /// (Django refuses hosts outside `ALLOWED_HOSTS`, the pod IP among them). With `tls_secret`
-/// the certificate Secret is mounted and the probes use HTTPS.
+/// the certificate Secret is mounted and the probes use HTTPS; `extra_volumes` (memcached's
+/// CA and client certificate) are mounted too.
+#[allow(clippy::too_many_arguments)]
 pub fn deployment(
     owner: &Owner,
     spec: &controlplane_api::HorizonSpec,
@@ -143,6 +146,7 @@ pub fn deployment(
     files: &BTreeMap<String, String>,
     config_secret: &str,
     tls_secret: Option<&str>,
+    extra_volumes: &[(Volume, VolumeMount)],
 ) -> Deployment {
     let (name, namespace) = (owner.instance.as_str(), owner.namespace.as_str());
     let static_files = (
@@ -157,7 +161,8 @@ pub fn deployment(
             ..VolumeMount::default()
         },
     );
-    let volumes = vec![config_volume(config_secret, files), static_files];
+    let mut volumes = vec![config_volume(config_secret, files), static_files];
+    volumes.extend(extra_volumes.iter().cloned());
     let mut dep = objects::api_deployment(
         owner,
         &spec.template,
@@ -259,9 +264,12 @@ async fn pass(p: &mut Pass<'_, Horizon>) -> Result<State, Error> {
         return Ok(state);
     }
     let ks = or_state!(p.keystone(&spec.keystone.name).await?);
-    let memcache_servers = or_state!(
-        p.cache(spec.cache.as_ref().map(|c| c.name.as_str()))
-            .await?
+    let cache = or_state!(
+        p.cache(
+            spec.cache.as_ref().map(|c| c.name.as_str()),
+            CacheClient::Django
+        )
+        .await?
     );
     let secret_key_secret = p.names.n("horizon-secret-key");
     let django_secret = or_state!(p.generated_password(&secret_key_secret).await?);
@@ -282,7 +290,7 @@ async fn pass(p: &mut Pass<'_, Horizon>) -> Result<State, Error> {
         region: ks.region.clone(),
         allowed_hosts: allowed_hosts(&name, &p.ns, spec.public_endpoint.as_deref()),
         secret_key: django_secret,
-        memcache_servers,
+        cache: cache.cache.clone(),
         // Keystone over TLS: Django's keystoneauth session verifies it with its CA, mounted
         // beside the settings.
         keystone_ca_file: ks
@@ -317,6 +325,8 @@ async fn pass(p: &mut Pass<'_, Horizon>) -> Result<State, Error> {
     if let Some(s) = &serving {
         config_hash = tls::config_hash(&config_hash, Some(&s.cert), None);
     }
+    // A new memcached CA or client certificate rolls them too (read when the cache connects).
+    config_hash = cache.config_hash(&config_hash);
     let data = files
         .iter()
         .map(|(k, v)| (secret_key(k), v.clone()))
@@ -341,6 +351,7 @@ async fn pass(p: &mut Pass<'_, Horizon>) -> Result<State, Error> {
         &files,
         &p.names.config(),
         serving.as_ref().map(|s| s.secret.as_str()),
+        &cache.volumes,
     );
     let applied = p.apply_api(&dep, render::PORT).await?;
     let want = spec.template.replicas.unwrap_or(1);
@@ -431,6 +442,7 @@ mod tests {
             &files,
             "dash-horizon-config",
             None,
+            &[],
         );
         let pod = d.spec.template.spec.expect("pod");
         let init: Vec<_> = pod
@@ -474,6 +486,11 @@ mod tests {
             &files,
             "dash-horizon-config",
             Some("dash-api-tls"),
+            &[objects::secret_volume(
+                "cache-ca",
+                "mc-ca",
+                crate::service::CACHE_CA_DIR,
+            )],
         );
         let pod = d.spec.template.spec.expect("pod");
         let c = &pod.containers[0];
@@ -504,5 +521,12 @@ mod tests {
                 .flatten()
                 .all(|m| m.mount_path != tls::POD_TLS_DIR)
         }));
+        // memcached's CA reaches the serving container.
+        assert!(
+            c.volume_mounts
+                .iter()
+                .flatten()
+                .any(|m| m.mount_path == crate::service::CACHE_CA_DIR)
+        );
     }
 }

@@ -22,6 +22,7 @@ use tracing::info;
 use crate::runtime::{self, Ctx, Error, State};
 use crate::service::{Pass, ServiceKind, Watched, issue_token_verified, or_state, secret_str};
 pub use crate::service::{StepState, job_outcome, retry_delay, token_probe};
+use controlplane_render::cache::CacheClient;
 
 mod credential_keys;
 pub use credential_keys::{
@@ -236,9 +237,12 @@ async fn pass(p: &mut Pass<'_, Keystone>) -> Result<State, Error> {
         )
         .await?
     );
-    let memcache_servers = or_state!(
-        p.cache(spec.cache.as_ref().map(|c| c.name.as_str()))
-            .await?
+    let cache = or_state!(
+        p.cache(
+            spec.cache.as_ref().map(|c| c.name.as_str()),
+            CacheClient::Oslo
+        )
+        .await?
     );
     // The admin password: the user's Secret, or one we generate.
     let admin_ref = admin_secret(obj);
@@ -273,7 +277,7 @@ async fn pass(p: &mut Pass<'_, Keystone>) -> Result<State, Error> {
     let inputs = KeystoneInputs {
         spec,
         database: db.database.clone(),
-        memcache_servers,
+        cache: cache.cache.clone(),
         paths: Paths::pod(),
         listen: format!("0.0.0.0:{}", render::PORT),
         workers: 2,
@@ -305,6 +309,7 @@ async fn pass(p: &mut Pass<'_, Keystone>) -> Result<State, Error> {
         ]),
     );
     runtime::apply(&p.secrets(), &config_secret).await?;
+    config_hash = cache.config_hash(&config_hash);
     p.status.config_hash = Some(config_hash.clone());
 
     let mut internal = render::internal_url(&obj.name_any(), &p.ns);
@@ -320,6 +325,7 @@ async fn pass(p: &mut Pass<'_, Keystone>) -> Result<State, Error> {
         "/etc/keystone",
     )];
     volumes.extend(db.ca_volume.iter().cloned());
+    volumes.extend(cache.volumes.iter().cloned());
     let keys = [
         objects::secret_volume(
             "fernet-keys",

@@ -24,6 +24,7 @@ use kube::{Api, ResourceExt};
 
 use crate::runtime::{self, Ctx, Error, State};
 use crate::service::{Pass, ServiceKind, Watched, or_state, secret_str};
+use controlplane_render::cache::CacheClient;
 
 /// The Job steps, in order.
 pub const STEPS: [&str; 4] = ["db-init", "db-expand", "service-user", "db-contract"];
@@ -243,9 +244,12 @@ async fn pass(p: &mut Pass<'_, Neutron>) -> Result<State, Error> {
         )
         .await?
     );
-    let memcache_servers = or_state!(
-        p.cache(spec.cache.as_ref().map(|c| c.name.as_str()))
-            .await?
+    let cache = or_state!(
+        p.cache(
+            spec.cache.as_ref().map(|c| c.name.as_str()),
+            CacheClient::Oslo
+        )
+        .await?
     );
     let ovn_svc = or_state!(p.external(&spec.ovn.name, ExternalKind::Ovn).await?);
     let (nb, sb) = match ovn_endpoints(&ovn_svc) {
@@ -283,7 +287,7 @@ async fn pass(p: &mut Pass<'_, Neutron>) -> Result<State, Error> {
         template: &spec.template,
         database: db.database.clone(),
         keystone: auth.clone(),
-        memcache_servers,
+        cache: cache.cache.clone(),
         ovn,
         // Not read by the server's files; replaced below when Nova's secret exists.
         metadata: nova_metadata("", &p.ns, String::new(), false),
@@ -349,6 +353,7 @@ async fn pass(p: &mut Pass<'_, Neutron>) -> Result<State, Error> {
         &objects::secret(&p.owner, &p.names.config(), "config", files),
     )
     .await?;
+    config_hash = cache.config_hash(&config_hash);
     p.status.config_hash = Some(config_hash.clone());
     let mut internal = render::internal_url(&obj.name_any(), &p.ns);
     if serving.is_some() {
@@ -365,6 +370,7 @@ async fn pass(p: &mut Pass<'_, Neutron>) -> Result<State, Error> {
         state_volume(),
     ];
     volumes.extend(db.ca_volume.iter().cloned());
+    volumes.extend(cache.volumes.iter().cloned());
     volumes.extend(tls_volumes);
 
     // Jobs before the servers: the database, the additive (expand) migrations, the catalog.

@@ -27,6 +27,7 @@ use kube::{Api, Resource, ResourceExt};
 
 use crate::runtime::{self, Ctx, Error, State};
 use crate::service::{Pass, ServiceKind, Watched, or_state, secret_str};
+use controlplane_render::cache::CacheClient;
 
 /// The Job steps, in order (`online-data-migrations` runs once the Deployments rolled).
 pub const STEPS: [&str; 8] = [
@@ -292,9 +293,12 @@ async fn pass(p: &mut Pass<'_, Nova>) -> Result<State, Error> {
     let api_db = or_state!(p.database(&svc, api_name, user.clone(), &db_secret).await?);
     let cell0 = or_state!(p.database(&svc, cell0_name, user, &db_secret).await?);
     let mq = or_state!(p.messaging(&spec.messaging.name).await?);
-    let memcache_servers = or_state!(
-        p.cache(spec.cache.as_ref().map(|c| c.name.as_str()))
-            .await?
+    let cache = or_state!(
+        p.cache(
+            spec.cache.as_ref().map(|c| c.name.as_str()),
+            CacheClient::Oslo
+        )
+        .await?
     );
     let user_secret = p.names.service_user();
     let service_password = or_state!(p.generated_password(&user_secret).await?);
@@ -337,7 +341,7 @@ async fn pass(p: &mut Pass<'_, Nova>) -> Result<State, Error> {
         },
         messaging: mq.nova(),
         keystone: auth.clone(),
-        memcache_servers,
+        cache: cache.cache.clone(),
         peers: Peers {
             placement: Some(placement_url),
             glance: spec.glance.as_ref().map(|g| {
@@ -463,8 +467,9 @@ async fn pass(p: &mut Pass<'_, Nova>) -> Result<State, Error> {
     )
     .await?;
     // A renewed certificate or a new CA rolls every component (they all read the bundle).
+    // So does a new memcached CA or client certificate (the API and metadata pods read it).
     let with_tls = |h: String| {
-        if client_ca.is_some() || serving.is_some() {
+        let h = if client_ca.is_some() || serving.is_some() {
             tls::config_hash(
                 &h,
                 serving.as_ref().map(|s| s.cert.as_str()),
@@ -472,7 +477,8 @@ async fn pass(p: &mut Pass<'_, Nova>) -> Result<State, Error> {
             )
         } else {
             h
-        }
+        };
+        cache.config_hash(&h)
     };
     let api_hash = with_tls(render::config_hash(
         &image,
@@ -497,6 +503,7 @@ async fn pass(p: &mut Pass<'_, Nova>) -> Result<State, Error> {
         render::POD_CONFIG_DIR,
     )];
     volumes.extend(cell1.ca_volume.iter().cloned());
+    volumes.extend(cache.volumes.iter().cloned());
     volumes.extend(mq.volumes.iter().cloned());
 
     // Jobs, in order; each waits for the one before.

@@ -15,6 +15,7 @@ use kube::{Api, ResourceExt};
 
 use crate::runtime::{self, Ctx, Error, State};
 use crate::service::{Pass, ServiceKind, Watched, or_state};
+use controlplane_render::cache::CacheClient;
 
 /// The Job steps, in order.
 pub const STEPS: [&str; 3] = ["db-init", "db-sync", "service-user"];
@@ -78,9 +79,12 @@ async fn pass(p: &mut Pass<'_, Placement>) -> Result<State, Error> {
         )
         .await?
     );
-    let memcache_servers = or_state!(
-        p.cache(spec.cache.as_ref().map(|c| c.name.as_str()))
-            .await?
+    let cache = or_state!(
+        p.cache(
+            spec.cache.as_ref().map(|c| c.name.as_str()),
+            CacheClient::Oslo
+        )
+        .await?
     );
     let user_secret = p.names.service_user();
     let service_password = or_state!(p.generated_password(&user_secret).await?);
@@ -103,7 +107,7 @@ async fn pass(p: &mut Pass<'_, Placement>) -> Result<State, Error> {
         template: &spec.template,
         database: db.database.clone(),
         keystone: auth.clone(),
-        memcache_servers,
+        cache: cache.cache.clone(),
         paths: Paths::pod(),
         listen: format!("0.0.0.0:{}", render::PORT),
         workers: 2,
@@ -143,6 +147,7 @@ async fn pass(p: &mut Pass<'_, Placement>) -> Result<State, Error> {
         &objects::secret(&p.owner, &p.names.config(), "config", files),
     )
     .await?;
+    config_hash = cache.config_hash(&config_hash);
     p.status.config_hash = Some(config_hash.clone());
     let mut internal = render::internal_url(&obj.name_any(), &p.ns);
     if serving.is_some() {
@@ -160,6 +165,7 @@ async fn pass(p: &mut Pass<'_, Placement>) -> Result<State, Error> {
         render::POD_CONFIG_DIR,
     )];
     volumes.extend(db.ca_volume.iter().cloned());
+    volumes.extend(cache.volumes.iter().cloned());
 
     // Jobs, in order; each waits for the one before.
     if let Some(s) = p.db_init(&image, &db, &db_secret).await? {

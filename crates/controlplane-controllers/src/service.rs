@@ -17,6 +17,8 @@ use controlplane_api::external::{CredentialsRef, ServiceKind as ExternalKind};
 use controlplane_api::status::Conditioned;
 use controlplane_api::validation::parse_endpoint;
 use controlplane_api::{JobRecord, Keystone, OpenStackExternalService, ServiceStatus};
+use controlplane_render::InputHash;
+use controlplane_render::cache::{Cache, CacheClient, CacheSasl, CacheTls};
 use controlplane_render::database::{self, DB_INIT_SCRIPT, Database};
 use controlplane_render::objects::{self, JobParams, Owner};
 use controlplane_render::secrets;
@@ -40,6 +42,35 @@ use crate::runtime::{self, Ctx, Error, State};
 
 /// Where a database's CA bundle is mounted in Jobs and pods.
 pub const DB_CA_DIR: &str = "/etc/ssl/db-ca";
+/// Where the cache's (memcached's) CA bundle is mounted in pods.
+pub const CACHE_CA_DIR: &str = "/etc/ssl/cache-ca";
+/// Where the cache's client certificate Secret (`tls.crt`, `tls.key`) is mounted in pods.
+pub const CACHE_CLIENT_DIR: &str = "/etc/ssl/cache-client";
+
+/// The `cache` external service as a service's pods use it.
+#[derive(Clone, Debug, Default)]
+pub struct ResolvedCache {
+    /// What the renderers read (no servers: no cache).
+    pub cache: Cache,
+    /// The CA bundle's and client certificate's volumes, for every pod given the options.
+    pub volumes: Vec<(Volume, VolumeMount)>,
+    /// Hash of the CA bundle and client certificate bytes, with TLS.
+    pub tls_hash: Option<String>,
+}
+
+impl ResolvedCache {
+    /// `config_hash` extended with the TLS material's hash: a new CA or client certificate
+    /// rolls the pods (they read the files at start). Unchanged without TLS.
+    pub fn config_hash(&self, config_hash: &str) -> String {
+        match &self.tls_hash {
+            None => config_hash.to_string(),
+            Some(h) => InputHash::new()
+                .add("config", config_hash)
+                .add("cache-tls", h)
+                .short(),
+        }
+    }
+}
 
 /// Unwraps a `Result<T, State>` in a pass: the state ends the pass.
 macro_rules! or_state {
@@ -392,15 +423,112 @@ impl<K: ServiceKind> Pass<'_, K> {
         Ok(Ok(svc))
     }
 
-    /// The memcached endpoints of an optional `cache` external service (empty without one).
-    pub async fn cache(&self, name: Option<&str>) -> Result<Result<Vec<String>, State>, Error> {
+    /// The optional `cache` external service (memcached) as `client` uses it: its endpoints,
+    /// TLS (CA bundle and client certificate mounted from their Secrets) and SASL credentials
+    /// (read from its Secret, rendered into the config Secret only). A cache `client` cannot
+    /// honour fully (see [`Cache::unsupported`]) is refused as InvalidSpec naming the field,
+    /// never rendered weaker than asked.
+    pub async fn cache(
+        &self,
+        name: Option<&str>,
+        client: CacheClient,
+    ) -> Result<Result<ResolvedCache, State>, Error> {
         let Some(name) = name else {
-            return Ok(Ok(Vec::new()));
+            return Ok(Ok(ResolvedCache::default()));
         };
-        Ok(self
-            .external(name, ExternalKind::Cache)
-            .await?
-            .map(|c| c.spec.endpoints))
+        let svc = match self.external(name, ExternalKind::Cache).await? {
+            Ok(s) => s,
+            Err(state) => return Ok(Err(state)),
+        };
+        let secrets = self.secrets();
+        let missing = |message: String| {
+            Ok(Err(State::Blocked {
+                reason: "SecretMissing".into(),
+                message,
+            }))
+        };
+        let mut sasl = None;
+        if let Some(creds) = &svc.spec.credentials {
+            let secret = secrets.get_opt(&creds.secret_name).await?;
+            let get = |k: &str| secret.as_ref().and_then(|s| secret_str(s, k));
+            let (Some(username), Some(password)) =
+                (get(&creds.username_key), get(&creds.password_key))
+            else {
+                return missing(format!(
+                    "external service {name} (cache): Secret {} lacks key {} or {}",
+                    creds.secret_name, creds.username_key, creds.password_key
+                ));
+            };
+            sasl = Some(CacheSasl {
+                username: username.trim().to_string(),
+                password: password.trim_end_matches(['\r', '\n']).to_string(),
+            });
+        }
+        let mut tls = None;
+        let mut volumes = Vec::new();
+        let mut tls_hash = None;
+        if let Some(t) = &svc.spec.tls {
+            let ca = secrets
+                .get_opt(&t.ca_secret.name)
+                .await?
+                .and_then(|s| secret_str(&s, &t.ca_secret.key));
+            let Some(ca) = ca else {
+                return missing(format!(
+                    "external service {name} (cache): CA Secret {} lacks key {}",
+                    t.ca_secret.name, t.ca_secret.key
+                ));
+            };
+            let mut hash = InputHash::new().add("ca", &ca);
+            volumes.push(objects::secret_volume(
+                "cache-ca",
+                &t.ca_secret.name,
+                CACHE_CA_DIR,
+            ));
+            let mut client_cert = None;
+            if let Some(c) = &t.client_cert_secret {
+                let s = secrets.get_opt(&c.name).await?;
+                let (Some(crt), Some(key)) = (
+                    s.as_ref().and_then(|s| secret_str(s, "tls.crt")),
+                    s.as_ref().and_then(|s| secret_str(s, "tls.key")),
+                ) else {
+                    return missing(format!(
+                        "external service {name} (cache): client certificate Secret {} lacks tls.crt or tls.key",
+                        c.name
+                    ));
+                };
+                hash = hash.add("tls.crt", crt).add("tls.key", key);
+                volumes.push(objects::secret_volume(
+                    "cache-client",
+                    &c.name,
+                    CACHE_CLIENT_DIR,
+                ));
+                client_cert = Some((
+                    format!("{CACHE_CLIENT_DIR}/tls.crt"),
+                    format!("{CACHE_CLIENT_DIR}/tls.key"),
+                ));
+            }
+            tls_hash = Some(hash.short());
+            tls = Some(CacheTls {
+                ca_file: format!("{CACHE_CA_DIR}/{}", t.ca_secret.key),
+                client_cert,
+                verify: t.verify,
+            });
+        }
+        let cache = Cache {
+            servers: svc.spec.endpoints.clone(),
+            tls,
+            sasl,
+        };
+        if let Some(why) = cache.unsupported(client) {
+            return Ok(Err(State::InvalidSpec(format!(
+                "spec.cache: external service {name} (cache) {why}"
+            ))));
+        }
+        Ok(Ok(ResolvedCache {
+            cache,
+            volumes,
+            tls_hash,
+        }))
     }
 
     /// The `database` external service `service` (Ready, with admin credentials and a valid
@@ -1305,6 +1433,25 @@ mod tests {
         let c = tls_condition(&s, false);
         assert!(!c.is_true());
         assert_eq!(c.reason.as_deref(), Some("CertificateNotServedYet"));
+    }
+
+    #[test]
+    fn a_cache_ca_change_changes_the_config_hash_and_no_tls_keeps_it() {
+        let plain = ResolvedCache::default();
+        assert_eq!(plain.config_hash("abc"), "abc");
+        let with = |ca: &str| ResolvedCache {
+            tls_hash: Some(InputHash::new().add("ca", ca).short()),
+            ..ResolvedCache::default()
+        };
+        assert_ne!(with("ca-1").config_hash("abc"), "abc");
+        assert_ne!(
+            with("ca-1").config_hash("abc"),
+            with("ca-2").config_hash("abc")
+        );
+        assert_eq!(
+            with("ca-1").config_hash("abc"),
+            with("ca-1").config_hash("abc")
+        );
     }
 
     #[test]

@@ -21,7 +21,7 @@ use kube::{Api, Resource, ResourceExt};
 
 use crate::messaging::{MQ_CA_DIR, MQ_CLIENT_DIR};
 use crate::runtime::{Ctx, Error, State};
-use crate::service::{DB_CA_DIR, job_outcome};
+use crate::service::{CACHE_CA_DIR, CACHE_CLIENT_DIR, DB_CA_DIR, job_outcome};
 
 /// The annotation whose new value retries a failed upgrade step.
 pub const RETRY_ANNOTATION: &str = "controlplane.sunet.se/retry-upgrade";
@@ -96,6 +96,11 @@ pub struct ExternalMounts {
     pub mq_ca: Option<String>,
     /// The message queue's client certificate Secret.
     pub mq_client: Option<String>,
+    /// The cache's (memcached's) CA bundle Secret: every service's configuration names the
+    /// file, and a command that sets up its cache reads it, so every service's Job mounts it.
+    pub cache_ca: Option<String>,
+    /// The cache's client certificate Secret.
+    pub cache_client: Option<String>,
 }
 
 /// Whether a service's configuration names the message queue (its Jobs mount its TLS files).
@@ -237,6 +242,12 @@ pub async fn drive(
                 if es.messaging.as_ref().is_some_and(|m| m.name == r.name) {
                     mounts.mq_ca = tls.map(|t| t.ca_secret.name.clone());
                     mounts.mq_client = tls
+                        .and_then(|t| t.client_cert_secret.as_ref())
+                        .map(|c| c.name.clone());
+                }
+                if es.cache.as_ref().is_some_and(|c| c.name == r.name) {
+                    mounts.cache_ca = tls.map(|t| t.ca_secret.name.clone());
+                    mounts.cache_client = tls
                         .and_then(|t| t.client_cert_secret.as_ref())
                         .map(|c| c.name.clone());
                 }
@@ -454,6 +465,12 @@ pub fn step_job(
                     volumes.push(objects::secret_volume("mq-client", c, MQ_CLIENT_DIR));
                 }
             }
+            if let Some(ca) = &mounts.cache_ca {
+                volumes.push(objects::secret_volume("cache-ca", ca, CACHE_CA_DIR));
+            }
+            if let Some(c) = &mounts.cache_client {
+                volumes.push(objects::secret_volume("cache-client", c, CACHE_CLIENT_DIR));
+            }
             Ok(Some(objects::job(&owner, params(image, command, volumes))))
         }
         _ => Ok(None),
@@ -640,6 +657,8 @@ mod tests {
             db_ca: Some("db-ca".into()),
             mq_ca: Some("mq-ca".into()),
             mq_client: Some("mq-client".into()),
+            cache_ca: Some("cache-ca".into()),
+            cache_client: None,
         };
         let job = step_job(c, &running(name), &step, &mounts)
             .expect("job")
@@ -782,6 +801,7 @@ mod tests {
                 want_volumes.push(("mq-ca".into(), "mq-ca".into(), MQ_CA_DIR.into()));
                 want_volumes.push(("mq-client".into(), "mq-client".into(), MQ_CLIENT_DIR.into()));
             }
+            want_volumes.push(("cache-ca".into(), "cache-ca".into(), CACHE_CA_DIR.into()));
             assert_eq!(volumes, want_volumes, "{name}");
             covered.push(name);
         }

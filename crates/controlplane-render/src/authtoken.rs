@@ -25,9 +25,9 @@ pub struct KeystoneAuth {
 /// The options of `[keystone_authtoken]` every service owns (refused as overrides).
 pub use controlplane_api::validation::AUTHTOKEN_OWNED_OPTIONS as OWNED_OPTIONS;
 
-/// Sets `[keystone_authtoken]`; `memcache_servers` (`host:port`) is the middleware's token
-/// cache, none when empty.
-pub fn set(ini: &mut Ini, k: &KeystoneAuth, memcache_servers: &[String]) {
+/// Sets `[keystone_authtoken]`; `cache` is the middleware's token cache (with its TLS and
+/// SASL), none without servers.
+pub fn set(ini: &mut Ini, k: &KeystoneAuth, cache: &crate::cache::Cache) {
     ini.set("keystone_authtoken", "auth_type", "password")
         .set("keystone_authtoken", "auth_url", k.auth_url.clone())
         .set(
@@ -43,13 +43,7 @@ pub fn set(ini: &mut Ini, k: &KeystoneAuth, memcache_servers: &[String]) {
         .set("keystone_authtoken", "project_domain_name", "Default")
         // Service tokens (Nova's, sent with a user's) count only from users with `service`.
         .set("keystone_authtoken", "service_token_roles_required", "true");
-    if !memcache_servers.is_empty() {
-        ini.set(
-            "keystone_authtoken",
-            "memcached_servers",
-            memcache_servers.join(","),
-        );
-    }
+    crate::cache::set_authtoken(ini, cache);
 }
 
 #[cfg(test)]
@@ -67,7 +61,7 @@ mod tests {
             project: "service".into(),
         };
         let mut ini = Ini::default();
-        set(&mut ini, &k, &["mc:11211".to_string()]);
+        set(&mut ini, &k, &crate::cache::full());
         for key in OWNED_OPTIONS {
             assert!(
                 ini.get("keystone_authtoken", key).is_some(),

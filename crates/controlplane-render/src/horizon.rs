@@ -41,8 +41,8 @@ pub struct HorizonInputs<'a> {
     pub allowed_hosts: Vec<String>,
     /// Django's `SECRET_KEY` (generated; signs sessions and CSRF tokens).
     pub secret_key: String,
-    /// `host:port` of each memcached: sessions and Django's cache.
-    pub memcache_servers: Vec<String>,
+    /// The `cache` external service (memcached: servers, TLS, SASL): sessions and Django's cache.
+    pub cache: crate::cache::Cache,
     /// CA bundle file for Keystone's TLS (`None`: system trust or plain HTTP).
     pub keystone_ca_file: Option<String>,
     /// The dashboard is served over HTTPS (cookies are then `Secure`).
@@ -139,7 +139,7 @@ pub fn local_settings(i: &HorizonInputs<'_>) -> String {
     );
     // Sessions live in memcached: any replica serves any user, and logging out everywhere is
     // one cache, not a database Horizon does not have.
-    if i.memcache_servers.is_empty() {
+    if i.cache.servers.is_empty() {
         s.insert(
             "SESSION_ENGINE",
             Value::String("django.contrib.sessions.backends.signed_cookies".into()),
@@ -153,7 +153,7 @@ pub fn local_settings(i: &HorizonInputs<'_>) -> String {
             "CACHES",
             serde_json::json!({"default": {
                 "BACKEND": "django.core.cache.backends.memcached.PyMemcacheCache",
-                "LOCATION": i.memcache_servers,
+                "LOCATION": i.cache.servers,
             }}),
         );
     }
@@ -188,7 +188,17 @@ pub fn local_settings(i: &HorizonInputs<'_>) -> String {
     let mut out = String::from(
         "# Rendered by openstack-operator; edit the Horizon template's configOverrides instead.\n",
     );
-    for (k, v) in s.iter().chain(overrides.iter()) {
+    for (k, v) in &s {
+        out.push_str(&format!("{k} = {}\n", python_literal(v)));
+    }
+    // memcached over TLS: pymemcache takes an SSLContext, which is no literal. SASL is not
+    // rendered: pymemcache has none, and the controller refuses a cache with credentials.
+    if let Some(t) = i.cache.tls.as_ref().filter(|_| !i.cache.servers.is_empty()) {
+        out.push_str(&crate::cache::django_tls(t, |v| {
+            python_literal(&Value::String(v.to_string()))
+        }));
+    }
+    for (k, v) in &overrides {
         out.push_str(&format!("{k} = {}\n", python_literal(v)));
     }
     out
@@ -267,7 +277,7 @@ mod tests {
             region: "RegionOne".into(),
             allowed_hosts: vec!["horizon.example.org".into()],
             secret_key: "s3cr3t\"'\\".into(),
-            memcache_servers: vec!["mc-0:11211".into(), "mc-1:11211".into()],
+            cache: crate::cache::Cache::plain(vec!["mc-0:11211".into(), "mc-1:11211".into()]),
             keystone_ca_file: None,
             https: true,
             config_dir: POD_CONFIG_DIR.into(),
@@ -305,6 +315,36 @@ mod tests {
             ),
             "{s}"
         );
+    }
+
+    #[test]
+    fn a_tls_cache_gets_a_tls_context_and_a_plain_one_none() {
+        let t = ServiceTemplate::default();
+        let plain = local_settings(&inputs(&t));
+        assert!(!plain.contains("tls_context"), "{plain}");
+        assert!(!plain.contains("import ssl"), "{plain}");
+        let mut i = inputs(&t);
+        i.cache.tls = Some(crate::cache::CacheTls {
+            ca_file: "/etc/ssl/cache-ca/ca.crt".into(),
+            client_cert: None,
+            verify: controlplane_api::external::VerifyMode::Full,
+        });
+        let s = local_settings(&i);
+        let tail = s
+            .split_once("CACHES = ")
+            .map(|(_, t)| t)
+            .unwrap_or_default();
+        assert!(
+            tail.contains(
+                "_cache_tls = _cache_ssl.create_default_context(cafile=\"/etc/ssl/cache-ca/ca.crt\")\n"
+            ),
+            "{s}"
+        );
+        assert!(
+            tail.contains("CACHES[\"default\"][\"OPTIONS\"] = {\"tls_context\": _cache_tls}\n"),
+            "{s}"
+        );
+        assert!(!s.contains("check_hostname"), "{s}");
     }
 
     #[test]

@@ -48,8 +48,8 @@ pub struct KeystoneInputs<'a> {
     pub spec: &'a KeystoneSpec,
     /// Resolved database.
     pub database: Database,
-    /// `host:port` of each memcached, empty without a cache.
-    pub memcache_servers: Vec<String>,
+    /// The `cache` external service (memcached: servers, TLS, SASL), empty without a cache.
+    pub cache: crate::cache::Cache,
     /// File locations.
     pub paths: Paths,
     /// Address uwsgi listens on, e.g. `0.0.0.0:5000`.
@@ -104,13 +104,7 @@ pub fn keystone_conf(i: &KeystoneInputs<'_>) -> String {
             i.paths.credential_keys.clone(),
         )
         .set("oslo_middleware", "enable_proxy_headers_parsing", "true");
-    if i.memcache_servers.is_empty() {
-        ini.set("cache", "enabled", "false");
-    } else {
-        ini.set("cache", "enabled", "true")
-            .set("cache", "backend", "dogpile.cache.pymemcache")
-            .set("cache", "memcache_servers", i.memcache_servers.join(","));
-    }
+    crate::cache::set_oslo_cache(&mut ini, &i.cache);
     ini.merge(&i.spec.template.config_overrides);
     ini.render()
 }
@@ -216,7 +210,7 @@ mod tests {
                 password: "secret".into(),
                 ca_file: Some("/etc/keystone/db-ca/ca.crt".into()),
             },
-            memcache_servers: vec!["mc:11211".into()],
+            cache: crate::cache::Cache::plain(vec!["mc:11211".into()]),
             paths: Paths::pod(),
             listen: "0.0.0.0:5000".into(),
             workers: 2,
@@ -256,5 +250,39 @@ mod tests {
             &keystone_conf(&inputs(&s)),
             &[],
         );
+    }
+
+    #[test]
+    fn a_tls_and_sasl_cache_gives_oslo_cache_options_keystone_defines() {
+        let s = spec();
+        let mut i = inputs(&s);
+        i.cache.tls = Some(crate::cache::CacheTls {
+            ca_file: "/etc/ssl/cache-ca/ca.crt".into(),
+            client_cert: Some(("/c/tls.crt".into(), "/c/tls.key".into())),
+            verify: controlplane_api::external::VerifyMode::Full,
+        });
+        let text = keystone_conf(&i);
+        let ini = Ini::parse(&text);
+        assert_eq!(ini.get("cache", "tls_enabled"), Some("true"));
+        assert_eq!(
+            ini.get("cache", "tls_cafile"),
+            Some("/etc/ssl/cache-ca/ca.crt")
+        );
+        assert_eq!(
+            ini.get("cache", "backend"),
+            Some("dogpile.cache.pymemcache")
+        );
+        i.cache.sasl = Some(crate::cache::CacheSasl {
+            username: "u".into(),
+            password: "p".into(),
+        });
+        let text = keystone_conf(&i);
+        assert_eq!(
+            Ini::parse(&text).get("cache", "backend"),
+            Some("oslo_cache.memcache_pool")
+        );
+        crate::ini::assert_options_known(controlplane_api::ServiceName::Keystone, &text, &[]);
+        let plain = Ini::parse(&keystone_conf(&inputs(&s)));
+        assert_eq!(plain.get("cache", "tls_enabled"), None);
     }
 }

@@ -5,6 +5,7 @@
 //! from exactly this output.
 
 pub mod authtoken;
+pub mod cache;
 pub mod cinder;
 pub mod credential_keys;
 pub mod database;

@@ -268,8 +268,8 @@ pub struct NeutronInputs<'a> {
     /// The deployed Keystone and Neutron's service user (`[keystone_authtoken]`, and `[nova]`
     /// for the port events Neutron sends to Nova).
     pub keystone: KeystoneAuth,
-    /// `host:port` of each memcached (keystonemiddleware's token cache), empty without a cache.
-    pub memcache_servers: Vec<String>,
+    /// The `cache` external service (memcached: servers, TLS, SASL) (keystonemiddleware's token cache), empty without a cache.
+    pub cache: crate::cache::Cache,
     /// The OVN databases.
     pub ovn: Ovn,
     /// Nova's metadata API and the shared secret.
@@ -366,13 +366,7 @@ pub fn neutron_conf(i: &NeutronInputs<'_>) -> String {
         .set("oslo_middleware", "enable_proxy_headers_parsing", "true");
     keystone_auth(&mut ini, "nova", k);
     ini.set("nova", "endpoint_type", "internal");
-    if !i.memcache_servers.is_empty() {
-        ini.set(
-            "keystone_authtoken",
-            "memcached_servers",
-            i.memcache_servers.join(","),
-        );
-    }
+    crate::cache::set_authtoken(&mut ini, &i.cache);
     ini.merge(&overrides(i.template, false));
     ini.render()
 }
@@ -590,7 +584,7 @@ mod tests {
                 password: "kssecret".into(),
                 project: "service".into(),
             },
-            memcache_servers: vec!["mc-0:11211".into()],
+            cache: crate::cache::Cache::plain(vec!["mc-0:11211".into()]),
             ovn: Ovn {
                 nb: vec!["ssl:ovn-nb-0:6641".into(), "ovn-nb-1:6641".into()],
                 sb: vec!["ssl:ovn-sb-0:6642".into()],

@@ -53,8 +53,8 @@ pub struct PlacementInputs<'a> {
     pub database: Database,
     /// The deployed Keystone and the service user.
     pub keystone: KeystoneAuth,
-    /// `host:port` of each memcached (keystonemiddleware's token cache), empty without a cache.
-    pub memcache_servers: Vec<String>,
+    /// The `cache` external service (memcached: servers, TLS, SASL) (keystonemiddleware's token cache), empty without a cache.
+    pub cache: crate::cache::Cache,
     /// File locations.
     pub paths: Paths,
     /// Address uwsgi listens on, e.g. `0.0.0.0:8778`.
@@ -78,7 +78,7 @@ pub fn placement_conf(i: &PlacementInputs<'_>) -> String {
         .set("placement_database", "max_retries", "-1")
         .set("placement_database", "connection_recycle_time", "600")
         .set("oslo_middleware", "enable_proxy_headers_parsing", "true");
-    authtoken::set(&mut ini, &i.keystone, &i.memcache_servers);
+    authtoken::set(&mut ini, &i.keystone, &i.cache);
     ini.merge(&i.template.config_overrides);
     ini.render()
 }
@@ -190,7 +190,7 @@ mod tests {
                 password: "kssecret".into(),
                 project: "service".into(),
             },
-            memcache_servers: vec!["mc-0:11211".into(), "mc-1:11211".into()],
+            cache: crate::cache::Cache::plain(vec!["mc-0:11211".into(), "mc-1:11211".into()]),
             paths: Paths::pod(),
             listen: format!("0.0.0.0:{PORT}"),
             workers: 2,
@@ -225,10 +225,35 @@ mod tests {
     }
 
     #[test]
+    fn a_tls_cache_gives_the_middleware_its_tls_options() {
+        let t = ServiceTemplate::default();
+        let mut i = inputs(&t);
+        i.cache.tls = Some(crate::cache::CacheTls {
+            ca_file: "/etc/ssl/cache-ca/ca.crt".into(),
+            client_cert: None,
+            verify: controlplane_api::external::VerifyMode::Full,
+        });
+        let ini = Ini::parse(&placement_conf(&i));
+        for (k, v) in [
+            ("memcache_tls_enabled", "true"),
+            ("memcache_tls_cafile", "/etc/ssl/cache-ca/ca.crt"),
+            ("memcache_use_advanced_pool", "true"),
+        ] {
+            assert_eq!(ini.get("keystone_authtoken", k), Some(v), "{k}");
+        }
+        assert_eq!(ini.get("keystone_authtoken", "memcache_tls_certfile"), None);
+        let plain = Ini::parse(&placement_conf(&inputs(&t)));
+        assert_eq!(
+            plain.get("keystone_authtoken", "memcache_tls_enabled"),
+            None
+        );
+    }
+
+    #[test]
     fn no_cache_means_no_memcached_servers() {
         let t = template();
         let mut i = inputs(&t);
-        i.memcache_servers.clear();
+        i.cache = crate::cache::Cache::default();
         let ini = placement_conf(&i);
         assert!(!ini.contains("memcached_servers"), "{ini}");
         assert!(ini.contains("auth_strategy = keystone"));

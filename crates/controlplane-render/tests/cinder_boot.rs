@@ -266,7 +266,7 @@ async fn rendered_cinder_creates_rbd_volumes_in_real_ceph() {
             }),
         },
         keystone: keystone.clone(),
-        memcache_servers: vec![format!("127.0.0.1:{mc_port}")],
+        cache: controlplane_render::cache::Cache::plain(vec![format!("127.0.0.1:{mc_port}")]),
         backends: vec![rbd_backend.clone()],
         volume_host: VOLUME_HOST.into(),
         paths: paths.clone(),

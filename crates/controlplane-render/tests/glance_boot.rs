@@ -369,7 +369,7 @@ async fn rendered_glance_stores_images_in_files_and_s3_and_imports_from_the_allo
         template: &template,
         database: db.clone(),
         keystone: keystone.clone(),
-        memcache_servers: vec![],
+        cache: controlplane_render::cache::Cache::plain(vec![]),
         backends: vec![Backend::File {
             dir: images_dir.display().to_string(),
         }],

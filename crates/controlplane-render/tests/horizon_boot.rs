@@ -157,7 +157,7 @@ async fn rendered_horizon_logs_in_against_keystone_with_sessions_in_memcached() 
         region: "RegionOne".into(),
         allowed_hosts: vec!["127.0.0.1".into()],
         secret_key: password(50),
-        memcache_servers: vec![format!("127.0.0.1:{mc_port}")],
+        cache: controlplane_render::cache::Cache::plain(vec![format!("127.0.0.1:{mc_port}")]),
         keystone_ca_file: None,
         https: false,
         config_dir: config_dir.display().to_string(),
@@ -440,7 +440,7 @@ async fn rendered_horizon_serves_https_and_logs_in_against_https_keystone() {
         region: "RegionOne".into(),
         allowed_hosts: vec!["127.0.0.1".into()],
         secret_key: password(50),
-        memcache_servers: vec![format!("127.0.0.1:{mc_port}")],
+        cache: controlplane_render::cache::Cache::plain(vec![format!("127.0.0.1:{mc_port}")]),
         keystone_ca_file: Some(
             root.join("conf")
                 .join(tls::CLIENT_CA_FILE)

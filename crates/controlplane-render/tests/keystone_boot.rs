@@ -150,7 +150,7 @@ async fn rendered_keystone_boots_issues_tokens_and_survives_rotation() {
     let inputs = KeystoneInputs {
         spec: &spec,
         database: db.clone(),
-        memcache_servers: vec![format!("127.0.0.1:{mc_port}")],
+        cache: controlplane_render::cache::Cache::plain(vec![format!("127.0.0.1:{mc_port}")]),
         paths: paths.clone(),
         listen: format!("127.0.0.1:{ks_port}"),
         workers: 2,

@@ -257,7 +257,7 @@ async fn rendered_neutron_boots_and_drives_real_ovn() {
         template: &template,
         database: db.clone(),
         keystone: keystone.clone(),
-        memcache_servers: vec![format!("127.0.0.1:{mc_port}")],
+        cache: controlplane_render::cache::Cache::plain(vec![format!("127.0.0.1:{mc_port}")]),
         ovn: Ovn {
             nb: vec![var("EXTSVC_OVN_NB_SSL")],
             sb: vec![var("EXTSVC_OVN_SB_SSL")],

@@ -289,7 +289,7 @@ async fn rendered_nova_boots_a_server() {
             ca_file: Some(ca.clone()),
         },
         keystone: keystone.clone(),
-        memcache_servers: vec![mc.clone()],
+        cache: controlplane_render::cache::Cache::plain(vec![mc.clone()]),
         peers: Peers {
             placement: Some(placement_base.clone()),
             glance: Some("http://127.0.0.1:9292".into()),
@@ -360,7 +360,7 @@ async fn rendered_nova_boots_a_server() {
         template: &placement_template,
         database: placement_db.clone(),
         keystone: placement_keystone.clone(),
-        memcache_servers: vec![mc.clone()],
+        cache: controlplane_render::cache::Cache::plain(vec![mc.clone()]),
         paths: placement_paths.clone(),
         listen: format!("127.0.0.1:{placement_port}"),
         workers: 1,

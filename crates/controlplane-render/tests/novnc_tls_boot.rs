@@ -85,7 +85,7 @@ async fn the_novnc_proxy_serves_https_with_the_operators_certificate() {
             ca_file: None,
         },
         keystone: proof_keystone_auth("cpnovnc"),
-        memcache_servers: vec![],
+        cache: controlplane_render::cache::Cache::plain(vec![]),
         peers: Peers::default(),
         metadata_secret: "s".into(),
         vnc: Vnc {

@@ -94,7 +94,7 @@ async fn rendered_placement_boots_and_serves_resource_providers() {
         template: &template,
         database: db.clone(),
         keystone: keystone.clone(),
-        memcache_servers: vec![format!("127.0.0.1:{mc_port}")],
+        cache: controlplane_render::cache::Cache::plain(vec![format!("127.0.0.1:{mc_port}")]),
         paths: paths.clone(),
         listen: format!("127.0.0.1:{api_port}"),
         workers: 1,

@@ -236,7 +236,7 @@ async fn keystone_and_placement_serve_tls_from_operator_certificates() {
     let ks_inputs = keystone::KeystoneInputs {
         spec: &spec,
         database: ks_db.clone(),
-        memcache_servers: vec![],
+        cache: controlplane_render::cache::Cache::plain(vec![]),
         paths: ks_paths.clone(),
         listen: format!("127.0.0.1:{ks_port}"),
         workers: 2,
@@ -375,7 +375,7 @@ async fn keystone_and_placement_serve_tls_from_operator_certificates() {
         template: &template,
         database: pl_db.clone(),
         keystone: auth.clone(),
-        memcache_servers: vec![],
+        cache: controlplane_render::cache::Cache::plain(vec![]),
         paths: placement::Paths {
             config_dir: root.join(dir).display().to_string(),
             log_file: Some(root.join(log).display().to_string()),

@@ -147,7 +147,10 @@ impl World {
                 let inputs = keystone::KeystoneInputs {
                     spec: &spec,
                     database: self.ks_db.clone(),
-                    memcache_servers: vec![format!("127.0.0.1:{}", self.mc_port)],
+                    cache: controlplane_render::cache::Cache::plain(vec![format!(
+                        "127.0.0.1:{}",
+                        self.mc_port
+                    )]),
                     paths: keystone::Paths {
                         config_dir: dir.display().to_string(),
                         fernet_keys: self.root.join("fernet-keys").display().to_string(),
@@ -169,7 +172,10 @@ impl World {
                     template: &template,
                     database: self.pl_db.clone(),
                     keystone: self.auth.clone(),
-                    memcache_servers: vec![format!("127.0.0.1:{}", self.mc_port)],
+                    cache: controlplane_render::cache::Cache::plain(vec![format!(
+                        "127.0.0.1:{}",
+                        self.mc_port
+                    )]),
                     paths: placement::Paths {
                         config_dir: dir.display().to_string(),
                         log_file: Some(self.root.join("placement.log").display().to_string()),

@@ -165,7 +165,7 @@ async fn glance_and_cinder_migrate_from_2025_2_to_2026_1_with_the_upgrade_jobs_c
         template: &template,
         database: gdb.clone(),
         keystone: keystone.clone(),
-        memcache_servers: vec![],
+        cache: controlplane_render::cache::Cache::plain(vec![]),
         backends: vec![glance::Backend::File {
             dir: root.join("images").display().to_string(),
         }],
@@ -223,7 +223,7 @@ async fn glance_and_cinder_migrate_from_2025_2_to_2026_1_with_the_upgrade_jobs_c
             tls: None,
         },
         keystone: proof_keystone_auth("cpupgrade_cinder"),
-        memcache_servers: vec![],
+        cache: controlplane_render::cache::Cache::plain(vec![]),
         backends: vec![Backend {
             name: "nfs_upgrade".into(),
             kind: BackendKind::Nfs(Nfs {

@@ -495,7 +495,7 @@ impl RenderedCloud {
         let ks_inputs = keystone::KeystoneInputs {
             spec: &ks_spec,
             database: ks_db.clone(),
-            memcache_servers: mc.clone(),
+            cache: controlplane_render::cache::Cache::plain(mc.clone()),
             paths: ks_paths.clone(),
             listen: format!("127.0.0.1:{ks_port}"),
             workers: 2,
@@ -536,7 +536,7 @@ impl RenderedCloud {
             template: &default_template,
             database: pl_db.clone(),
             keystone: pl_auth.clone(),
-            memcache_servers: mc.clone(),
+            cache: controlplane_render::cache::Cache::plain(mc.clone()),
             paths: pl_paths.clone(),
             listen: format!("127.0.0.1:{pl_port}"),
             workers: 1,
@@ -564,7 +564,7 @@ impl RenderedCloud {
             template: &default_template,
             database: gl_db.clone(),
             keystone: gl_auth.clone(),
-            memcache_servers: mc.clone(),
+            cache: controlplane_render::cache::Cache::plain(mc.clone()),
             backends: vec![glance::Backend::File {
                 dir: root.join("images").display().to_string(),
             }],
@@ -599,7 +599,7 @@ impl RenderedCloud {
             template: &default_template,
             database: ne_db.clone(),
             keystone: ne_auth.clone(),
-            memcache_servers: mc.clone(),
+            cache: controlplane_render::cache::Cache::plain(mc.clone()),
             ovn: neutron::Ovn {
                 nb: vec![var("EXTSVC_OVN_NB_SSL")],
                 sb: vec![var("EXTSVC_OVN_SB_SSL")],
@@ -667,7 +667,7 @@ impl RenderedCloud {
             },
             messaging: nova_messaging.clone(),
             keystone: no_auth.clone(),
-            memcache_servers: mc.clone(),
+            cache: controlplane_render::cache::Cache::plain(mc.clone()),
             peers: nova::Peers {
                 placement: Some(url(pl_port)),
                 glance: Some(url(gl_port)),
@@ -750,7 +750,7 @@ impl RenderedCloud {
                 }),
             },
             keystone: ci_auth.clone(),
-            memcache_servers: mc.clone(),
+            cache: controlplane_render::cache::Cache::plain(mc.clone()),
             backends: vec![],
             volume_host: cinder_host.clone(),
             paths: ci_paths.clone(),

@@ -111,8 +111,8 @@ pub struct CinderInputs<'a> {
     /// The deployed Keystone and Cinder's service user (`[keystone_authtoken]`, and `[nova]`
     /// for the volume events Cinder sends to Nova).
     pub keystone: KeystoneAuth,
-    /// `host:port` of each memcached (keystonemiddleware's token cache), empty without a cache.
-    pub memcache_servers: Vec<String>,
+    /// The `cache` external service (memcached: servers, TLS, SASL) (keystonemiddleware's token cache), empty without a cache.
+    pub cache: crate::cache::Cache,
     /// The backend block (validated with [`backend::validate`]).
     pub backends: Vec<Backend>,
     /// The host name every cinder-volume replica reports its backends under (`backend_host`).
@@ -167,7 +167,7 @@ pub fn cinder_conf(i: &CinderInputs<'_>) -> String {
         .set("oslo_messaging_notifications", "driver", "noop")
         .set("oslo_middleware", "enable_proxy_headers_parsing", "true");
     i.messaging.render_into(&mut ini);
-    authtoken::set(&mut ini, &i.keystone, &i.memcache_servers);
+    authtoken::set(&mut ini, &i.keystone, &i.cache);
     keystone_auth(&mut ini, "nova", &i.keystone);
     ini.set("nova", "interface", "internal");
     for b in &i.backends {

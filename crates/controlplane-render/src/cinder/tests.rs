@@ -48,7 +48,7 @@ fn inputs(t: &ServiceTemplate) -> CinderInputs<'_> {
             password: "kssecret".into(),
             project: "service".into(),
         },
-        memcache_servers: vec!["mc-0:11211".into()],
+        cache: crate::cache::Cache::plain(vec!["mc-0:11211".into()]),
         backends: vec![rbd("ceph"), nfs("nfs")],
         volume_host: "cinder-volume".into(),
         paths: Paths::pod(),

@@ -190,8 +190,8 @@ pub struct GlanceInputs<'a> {
     pub database: Database,
     /// The deployed Keystone and the service user.
     pub keystone: KeystoneAuth,
-    /// `host:port` of each memcached (keystonemiddleware's token cache), empty without a cache.
-    pub memcache_servers: Vec<String>,
+    /// The `cache` external service (memcached: servers, TLS, SASL) (keystonemiddleware's token cache), empty without a cache.
+    pub cache: crate::cache::Cache,
     /// The image stores; the first is the default one new images go to.
     pub backends: Vec<Backend>,
     /// `web-download` import with its allow-list; `None` disables the method.
@@ -371,7 +371,7 @@ pub fn glance_api_conf(i: &GlanceInputs<'_>) -> Result<String, GlanceConfigError
         // Glance sends notifications only through a message queue, which it is not given.
         .set("oslo_messaging_notifications", "driver", "noop")
         .set("oslo_middleware", "enable_proxy_headers_parsing", "true");
-    authtoken::set(&mut ini, &i.keystone, &i.memcache_servers);
+    authtoken::set(&mut ini, &i.keystone, &i.cache);
     ini.merge(&i.template.config_overrides);
     Ok(ini.render())
 }
@@ -516,7 +516,7 @@ pub(crate) mod tests {
                 password: "kssecret".into(),
                 project: "service".into(),
             },
-            memcache_servers: vec!["mc-0:11211".into()],
+            cache: crate::cache::Cache::plain(vec!["mc-0:11211".into()]),
             backends: vec![
                 Backend::S3(s3()),
                 Backend::File {

@@ -167,8 +167,8 @@ pub struct NovaInputs<'a> {
     pub messaging: Messaging,
     /// The deployed Keystone and Nova's service user.
     pub keystone: KeystoneAuth,
-    /// `host:port` of each memcached (token cache and oslo.cache), empty without a cache.
-    pub memcache_servers: Vec<String>,
+    /// The `cache` external service (memcached: servers, TLS, SASL) (token cache and oslo.cache), empty without a cache.
+    pub cache: crate::cache::Cache,
     /// Placement, Glance, Neutron.
     pub peers: Peers,
     /// The secret Neutron's metadata agents sign instance ids with.
@@ -286,15 +286,9 @@ fn nova_ini(i: &NovaInputs<'_>) -> Result<Ini, NovaError> {
         // The proxy's web root (a [DEFAULT] option of nova-novncproxy).
         .set("DEFAULT", "web", i.paths.novnc_web.clone())
         .set("oslo_middleware", "enable_proxy_headers_parsing", "true");
-    authtoken::set(&mut ini, &i.keystone, &i.memcache_servers);
-    if i.memcache_servers.is_empty() {
-        ini.set("cache", "enabled", "false");
-    } else {
-        // oslo.cache: the metadata API's cache and the API's instance-name lookups.
-        ini.set("cache", "enabled", "true")
-            .set("cache", "backend", "dogpile.cache.pymemcache")
-            .set("cache", "memcache_servers", i.memcache_servers.join(","));
-    }
+    authtoken::set(&mut ini, &i.keystone, &i.cache);
+    // oslo.cache: the metadata API's cache and the API's instance-name lookups.
+    crate::cache::set_oslo_cache(&mut ini, &i.cache);
     ini.merge(&i.template.config_overrides);
     Ok(ini)
 }

@@ -49,7 +49,7 @@ fn inputs(t: &ServiceTemplate) -> NovaInputs<'_> {
             password: "kssecret".into(),
             project: "service".into(),
         },
-        memcache_servers: vec!["mc-0:11211".into()],
+        cache: crate::cache::Cache::plain(vec!["mc-0:11211".into()]),
         peers: Peers {
             placement: Some("http://placement-api.os.svc:8778".into()),
             glance: Some("http://glance-api.os.svc:9292/".into()),
@@ -91,7 +91,9 @@ fn nova_snapshots() {
 #[test]
 fn the_options_validation_refuses_are_the_ones_rendered() {
     let t = ServiceTemplate::default();
-    let ini = Ini::parse(&nova_conf(&inputs(&t)).unwrap());
+    let mut i = inputs(&t);
+    i.cache = crate::cache::full();
+    let ini = Ini::parse(&nova_conf(&i).unwrap());
     for (section, key) in controlplane_api::validation::NOVA_OWNED_OPTIONS {
         assert!(
             ini.get(section, key).is_some(),
@@ -390,4 +392,44 @@ fn with_tls_both_apis_and_the_novnc_proxy_serve_the_certificate() {
     // The rest of the file is kept, and the options are Nova's own.
     assert_eq!(ini.get("DEFAULT", "cpu_allocation_ratio"), Some("4.0"));
     crate::ini::assert_options_known(controlplane_api::ServiceName::Nova, &conf, &[]);
+}
+
+#[test]
+fn a_tls_cache_reaches_the_token_cache_and_oslo_cache() {
+    let t = template();
+    let mut i = inputs(&t);
+    i.cache.tls = Some(crate::cache::CacheTls {
+        ca_file: "/etc/ssl/cache-ca/ca.crt".into(),
+        client_cert: None,
+        verify: controlplane_api::external::VerifyMode::Full,
+    });
+    i.cache.sasl = Some(crate::cache::CacheSasl {
+        username: "nova-cache".into(),
+        password: "pw".into(),
+    });
+    let text = nova_conf(&i).unwrap();
+    let ini = Ini::parse(&text);
+    for (s, k, v) in [
+        ("keystone_authtoken", "memcache_tls_enabled", "true"),
+        (
+            "keystone_authtoken",
+            "memcache_tls_cafile",
+            "/etc/ssl/cache-ca/ca.crt",
+        ),
+        ("keystone_authtoken", "memcache_sasl_enabled", "true"),
+        ("keystone_authtoken", "memcache_username", "nova-cache"),
+        ("cache", "tls_enabled", "true"),
+        ("cache", "tls_cafile", "/etc/ssl/cache-ca/ca.crt"),
+        ("cache", "backend", "oslo_cache.memcache_pool"),
+        ("cache", "memcache_sasl_enabled", "true"),
+    ] {
+        assert_eq!(ini.get(s, k), Some(v), "[{s}] {k}");
+    }
+    crate::ini::assert_options_known(controlplane_api::ServiceName::Nova, &text, &[]);
+    let plain = Ini::parse(&nova_conf(&inputs(&t)).unwrap());
+    assert_eq!(plain.get("cache", "tls_enabled"), None);
+    assert_eq!(
+        plain.get("keystone_authtoken", "memcache_tls_enabled"),
+        None
+    );
 }
