@@ -69,6 +69,24 @@ struct Memory {
     node_cpu: Option<f64>,
     /// When the node last looked for ports of pods that no longer exist.
     last_port_sweep: Option<std::time::Instant>,
+    /// Stops sent, by container uuid: until when another stop is not sent (see [`stop_due`]).
+    stops: HashMap<String, std::time::Instant>,
+}
+
+/// How long after a stop's grace period a container still listed as running gets no second
+/// stop: Zun answers a stop at once and its compute marks the container `stopping` only when
+/// it takes the request off the queue, so a list in between still shows it running.
+const STOP_SETTLE: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Whether a stop of `id` should be sent now (none sent, or the last one's window is over);
+/// forgets windows that are over.
+fn stop_due(
+    stops: &mut HashMap<String, std::time::Instant>,
+    id: &str,
+    now: std::time::Instant,
+) -> bool {
+    stops.retain(|_, until| *until > now);
+    !stops.contains_key(id)
 }
 
 /// How often the node lists its project's ports to delete those of pods that are gone.
@@ -707,7 +725,18 @@ impl ZunProvider {
                         });
                         continue;
                     }
-                    match self.zun.stop_container(&id, grace_s).await {
+                    if !stop_due(&mut self.mem().stops, &id, std::time::Instant::now()) {
+                        debug!(zun = %id, "a stop was sent already; waiting for Zun to act on it");
+                        continue;
+                    }
+                    let sent = self.zun.stop_container(&id, grace_s).await;
+                    if sent.is_ok() {
+                        let until = std::time::Instant::now()
+                            + std::time::Duration::from_secs(grace_s)
+                            + STOP_SETTLE;
+                        self.mem().stops.insert(id.clone(), until);
+                    }
+                    match sent {
                         Ok(()) => events.push(PodEvent {
                             type_: EventType::Normal,
                             reason: "Killing".into(),

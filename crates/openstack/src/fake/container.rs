@@ -36,6 +36,9 @@ struct State {
     /// Containers the list shows with a stale `status_detail` (as zun-api's list does after
     /// its periodic state sync); a GET shows the real one.
     stale_in_list: BTreeMap<String, String>,
+    /// Stops are accepted and leave the container running (Zun's compute has not taken the
+    /// request off its queue yet).
+    deferred_stops: bool,
     /// Archives put into containers: id → (path, tar), in order.
     archives: BTreeMap<String, Vec<(String, Vec<u8>)>>,
 }
@@ -142,6 +145,12 @@ impl FakeZun {
         self.lock()
             .stale_in_list
             .insert(id.to_string(), detail.to_string());
+    }
+
+    /// From now on a stop is answered and does nothing (yet): the container stays running,
+    /// as in Zun until its compute takes the request off the queue.
+    pub fn defer_stops(&self) {
+        self.lock().deferred_stops = true;
     }
 
     /// Append to a container's log.
@@ -371,6 +380,13 @@ impl Container for FakeZun {
                 c.status
             )));
         }
+        if s.deferred_stops {
+            return Ok(());
+        }
+        let c = s
+            .containers
+            .get_mut(id)
+            .ok_or_else(|| not_found("Container", id))?;
         c.status = status::STOPPED.into();
         c.status_detail = Some("Exited(143) 1 second ago".into());
         Ok(())

@@ -199,6 +199,47 @@ async fn missing_configmap_waits_and_is_retried() {
 }
 
 #[tokio::test]
+async fn a_stop_zun_has_not_acted_on_yet_is_not_sent_again() {
+    let z = FakeZun::new();
+    let p = provider(&z);
+    let mut pods = vec![seed_pod()];
+    let o = NoObjects::default();
+    sync(&p, &mut pods, &o).await;
+    sync(&p, &mut pods, &o).await;
+    z.defer_stops();
+    pods[0].metadata.deletion_timestamp = Some(Time(jiff::Timestamp::now()));
+    pods[0].metadata.deletion_grace_period_seconds = Some(5);
+    for _ in 0..3 {
+        sync(&p, &mut pods, &o).await;
+    }
+    assert_eq!(
+        z.calls("stop_container"),
+        1,
+        "the container still lists as running"
+    );
+}
+
+#[test]
+fn a_stop_window_ends() {
+    let mut stops = HashMap::new();
+    let t0 = std::time::Instant::now();
+    assert!(stop_due(&mut stops, "c1", t0));
+    stops.insert("c1".to_string(), t0 + std::time::Duration::from_secs(35));
+    assert!(!stop_due(
+        &mut stops,
+        "c1",
+        t0 + std::time::Duration::from_secs(1)
+    ));
+    assert!(stop_due(&mut stops, "c2", t0));
+    assert!(stop_due(
+        &mut stops,
+        "c1",
+        t0 + std::time::Duration::from_secs(36)
+    ));
+    assert!(stops.is_empty(), "ended windows are forgotten");
+}
+
+#[tokio::test]
 async fn graceful_deletion_stops_deletes_then_releases_the_pod() {
     let z = FakeZun::new();
     let p = provider(&z);
