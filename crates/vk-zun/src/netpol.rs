@@ -271,6 +271,13 @@ fn peer_prefixes(
 
 type PortRange = (Option<String>, Option<i32>, Option<i32>);
 
+/// One `ingress`/`egress` entry: its field path, its peers (`from`/`to`), its ports.
+type Entry<'a> = (
+    String,
+    Option<&'a [NetworkPolicyPeer]>,
+    Option<&'a [NetworkPolicyPort]>,
+);
+
 /// A rule's `ports` as `(protocol, min, max)`; none: every protocol and port.
 fn port_ranges(
     ports: Option<&[NetworkPolicyPort]>,
@@ -306,11 +313,7 @@ fn port_ranges(
 /// The rules of one direction's entries: `(field of the entry, its peers, its ports)`.
 fn direction_rules(
     direction: &str,
-    entries: &[(
-        String,
-        Option<&[NetworkPolicyPeer]>,
-        Option<&[NetworkPolicyPort]>,
-    )],
+    entries: &[Entry<'_>],
     peers_field: &str,
     policy_ns: &str,
     namespaces: &BTreeMap<String, BTreeMap<String, String>>,
