@@ -539,14 +539,14 @@ pub async fn drop_unserved_finalizers(
         if bound(&ns) || !svc.finalizers().iter().any(|f| f == FINALIZER) {
             continue;
         }
-        remove_finalizer(client, &svc).await?;
+        remove_finalizer_of(client, &svc).await?;
         info!(service = %format!("{ns}/{}", svc.name_any()), "no tenant serves its namespace: load-balancer finalizer removed");
         n += 1;
     }
     Ok(n)
 }
 
-async fn remove_finalizer(client: &Client, svc: &Service) -> Result<(), kube::Error> {
+async fn remove_finalizer_of(client: &Client, svc: &Service) -> Result<(), kube::Error> {
     let rest: Vec<String> = svc
         .finalizers()
         .iter()
@@ -598,7 +598,7 @@ async fn service(
         // Deleted, or no longer a LoadBalancer: the load balancer goes, then the finalizer.
         delete_all(lbs, &format!("{ns}/{name}"), found).await?;
         if found.is_empty() {
-            remove_finalizer(client, svc).await?;
+            remove_finalizer_of(client, svc).await?;
             if is_lb {
                 info!(service = %format!("{ns}/{name}"), "load balancer gone; finalizer removed");
             }
