@@ -121,16 +121,17 @@ pub struct VkArgs {
     #[arg(long, env = "VK_TENANTS", conflicts_with_all = ["network", "project_id"])]
     pub tenants: bool,
     /// Give Services of type LoadBalancer over this node's pods an Octavia load balancer
-    /// (listener and pool per port, members = the ready pods; not with --tenants yet).
-    #[arg(long, env = "VK_LOAD_BALANCERS", conflicts_with = "tenants")]
+    /// (listener and pool per port, members = the ready pods; with --tenants, each tenant's
+    /// in its own project).
+    #[arg(long, env = "VK_LOAD_BALANCERS")]
     pub load_balancers: bool,
-    /// Enforce NetworkPolicies (ingress) on this node's pods with Neutron security groups on
-    /// their ports (one group per policy; not with --tenants yet).
-    #[arg(long, env = "VK_NETWORK_POLICIES", conflicts_with = "tenants")]
+    /// Enforce NetworkPolicies (ingress and egress) on this node's pods with Neutron security
+    /// groups on their ports (one group per policy; with --tenants, in each tenant's project).
+    #[arg(long, env = "VK_NETWORK_POLICIES")]
     pub network_policies: bool,
     /// Neutron subnet (id) of the load balancers' VIPs (default: the first IPv4 subnet of
-    /// --network).
-    #[arg(long, env = "VK_LOAD_BALANCER_SUBNET")]
+    /// --network; with --tenants, of each tenant's default network).
+    #[arg(long, env = "VK_LOAD_BALANCER_SUBNET", conflicts_with = "tenants")]
     pub load_balancer_subnet: Option<String>,
     /// Log filter (overridden by RUST_LOG).
     #[arg(long, env = "LOG_LEVEL", default_value = "info")]
@@ -171,20 +172,28 @@ pub async fn run(args: VkArgs) -> anyhow::Result<()> {
         .project_id
         .clone()
         .or_else(|| core.current_project_id());
-    if args.load_balancers {
-        start_load_balancers(&args, &core, token.clone()).await?;
-    }
     let ports = Arc::new(openstack::port::PortAdapter::new(core.clone()));
     let neutron = openstack::Cloud::from_core(core.clone()).network;
-    if args.network_policies {
-        start_network_policies(
-            &args,
-            ports.clone(),
-            neutron.clone(),
-            project_id.clone(),
-            token.clone(),
-        )
-        .await?;
+    if args.load_balancers || args.network_policies {
+        let client = Client::try_default()
+            .await
+            .context("connecting to Kubernetes (KUBECONFIG or in-cluster)")?;
+        let ctx = NodeNetworking {
+            node: args.node_name.clone(),
+            core: core.clone(),
+            network: args.network.clone(),
+            // The load balancers are the credentials' own (as before: no project filter).
+            lb_project_id: None,
+            project_id: project_id.clone(),
+            tenant: None,
+        };
+        if args.load_balancers {
+            ctx.start_load_balancers(&args, client.clone(), token.clone())
+                .await?;
+        }
+        if args.network_policies {
+            ctx.start_network_policies(&args, client, token.clone());
+        }
     }
     let zun = Arc::new(ContainerAdapter::new(core));
     let zun_for_api: Arc<dyn openstack::container::Container> = zun.clone();
@@ -234,72 +243,110 @@ pub async fn run(args: VkArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Start the Services' load balancers ([`vk_zun::services`]) until `stop`.
-async fn start_load_balancers(
-    args: &VkArgs,
-    core: &Core,
-    stop: CancellationToken,
-) -> anyhow::Result<()> {
-    use openstack::port::Ports as _;
-    let subnet = match &args.load_balancer_subnet {
-        Some(s) => s.clone(),
-        None => {
-            let net = args
-                .network
-                .as_deref()
-                .context("--load-balancers needs --load-balancer-subnet or --network")?;
-            let net_id = openstack::port::PortAdapter::new(core.clone())
-                .network_id(net)
-                .await?;
-            let subnets = openstack::Cloud::from_core(core.clone())
-                .network
-                .list_subnets(&openstack::model::SubnetFilter {
-                    network_id: Some(net_id.clone()),
-                    ..Default::default()
-                })
-                .await?;
-            subnets
-                .into_iter()
-                .find(|s| s.ip_version == 4)
-                .map(|s| s.id)
-                .with_context(|| {
-                    format!("network {net} ({net_id}) has no IPv4 subnet for load balancer VIPs")
-                })?
-        }
-    };
-    let client = Client::try_default()
-        .await
-        .context("connecting to Kubernetes (KUBECONFIG or in-cluster)")?;
-    let lbs = Arc::new(openstack::loadbalancer::LoadBalancerAdapter::new(
-        core.clone(),
-    ));
-    let cfg = vk_zun::services::ServicesConfig {
-        node: args.node_name.clone(),
-        vip_subnet_id: subnet,
-        interval: Duration::from_secs(args.poll_interval_seconds.max(1)),
-    };
-    tokio::spawn(vk_zun::services::run(client, lbs, cfg, stop));
-    Ok(())
+/// What a node's Services and NetworkPolicy controllers work with: the single node's, or one
+/// tenant's (`--tenants`: its session, project and tenant), so that both modes run the same
+/// controllers.
+pub(crate) struct NodeNetworking {
+    /// The node's name.
+    pub node: String,
+    /// Its OpenStack session.
+    pub core: Core,
+    /// The network whose first IPv4 subnet takes the VIPs (without --load-balancer-subnet).
+    pub network: Option<String>,
+    /// The project the node's load balancers are listed in (`None`: what the credentials see).
+    pub lb_project_id: Option<String>,
+    /// The project of the ports and security groups.
+    pub project_id: Option<String>,
+    /// The tenant (`--tenants`).
+    pub tenant: Option<vk_zun::tenant::Tenant>,
 }
 
-/// Start the NetworkPolicy controller ([`vk_zun::netpol_sync`]) until `stop`.
-async fn start_network_policies(
-    args: &VkArgs,
-    ports: Arc<dyn openstack::port::Ports>,
-    neutron: Arc<dyn openstack::Network>,
-    project_id: Option<String>,
-    stop: CancellationToken,
-) -> anyhow::Result<()> {
-    let client = Client::try_default()
-        .await
-        .context("connecting to Kubernetes (KUBECONFIG or in-cluster)")?;
-    let cfg = vk_zun::netpol_sync::NetpolConfig {
-        node: args.node_name.clone(),
-        project_id,
-        interval: Duration::from_secs(args.poll_interval_seconds.max(1)),
-    };
-    tokio::spawn(vk_zun::netpol_sync::run(client, ports, neutron, cfg, stop));
-    Ok(())
+/// The Services controller of a node, for [`vk_zun::services::release_node`] when its tenant
+/// goes.
+pub(crate) struct LoadBalancing {
+    /// The node's Octavia session.
+    pub lbs: Arc<dyn openstack::loadbalancer::LoadBalancers>,
+    /// The project its load balancers are listed in.
+    pub project_id: Option<String>,
+    /// The controller (ends with the node's stop token).
+    pub task: tokio::task::JoinHandle<()>,
+}
+
+impl NodeNetworking {
+    /// The subnet of the VIPs: --load-balancer-subnet, else the first IPv4 subnet of the
+    /// node's network.
+    async fn vip_subnet(&self, args: &VkArgs) -> anyhow::Result<String> {
+        use openstack::port::Ports as _;
+        if let Some(s) = &args.load_balancer_subnet {
+            return Ok(s.clone());
+        }
+        let net = self
+            .network
+            .as_deref()
+            .context("--load-balancers needs --load-balancer-subnet or --network")?;
+        let net_id = openstack::port::PortAdapter::new(self.core.clone())
+            .network_id(net)
+            .await?;
+        let subnets = openstack::Cloud::from_core(self.core.clone())
+            .network
+            .list_subnets(&openstack::model::SubnetFilter {
+                network_id: Some(net_id.clone()),
+                ..Default::default()
+            })
+            .await?;
+        subnets
+            .into_iter()
+            .find(|s| s.ip_version == 4)
+            .map(|s| s.id)
+            .with_context(|| {
+                format!("network {net} ({net_id}) has no IPv4 subnet for load balancer VIPs")
+            })
+    }
+
+    /// Start the Services' load balancers ([`vk_zun::services`]) until `stop`.
+    pub async fn start_load_balancers(
+        &self,
+        args: &VkArgs,
+        client: Client,
+        stop: CancellationToken,
+    ) -> anyhow::Result<LoadBalancing> {
+        let subnet = self.vip_subnet(args).await?;
+        let lbs: Arc<dyn openstack::loadbalancer::LoadBalancers> = Arc::new(
+            openstack::loadbalancer::LoadBalancerAdapter::new(self.core.clone()),
+        );
+        let cfg = vk_zun::services::ServicesConfig {
+            node: self.node.clone(),
+            vip_subnet_id: subnet,
+            project_id: self.lb_project_id.clone(),
+            tenant: self.tenant.clone(),
+            interval: Duration::from_secs(args.poll_interval_seconds.max(1)),
+        };
+        let task = tokio::spawn(vk_zun::services::run(client, lbs.clone(), cfg, stop));
+        Ok(LoadBalancing {
+            lbs,
+            project_id: self.lb_project_id.clone(),
+            task,
+        })
+    }
+
+    /// Start the NetworkPolicy controller ([`vk_zun::netpol_sync`]) until `stop`.
+    pub fn start_network_policies(
+        &self,
+        args: &VkArgs,
+        client: Client,
+        stop: CancellationToken,
+    ) -> tokio::task::JoinHandle<()> {
+        let ports: Arc<dyn openstack::port::Ports> =
+            Arc::new(openstack::port::PortAdapter::new(self.core.clone()));
+        let neutron = openstack::Cloud::from_core(self.core.clone()).network;
+        let cfg = vk_zun::netpol_sync::NetpolConfig {
+            node: self.node.clone(),
+            project_id: self.project_id.clone(),
+            tenant: self.tenant.clone(),
+            interval: Duration::from_secs(args.poll_interval_seconds.max(1)),
+        };
+        tokio::spawn(vk_zun::netpol_sync::run(client, ports, neutron, cfg, stop))
+    }
 }
 
 /// The node `name` as the flags configure it, with `labels` and `taints` besides the

@@ -13,6 +13,13 @@
 //! port of its own: the API server reaches a node at its `status.addresses` and
 //! `status.daemonEndpoints.kubeletEndpoint.port`, and all the tenant nodes share the process's
 //! address, so the port is what tells them apart.
+//!
+//! With `--load-balancers` and `--network-policies` each node runs the same Services and
+//! NetworkPolicy controllers as a single node, given its tenant's context
+//! ([`crate::vk::NodeNetworking`]: session, project, tenant), so its load balancers and security
+//! groups are in its project; a tenant that goes has its load balancers deleted with its
+//! still-valid session after its node stopped, and Services of namespaces no tenant binds lose
+//! the load-balancer finalizer.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -36,7 +43,7 @@ use tracing::{info, warn};
 use vk_zun::tenant::Tenant;
 use vk_zun::{Config, UnlimitedCapacity, ZunProvider};
 
-use crate::vk::{VkArgs, node_config};
+use crate::vk::{LoadBalancing, NodeNetworking, VkArgs, node_config};
 
 /// How often tenants are looked at without an event (a Secret changed, a node failed).
 const RESYNC: Duration = Duration::from_secs(30);
@@ -50,7 +57,14 @@ struct Running {
     task: JoinHandle<anyhow::Result<()>>,
     /// The node's kubelet API: its port and its server (ends with `stop`).
     kubelet_api: Option<(u16, JoinHandle<()>)>,
+    /// Its Services controller (`--load-balancers`), whose load balancers go with the tenant.
+    load_balancing: Option<LoadBalancing>,
+    /// Its NetworkPolicy controller (`--network-policies`; ends with `stop`).
+    network_policies: Option<JoinHandle<()>>,
 }
+
+/// How long a tenant that goes may take to delete its load balancers.
+const RELEASE_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// Runs a node for every `ZunTenant` until `token` is cancelled.
 pub async fn run(args: VkArgs, client: Client, token: CancellationToken) -> anyhow::Result<()> {
@@ -96,24 +110,75 @@ pub async fn run(args: VkArgs, client: Client, token: CancellationToken) -> anyh
         for name in gone {
             if let Some(r) = running.remove(&name) {
                 info!(tenant = %name, node = %r.node, "ZunTenant deleted: stopping its node");
-                stop(r).await;
+                stop_and_release(r).await;
+            }
+        }
+        if args.load_balancers {
+            // Services of namespaces no tenant binds any more: nobody will delete a load
+            // balancer for them (their nodes deleted theirs), so their finalizer goes.
+            let bound: BTreeSet<String> = tenants
+                .iter()
+                .flat_map(|t| t.spec.namespaces.iter().cloned())
+                .collect();
+            if let Err(e) =
+                vk_zun::services::drop_unserved_finalizers(&client, |ns| bound.contains(ns)).await
+            {
+                warn!(error = %e, "removing load-balancer finalizers of unbound namespaces failed");
             }
         }
     }
     watch.abort();
+    // The process stops: the nodes stop as --on-shutdown says, their load balancers stay (a
+    // restarted process serves them again).
     for (_, r) in std::mem::take(&mut running) {
         stop(r).await;
     }
     Ok(())
 }
 
-/// Stops a node (it shuts down as the process's `--on-shutdown` says) and waits for it.
-async fn stop(r: Running) {
+/// Stops a node and, its controllers stopped, deletes the load balancers it made while its
+/// credentials still work: the tenant goes (or its node is renamed), and no later node would
+/// find them as its own.
+async fn stop_and_release(r: Running) {
+    let node = r.node.clone();
+    if let Some(lb) = stop(r).await {
+        match vk_zun::services::release_node(
+            lb.lbs.as_ref(),
+            &node,
+            lb.project_id.as_deref(),
+            RELEASE_TIMEOUT,
+        )
+        .await
+        {
+            Ok(0) => info!(node = %node, "the node's load balancers are deleted"),
+            Ok(n) => {
+                warn!(node = %node, left = n, "load balancers of the node not deleted in time; delete them by hand (tag k8s-node={node})")
+            }
+            Err(e) => {
+                warn!(node = %node, error = %e, "deleting the node's load balancers failed; delete them by hand (tag k8s-node={node})")
+            }
+        }
+    }
+}
+
+/// Stops a node (it shuts down as the process's `--on-shutdown` says) and waits for it and its
+/// controllers; returns its Services controller's session, for [`stop_and_release`].
+async fn stop(r: Running) -> Option<LoadBalancing> {
     r.stop.cancel();
     if let Some((_, server)) = r.kubelet_api {
         // The port is free once the server has returned, for the node's next start.
         let _ = server.await;
     }
+    if let Some(t) = r.network_policies {
+        let _ = t.await;
+    }
+    let lb = match r.load_balancing {
+        Some(mut lb) => {
+            let _ = (&mut lb.task).await;
+            Some(lb)
+        }
+        None => None,
+    };
     match r.task.await {
         Ok(Ok(())) => {}
         Ok(Err(e)) => {
@@ -121,6 +186,7 @@ async fn stop(r: Running) {
         }
         Err(e) => warn!(node = %r.node, error = %e, "node task failed"),
     }
+    lb
 }
 
 /// Brings one tenant's node in line with its spec and Secret, and its status with that.
@@ -165,7 +231,12 @@ async fn reconcile(
         if let Some(r) = running.remove(&name) {
             let old_node = r.node.clone();
             let failed = r.task.is_finished();
-            stop(r).await;
+            if old_node != node {
+                // The new node would not find the old one's load balancers as its own.
+                stop_and_release(r).await;
+            } else {
+                stop(r).await;
+            }
             if failed {
                 info!(tenant = %name, node = %old_node, "restarting the tenant's node after it stopped");
             } else {
@@ -200,6 +271,14 @@ async fn reconcile(
     };
     let project_id = core.current_project_id();
     let tenant = Tenant::from_spec(&name, &t.spec);
+    let networking = NodeNetworking {
+        node: node.clone(),
+        core: core.clone(),
+        network: t.spec.default_network().map(|n| n.network.clone()),
+        lb_project_id: project_id.clone(),
+        project_id: project_id.clone(),
+        tenant: Some(tenant.clone()),
+    };
     let cfg = Config {
         node_name: node.clone(),
         network: None,
@@ -257,6 +336,27 @@ async fn reconcile(
             }
         }
     };
+    // The tenant's Services and NetworkPolicies, with its session in its project.
+    let mut notes = Vec::new();
+    let load_balancing = if args.load_balancers {
+        match networking
+            .start_load_balancers(args, client.clone(), stop_token.clone())
+            .await
+        {
+            Ok(lb) => Some(lb),
+            Err(e) => {
+                let e = format!("{e:#}");
+                warn!(tenant = %name, node = %node, error = %e, "the node runs without load balancers");
+                notes.push(format!("; no load balancers: {e}"));
+                None
+            }
+        }
+    } else {
+        None
+    };
+    let network_policies = args
+        .network_policies
+        .then(|| networking.start_network_policies(args, client.clone(), stop_token.clone()));
     let (c, s) = (client.clone(), stop_token.clone());
     let task = tokio::spawn(async move {
         vk_runtime::run(c, ncfg, provider, s)
@@ -265,9 +365,10 @@ async fn reconcile(
     });
     info!(tenant = %name, node = %node, project = project_id.as_deref().unwrap_or("?"), generation = ?generation, "started the tenant's node");
     let msg = format!(
-        "node {node} serves project {} for namespaces {}",
+        "node {node} serves project {} for namespaces {}{}",
         project_id.as_deref().unwrap_or("?"),
-        t.spec.namespaces.join(", ")
+        t.spec.namespaces.join(", "),
+        notes.concat()
     );
     set_status(
         client,
@@ -287,6 +388,8 @@ async fn reconcile(
             stop: stop_token,
             task,
             kubelet_api,
+            load_balancing,
+            network_policies,
         },
     );
 }

@@ -2,8 +2,9 @@
 //! --network-policies` (a process) running in the test cloud's real Zun, enforced by a real
 //! Neutron security group on the pod's real port. The policy allows TCP 8080 from 10.0.0.0/8
 //! and from pods labelled role=client: the pod's port carries the policy's group (instead of its
-//! own exposed-ports group) and the group has exactly those ingress rules, the client pod's
-//! IP as a /32; deleting the policy gives the port its own group back and deletes the policy's.
+//! own exposed-ports group, with the project's open-egress group since the policy does not
+//! isolate egress) and the group has exactly those ingress rules and no egress rule, the client
+//! pod's IP as a /32; deleting the policy gives the port its own group back and deletes the policy's.
 
 mod vk_common;
 
@@ -132,7 +133,7 @@ async fn body(c: &Case, uid_out: &mut String) -> anyhow::Result<()> {
     let group = vk_zun::netpol_sync::group_name(&uid);
     let want_rules: BTreeSet<String> = ["10.0.0.0/8".to_string(), format!("{client_ip}/32")]
         .into_iter()
-        .map(|p| format!("IPv4 tcp 8080-8080 {p}"))
+        .map(|p| format!("ingress IPv4 tcp 8080-8080 {p}"))
         .collect();
     wait_for(
         LONG,
@@ -148,10 +149,10 @@ async fn body(c: &Case, uid_out: &mut String) -> anyhow::Result<()> {
                 .list_security_group_rules(id)
                 .await?
                 .into_iter()
-                .filter(|r| r.direction == "ingress")
                 .map(|r| {
                     format!(
-                        "{} {} {}-{} {}",
+                        "{} {} {} {}-{} {}",
+                        r.direction,
                         r.ethertype,
                         r.protocol.unwrap_or_default(),
                         r.port_range_min.unwrap_or_default(),
@@ -161,16 +162,19 @@ async fn body(c: &Case, uid_out: &mut String) -> anyhow::Result<()> {
                 })
                 .collect();
             let port = port_groups(c, "web").await?;
-            let want_port: BTreeSet<String> = [id.clone()].into();
-            Ok(
-                if ids.len() == 1 && rules == want_rules && port.as_ref() == Some(&want_port) {
-                    Check::Done(())
-                } else {
-                    Check::Pending(format!(
-                        "groups {ids:?}, rules {rules:?}, port groups {port:?}"
-                    ))
-                },
-            )
+            // The policy isolates ingress only: egress stays open through the project's
+            // open-egress group.
+            let open = groups_named(c, vk_zun::netpol_sync::OPEN_EGRESS).await?;
+            let want_port = port.as_ref().is_some_and(|p| {
+                p.len() == 2 && p.contains(id) && p.iter().any(|g| open.contains(g))
+            });
+            Ok(if ids.len() == 1 && rules == want_rules && want_port {
+                Check::Done(())
+            } else {
+                Check::Pending(format!(
+                    "groups {ids:?}, rules {rules:?}, port groups {port:?}"
+                ))
+            })
         },
     )
     .await

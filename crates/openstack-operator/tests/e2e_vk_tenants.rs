@@ -17,7 +17,8 @@ use std::time::Duration;
 use anyhow::Context;
 use api::ZunTenant;
 use e2e::wait::{Check, wait_for};
-use k8s_openapi::api::core::v1::{Event, Namespace, Node, Pod, Secret};
+use k8s_openapi::api::core::v1::{Event, Namespace, Node, Pod, Secret, Service as KubeService};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, CustomResourceExt, ResourceExt};
@@ -133,7 +134,7 @@ struct Process {
 }
 
 impl Process {
-    fn start(kubeconfig: &std::path::Path, name: &str) -> anyhow::Result<Self> {
+    fn start(kubeconfig: &std::path::Path, name: &str, extra: &[&str]) -> anyhow::Result<Self> {
         let dir = e2e::operator::log_dir(std::path::Path::new(BIN));
         std::fs::create_dir_all(&dir)?;
         let log = dir.join(format!("{name}.log"));
@@ -157,6 +158,7 @@ impl Process {
                 "--log-level",
                 "info,vk_zun=debug,vk_runtime=debug,vk_kubelet_api=debug",
             ])
+            .args(extra)
             .env("KUBECONFIG", kubeconfig)
             .env_remove("OS_CLOUD")
             .env_remove("OS_CLIENT_CONFIG_FILE")
@@ -273,6 +275,7 @@ async fn two_tenants_run_their_pods_in_their_own_projects_and_refuse_others() ->
         ns_a: e2e::names::unique("tenants-ns-a"),
         ns_b: e2e::names::unique("tenants-ns-b"),
         ns_sec: e2e::names::unique("tenants-sec"),
+        ns_shared: None,
     };
     let result = std::panic::AssertUnwindSafe(body(&target, &w, &a, &b))
         .catch_unwind()
@@ -296,6 +299,8 @@ struct World {
     ns_a: String,
     ns_b: String,
     ns_sec: String,
+    /// A namespace bound to both tenants (the networking test's).
+    ns_shared: Option<String>,
 }
 
 impl World {
@@ -304,7 +309,7 @@ impl World {
             grace_period_seconds: Some(0),
             ..Default::default()
         };
-        for ns in [&self.ns_a, &self.ns_b] {
+        for ns in [&self.ns_a, &self.ns_b].into_iter().chain(&self.ns_shared) {
             let pods: Api<Pod> = Api::namespaced(self.client.clone(), ns);
             for p in pods
                 .list(&ListParams::default())
@@ -353,7 +358,10 @@ impl World {
                 }
             }
         }
-        for ns in [&self.ns_a, &self.ns_b, &self.ns_sec] {
+        for ns in [&self.ns_a, &self.ns_b, &self.ns_sec]
+            .into_iter()
+            .chain(&self.ns_shared)
+        {
             let _ = Api::<Namespace>::all(self.client.clone())
                 .delete(ns, &DeleteParams::default())
                 .await;
@@ -439,7 +447,7 @@ async fn tenants_and_pods(
     }))?;
     tenants.create(&PostParams::default(), &bad).await?;
 
-    let vk = Process::start(target.kubeconfig(), &w.ta)?;
+    let vk = Process::start(target.kubeconfig(), &w.ta, &[])?;
     let nodes: Api<Node> = Api::all(client.clone());
     for (t, c) in [(&w.ta, a), (&w.tb, b)] {
         let st = wait_for(LONG, POLL, &format!("tenant {t} Ready"), async || {
@@ -751,5 +759,528 @@ async fn kubelet_api_of_each_tenant_node(
             other => panic!("{other}"),
         }
     }
+    Ok(())
+}
+
+/// `--tenants --load-balancers --network-policies` with the two tenants: a LoadBalancer
+/// Service over tenant A's pods gets its load balancer in A's project (listed as A and by the
+/// admin with A's project; B sees none) with members following the pods' readiness; a
+/// NetworkPolicy with ingress and egress (an `ipBlock` with `except`, a pod peer) becomes a
+/// security group in A's project with exactly the expected rules on A's pod ports; a Service
+/// selecting pods of both tenants (a namespace bound to both) is refused with an Event and gets
+/// no load balancer in either project; deleting tenant A deletes its load balancer and frees
+/// the Service of its finalizer. Skipped without Octavia or the second tenant.
+#[tokio::test]
+async fn tenant_load_balancers_and_network_policies_stay_in_their_projects() -> anyhow::Result<()> {
+    let Some(z) = vk_common::zun_env() else {
+        return Ok(());
+    };
+    let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    let (Some(cloud2), Some(net2), Some(net1_id), Some(net2_id), Some(_)) = (
+        var("ZUN_TENANT2_CLOUD"),
+        var("ZUN_NETWORK2"),
+        var("ZUN_NETWORK_ID"),
+        var("ZUN_NETWORK2_ID"),
+        var("OCTAVIA_API_URL"),
+    ) else {
+        eprintln!(
+            "SKIPPED: the test cloud has no second Zun tenant or no Octavia (ZUN_TENANT2_CLOUD, ZUN_NETWORK2, ZUN_NETWORK_ID, ZUN_NETWORK2_ID, OCTAVIA_API_URL)"
+        );
+        return Ok(());
+    };
+    let t0 = std::time::Instant::now();
+    let target = e2e::target::Target::from_env().await?;
+    let client = target.client().await?;
+    install_crd(&client).await?;
+    let admin = connect(&z.file, "local-admin").await?;
+    let cred_name = e2e::names::unique("tenants-net");
+    let a = TenantCloud::new(
+        &z.file, &admin, &z.cloud, "demo", &z.network, &net1_id, &cred_name,
+    )
+    .await?;
+    let b = match TenantCloud::new(
+        &z.file, &admin, &cloud2, "demo2", &net2, &net2_id, &cred_name,
+    )
+    .await
+    {
+        Ok(b) => b,
+        Err(e) => {
+            a.delete_credential().await;
+            return Err(e);
+        }
+    };
+    let w = World {
+        client: client.clone(),
+        ta: e2e::names::unique("tnet-a"),
+        tb: e2e::names::unique("tnet-b"),
+        bad: e2e::names::unique("tnet-unused"),
+        ns_a: e2e::names::unique("tnet-ns-a"),
+        ns_b: e2e::names::unique("tnet-ns-b"),
+        ns_sec: e2e::names::unique("tnet-sec"),
+        ns_shared: Some(e2e::names::unique("tnet-shared")),
+    };
+    let mut left = Leftovers::default();
+    let result = std::panic::AssertUnwindSafe(networking(&target, &w, &a, &b, &admin, &mut left))
+        .catch_unwind()
+        .await;
+    w.cleanup(&[&a, &b]).await;
+    left.cleanup(&[&a, &b]).await;
+    a.delete_credential().await;
+    b.delete_credential().await;
+    eprintln!("tenant networking test took {:?}", t0.elapsed());
+    match result {
+        Ok(r) => r,
+        Err(p) => std::panic::resume_unwind(p),
+    }
+}
+
+/// What a failed networking run may leave in the projects: load balancers and groups by name.
+#[derive(Default)]
+struct Leftovers {
+    lb_names: Vec<String>,
+    group_names: Vec<String>,
+}
+
+impl Leftovers {
+    async fn cleanup(&self, clouds: &[&TenantCloud]) {
+        use openstack::loadbalancer::LoadBalancers as _;
+        for c in clouds {
+            let lbs = openstack::loadbalancer::LoadBalancerAdapter::new(c.core.clone());
+            for n in &self.lb_names {
+                for l in lbs.list_load_balancers(n).await.unwrap_or_default() {
+                    let _ = lbs.delete_load_balancer(&l.id).await;
+                }
+            }
+            let net = openstack::Cloud::from_core(c.core.clone()).network;
+            for n in &self.group_names {
+                for g in net
+                    .list_security_groups(&openstack::model::SecurityGroupFilter {
+                        name: Some(n.clone()),
+                        project_id: Some(c.project_id.clone()),
+                        ..Default::default()
+                    })
+                    .await
+                    .unwrap_or_default()
+                {
+                    // In use by another test's port: Neutron refuses, and that is right.
+                    let _ = net.delete_security_group(&g.id).await;
+                }
+            }
+        }
+    }
+}
+
+/// A busybox httpd pod of `tenant` on its node, labelled `app=<app>`, whose readiness is the
+/// file /www/ready.html (there at start).
+fn web_pod(name: &str, node: &str, tenant: &str, app: &str) -> anyhow::Result<Pod> {
+    let mut p = tenant_pod(name, node, tenant)?;
+    p.metadata.labels = Some([("app".to_string(), app.to_string())].into());
+    let spec = p.spec.as_mut().context("spec")?;
+    spec.containers[0] = serde_json::from_value(json!({"name": "c", "image": "busybox",
+        "command": ["sh", "-c",
+            "mkdir -p /www; echo ok > /www/ready.html; exec httpd -f -p 8080 -h /www"],
+        "ports": [{"name": "web", "containerPort": 8080}],
+        "readinessProbe": {"httpGet": {"port": "web", "path": "/ready.html"},
+            "periodSeconds": 1, "failureThreshold": 1}}))?;
+    Ok(p)
+}
+
+/// The members (`ip:port`) of the load balancer named `name` that `cloud` lists, once ACTIVE;
+/// also its project.
+async fn lb_members(
+    cloud: &TenantCloud,
+    name: &str,
+) -> anyhow::Result<Option<(String, BTreeSet<String>)>> {
+    use openstack::loadbalancer::LoadBalancers as _;
+    let lbs = openstack::loadbalancer::LoadBalancerAdapter::new(cloud.core.clone());
+    let found = lbs.list_load_balancers(name).await?;
+    let Some(lb) = found.first() else {
+        return Ok(None);
+    };
+    if lb.provisioning_status != "ACTIVE" {
+        return Ok(None);
+    }
+    let tree = lbs.status_tree(&lb.id).await?;
+    Ok(Some((
+        lb.project_id.clone(),
+        tree.listeners
+            .iter()
+            .flat_map(|l| l.pools.iter())
+            .flat_map(|p| p.members.iter())
+            .map(|m| format!("{}:{}", m.address, m.protocol_port))
+            .collect(),
+    )))
+}
+
+fn is_ready(p: &Pod) -> bool {
+    p.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+use std::collections::BTreeSet;
+
+async fn networking(
+    target: &e2e::target::Target,
+    w: &World,
+    a: &TenantCloud,
+    b: &TenantCloud,
+    admin: &Core,
+    left: &mut Leftovers,
+) -> anyhow::Result<()> {
+    use openstack::loadbalancer::LoadBalancers as _;
+    let client = &w.client;
+    let shared = w.ns_shared.clone().context("shared namespace")?;
+    for ns in [&w.ns_a, &w.ns_b, &w.ns_sec, &shared] {
+        let o: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}}))?;
+        Api::<Namespace>::all(client.clone())
+            .create(&PostParams::default(), &o)
+            .await?;
+    }
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &w.ns_sec);
+    let tenants: Api<ZunTenant> = Api::all(client.clone());
+    for (t, c, ns) in [(&w.ta, a, &w.ns_a), (&w.tb, b, &w.ns_b)] {
+        let s: Secret = serde_json::from_value(json!({
+            "metadata": {"name": t},
+            "stringData": {"auth_url": "http://127.0.0.1:5000/v3",
+                           "application_credential_id": c.cred_id,
+                           "application_credential_secret": c.cred_secret}
+        }))?;
+        secrets.create(&PostParams::default(), &s).await?;
+        let zt: ZunTenant = serde_json::from_value(json!({
+            "apiVersion": "virtual-kubelet.sunet.se/v1alpha1", "kind": "ZunTenant",
+            "metadata": {"name": t},
+            "spec": {"credentials": {"secretRef": {"namespace": w.ns_sec, "name": t}},
+                     "networks": [{"name": "pods", "network": c.network}],
+                     "namespaces": [ns, &shared]}
+        }))?;
+        tenants.create(&PostParams::default(), &zt).await?;
+    }
+    let vk = Process::start(
+        target.kubeconfig(),
+        &w.ta,
+        &["--load-balancers", "--network-policies"],
+    )?;
+    let nodes: Api<Node> = Api::all(client.clone());
+    for t in [&w.ta, &w.tb] {
+        wait_for(LONG, POLL, &format!("node {t} Ready"), async || {
+            let n = nodes.get_opt(t).await?;
+            let ready = n
+                .as_ref()
+                .and_then(|n| n.status.as_ref()?.conditions.clone())
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True");
+            Ok(if ready {
+                Check::Done(())
+            } else {
+                Check::Pending(format!("{:?}", n.and_then(|n| n.status)))
+            })
+        })
+        .await
+        .with_context(|| vk.tail())?;
+    }
+    let t0 = std::time::Instant::now();
+    let pods_a: Api<Pod> = Api::namespaced(client.clone(), &w.ns_a);
+    let pods_shared: Api<Pod> = Api::namespaced(client.clone(), &shared);
+    for name in ["web1", "web2"] {
+        pods_a
+            .create(&PostParams::default(), &web_pod(name, &w.ta, &w.ta, "web")?)
+            .await?;
+    }
+    // A Service over pods of both tenants (its namespace is bound to both).
+    for (name, node) in [("mix-a", &w.ta), ("mix-b", &w.tb)] {
+        pods_shared
+            .create(&PostParams::default(), &web_pod(name, node, node, "mix")?)
+            .await?;
+    }
+    let svc = |name: &str, app: &str| -> anyhow::Result<KubeService> {
+        Ok(serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "spec": {"type": "LoadBalancer", "selector": {"app": app},
+                     "ports": [{"name": "http", "port": 80, "targetPort": "web"}]}
+        }))?)
+    };
+    let svcs_a: Api<KubeService> = Api::namespaced(client.clone(), &w.ns_a);
+    let svcs_shared: Api<KubeService> = Api::namespaced(client.clone(), &shared);
+    let web = svcs_a
+        .create(&PostParams::default(), &svc("web", "web")?)
+        .await?;
+    let mix = svcs_shared
+        .create(&PostParams::default(), &svc("mix", "mix")?)
+        .await?;
+    let lb_name = vk_zun::services::lb_name(&web.uid().context("uid")?);
+    let mix_lb = vk_zun::services::lb_name(&mix.uid().context("uid")?);
+    left.lb_names = vec![lb_name.clone(), mix_lb.clone()];
+
+    let mut ips = BTreeSet::new();
+    for name in ["web1", "web2"] {
+        let p = wait_for(LONG, POLL, &format!("pod {name} Ready"), async || {
+            let p = pods_a.get(name).await?;
+            Ok(if is_ready(&p) {
+                Check::Done(p)
+            } else {
+                Check::Pending(format!("{:?}", p.status))
+            })
+        })
+        .await
+        .with_context(|| vk.tail())?;
+        ips.insert(
+            p.status
+                .and_then(|s| s.pod_ip)
+                .context("podIP")?
+                .to_string(),
+        );
+    }
+    eprintln!("tenant A's pods Ready after {:?}", t0.elapsed());
+    let both: BTreeSet<String> = ips.iter().map(|ip| format!("{ip}:8080")).collect();
+    let (project, _) = wait_for(
+        LONG,
+        POLL,
+        "A's load balancer ACTIVE with both pods",
+        async || {
+            let m = lb_members(a, &lb_name).await?;
+            Ok(match m {
+                Some((p, m)) if m == both => Check::Done((p, m)),
+                m => Check::Pending(format!("{m:?}")),
+            })
+        },
+    )
+    .await
+    .with_context(|| vk.tail())?;
+    eprintln!(
+        "load balancer ACTIVE in A's project after {:?}",
+        t0.elapsed()
+    );
+    assert_eq!(project, a.project_id, "made in tenant A's project");
+    // Tenant B does not see it; the admin finds it in A's project only.
+    let lbs_b = openstack::loadbalancer::LoadBalancerAdapter::new(b.core.clone());
+    assert!(lbs_b.list_load_balancers(&lb_name).await?.is_empty());
+    let lbs_admin = openstack::loadbalancer::LoadBalancerAdapter::new(admin.clone());
+    let all = lbs_admin.list_load_balancers(&lb_name).await?;
+    assert_eq!(
+        all.iter()
+            .map(|l| l.project_id.as_str())
+            .collect::<Vec<_>>(),
+        [a.project_id.as_str()],
+        "exactly one load balancer, in A's project"
+    );
+    assert!(all[0].tags.contains(&vk_zun::services::node_tag(&w.ta)));
+    let vip = all[0].vip_address.clone().context("vip")?;
+    wait_for(LONG, POLL, "the Service's ingress is the VIP", async || {
+        let ip = svcs_a
+            .get("web")
+            .await?
+            .status
+            .and_then(|s| s.load_balancer?.ingress?.into_iter().next()?.ip);
+        Ok(if ip.as_deref() == Some(vip.as_str()) {
+            Check::Done(())
+        } else {
+            Check::Pending(format!("{ip:?}"))
+        })
+    })
+    .await?;
+
+    // web1's readiness fails: its member leaves A's pool.
+    let web1 = pods_a.get("web1").await?;
+    let web1_ip = web1
+        .status
+        .as_ref()
+        .and_then(|s| s.pod_ip.clone())
+        .context("ip")?;
+    let by_uid = BTreeMap::from([(POD_UID.to_string(), web1.uid().unwrap_or_default())]);
+    let zun_a = a.zun();
+    let id = zun_a
+        .list_containers(&by_uid, None)
+        .await?
+        .first()
+        .context("web1's container")?
+        .uuid
+        .clone();
+    zun_a
+        .exec(&id, &["rm".to_string(), "/www/ready.html".to_string()])
+        .await?;
+    let rest: BTreeSet<String> = both
+        .iter()
+        .filter(|m| !m.starts_with(&format!("{web1_ip}:")))
+        .cloned()
+        .collect();
+    wait_for(LONG, POLL, "web1's member gone from A's pool", async || {
+        let m = lb_members(a, &lb_name).await?;
+        Ok(match m {
+            Some((_, m)) if m == rest => Check::Done(()),
+            m => Check::Pending(format!("{m:?}")),
+        })
+    })
+    .await
+    .with_context(|| vk.tail())?;
+    eprintln!("unready pod left A's pool after {:?}", t0.elapsed());
+
+    // The Service over both tenants' pods: refused, no load balancer anywhere.
+    let events: Api<Event> = Api::namespaced(client.clone(), &shared);
+    let ev = wait_for(LONG, POLL, "the mixed Service refused", async || {
+        let ev = events.list(&ListParams::default()).await?.items;
+        Ok(
+            match ev.into_iter().find(|e| {
+                e.reason.as_deref() == Some("LoadBalancerRefused")
+                    && e.involved_object.name.as_deref() == Some("mix")
+            }) {
+                Some(e) => Check::Done(e),
+                None => Check::Pending("no Event yet".into()),
+            },
+        )
+    })
+    .await
+    .with_context(|| vk.tail())?;
+    let m = ev.message.unwrap_or_default();
+    assert!(m.contains("spec.selector"), "{m}");
+    assert!(
+        lbs_admin.list_load_balancers(&mix_lb).await?.is_empty(),
+        "no load balancer for the mixed Service in any project"
+    );
+
+    // A NetworkPolicy with ingress and egress over A's web pods.
+    let pols: Api<NetworkPolicy> = Api::namespaced(client.clone(), &w.ns_a);
+    let pol: NetworkPolicy = serde_json::from_value(json!({
+        "metadata": {"name": "web"},
+        "spec": {"podSelector": {"matchLabels": {"app": "web"}},
+                 "policyTypes": ["Ingress", "Egress"],
+                 "ingress": [{"from": [{"ipBlock": {"cidr": "10.0.0.0/8"}}],
+                              "ports": [{"port": 8080}]}],
+                 "egress": [{"to": [{"ipBlock": {"cidr": "192.0.2.0/24",
+                                                 "except": ["192.0.2.128/25"]}}],
+                             "ports": [{"port": 443}]},
+                            {"to": [{"podSelector": {"matchLabels": {"app": "web"}}}],
+                             "ports": [{"protocol": "UDP", "port": 53}]}]}
+    }))?;
+    let pol = pols.create(&PostParams::default(), &pol).await?;
+    let group = vk_zun::netpol_sync::group_name(&pol.uid().context("uid")?);
+    left.group_names = vec![
+        group.clone(),
+        vk_zun::netpol_sync::OPEN_INGRESS.into(),
+        vk_zun::netpol_sync::OPEN_EGRESS.into(),
+    ];
+    let mut want: BTreeSet<String> = [
+        "ingress IPv4 tcp 8080-8080 10.0.0.0/8".to_string(),
+        "egress IPv4 tcp 443-443 192.0.2.0/25".to_string(),
+    ]
+    .into();
+    for ip in &ips {
+        want.insert(format!("egress IPv4 udp 53-53 {ip}/32"));
+    }
+    let net_a = openstack::Cloud::from_core(a.core.clone()).network;
+    let group_id = wait_for(
+        LONG,
+        POLL,
+        "the policy's group in A's project",
+        async || {
+            let found = net_a
+                .list_security_groups(&openstack::model::SecurityGroupFilter {
+                    name: Some(group.clone()),
+                    project_id: Some(a.project_id.clone()),
+                    ..Default::default()
+                })
+                .await?;
+            let Some(g) = found.first() else {
+                return Ok(Check::Pending("no group".into()));
+            };
+            let rules: BTreeSet<String> = net_a
+                .list_security_group_rules(&g.id)
+                .await?
+                .iter()
+                .map(|r| {
+                    format!(
+                        "{} {} {} {}-{} {}",
+                        r.direction,
+                        r.ethertype,
+                        r.protocol.as_deref().unwrap_or("any"),
+                        r.port_range_min.unwrap_or(0),
+                        r.port_range_max.unwrap_or(0),
+                        r.remote_ip_prefix.as_deref().unwrap_or("any")
+                    )
+                })
+                .collect();
+            Ok(if rules == want {
+                Check::Done(g.id.clone())
+            } else {
+                Check::Pending(format!("{rules:?}"))
+            })
+        },
+    )
+    .await
+    .with_context(|| vk.tail())?;
+    // Both directions isolated: A's web pods' ports carry the policy's group only.
+    for name in ["web1", "web2"] {
+        let uid = pods_a.get(name).await?.uid().unwrap_or_default();
+        let port_name = vk_zun::pod_port::name(&w.ta, &uid);
+        wait_for(
+            LONG,
+            POLL,
+            &format!("{name}'s port carries the policy group only"),
+            async || {
+                let ports = a
+                    .ports()
+                    .list_ports(&PortFilter {
+                        name: Some(port_name.clone()),
+                        ..Default::default()
+                    })
+                    .await?;
+                let groups = ports
+                    .first()
+                    .map(|p| p.security_groups.clone())
+                    .unwrap_or_default();
+                Ok(if groups == [group_id.clone()] {
+                    Check::Done(())
+                } else {
+                    Check::Pending(format!("{groups:?}"))
+                })
+            },
+        )
+        .await
+        .with_context(|| vk.tail())?;
+    }
+    let net_b = openstack::Cloud::from_core(b.core.clone()).network;
+    assert!(
+        net_b
+            .list_security_groups(&openstack::model::SecurityGroupFilter {
+                name: Some(group.clone()),
+                ..Default::default()
+            })
+            .await?
+            .is_empty(),
+        "tenant B's project has no group of the policy"
+    );
+    eprintln!(
+        "policy's group in line in A's project after {:?}",
+        t0.elapsed()
+    );
+
+    // Tenant A goes: its node deletes its load balancer, and the Service (its namespace bound
+    // to no tenant now) loses its finalizer and can be deleted.
+    tenants.delete(&w.ta, &DeleteParams::default()).await?;
+    wait_for(LONG, POLL, "A's load balancer deleted", async || {
+        let l = lbs_admin.list_load_balancers(&lb_name).await?;
+        Ok(if l.iter().all(|l| l.provisioning_status == "DELETED") {
+            Check::Done(())
+        } else {
+            Check::Pending(format!(
+                "{:?}",
+                l.iter().map(|l| &l.provisioning_status).collect::<Vec<_>>()
+            ))
+        })
+    })
+    .await
+    .with_context(|| vk.tail())?;
+    svcs_a.delete("web", &DeleteParams::default()).await?;
+    wait_for(LONG, POLL, "the Service gone", async || {
+        Ok(match svcs_a.get_opt("web").await? {
+            None => Check::Done(()),
+            Some(s) => Check::Pending(format!("finalizers {:?}", s.finalizers())),
+        })
+    })
+    .await
+    .with_context(|| vk.tail())?;
+    eprintln!("tenant A's load balancer released after {:?}", t0.elapsed());
     Ok(())
 }

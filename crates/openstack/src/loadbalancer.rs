@@ -55,6 +55,12 @@ pub struct LoadBalancer {
     /// `ONLINE`, `OFFLINE`, `DEGRADED`, `ERROR`, `NO_MONITOR`.
     #[serde(default)]
     pub operating_status: String,
+    /// The project that owns it.
+    #[serde(default)]
+    pub project_id: String,
+    /// Its tags.
+    #[serde(default)]
+    pub tags: Vec<String>,
 }
 
 /// A load balancer to create.
@@ -133,6 +139,9 @@ pub struct StatusTree {
 pub trait LoadBalancers: Send + Sync {
     /// Load balancers named `name` (names are not unique in Octavia).
     async fn list_load_balancers(&self, name: &str) -> Result<Vec<LoadBalancer>>;
+    /// Load balancers carrying `tag`, of `project_id` when given (an admin's list spans
+    /// projects otherwise).
+    async fn list_tagged(&self, tag: &str, project_id: Option<&str>) -> Result<Vec<LoadBalancer>>;
     /// Create a load balancer (a POST: never repeated after an ambiguous failure; find it by name).
     async fn create_load_balancer(&self, req: &LoadBalancerCreate) -> Result<LoadBalancer>;
     /// The load balancer's tree: listeners, pools, members.
@@ -186,6 +195,15 @@ pub(crate) fn members_body(members: &[Member]) -> serde_json::Value {
 impl LoadBalancers for LoadBalancerAdapter {
     async fn list_load_balancers(&self, name: &str) -> Result<Vec<LoadBalancer>> {
         let r = Request::get(S, "list_load_balancers", "lbaas/loadbalancers").query("name", name);
+        self.core.list_all(r, "loadbalancers").await
+    }
+
+    async fn list_tagged(&self, tag: &str, project_id: Option<&str>) -> Result<Vec<LoadBalancer>> {
+        let mut r =
+            Request::get(S, "list_load_balancers", "lbaas/loadbalancers").query("tags", tag);
+        if let Some(p) = project_id {
+            r = r.query("project_id", p);
+        }
         self.core.list_all(r, "loadbalancers").await
     }
 
@@ -327,6 +345,17 @@ impl LoadBalancers for FakeLoadBalancers {
             .collect())
     }
 
+    async fn list_tagged(&self, tag: &str, project_id: Option<&str>) -> Result<Vec<LoadBalancer>> {
+        Ok(self
+            .lock()
+            .lbs
+            .values()
+            .filter(|(l, _)| l.tags.iter().any(|t| t == tag))
+            .filter(|(l, _)| project_id.is_none_or(|p| l.project_id == p))
+            .map(|(l, _)| l.clone())
+            .collect())
+    }
+
     async fn create_load_balancer(&self, req: &LoadBalancerCreate) -> Result<LoadBalancer> {
         let mut s = self.lock();
         s.calls.push(format!("create_load_balancer {}", req.name));
@@ -338,6 +367,8 @@ impl LoadBalancers for FakeLoadBalancers {
             vip_address: Some(format!("192.0.2.{n}")),
             provisioning_status: status::ACTIVE.into(),
             operating_status: "ONLINE".into(),
+            project_id: String::new(),
+            tags: req.tags.clone(),
         };
         let tree = StatusTree {
             id: lb.id.clone(),

@@ -1,23 +1,28 @@
 //! Services of type LoadBalancer over the node's pods become Octavia load balancers.
 //!
 //! For a `type: LoadBalancer` Service whose selector picks pods of this node: one load
-//! balancer named `k8s-svc-<service uid>` (found by that name after a crash, so a lost create
-//! never makes a second one) with its VIP on the node's subnet; one listener and one pool per
+//! balancer named `k8s-svc-<service uid>` and tagged `k8s-node=<node>` (found by that tag and
+//! name after a crash, so a lost create never makes a second one; a load balancer so tagged and
+//! named whose Service this node no longer serves is deleted) with its VIP on the node's
+//! subnet, in the node's project (a `--tenants` node: its tenant's, for the Services of the
+//! tenant's namespaces only, refusing one that selects pods of another tenant's node too, see
+//! [`decide`]); one listener and one pool per
 //! Service port (TCP or UDP), both named `<protocol>-<port>`; the pool's members are the
 //! node's *ready* pods' IPs (their Neutron port IPs) with the port's `targetPort`, kept in line
 //! with readiness by one batch update. The VIP goes to `status.loadBalancer.ingress`. A
 //! finalizer on the Service makes its deletion delete the load balancer (cascade) first.
 //!
-//! [`desired`] (Service + pods → what Octavia should hold) and [`plan`] (desired + observed →
-//! the next write) are pure; [`run`] does the I/O, polling: Octavia takes one write at a time
+//! [`decide`] (whether the node serves a Service), [`desired`] (Service + pods → what Octavia
+//! should hold) and [`plan`] (desired + observed → the next write) are pure; [`run`] does the I/O, polling: Octavia takes one write at a time
 //! per load balancer (it is `PENDING_UPDATE` in between), so a pass makes at most one write
 //! per Service and the next pass goes on.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Pod, Service};
+use api::tenant::TENANT_LABEL;
+use k8s_openapi::api::core::v1::{Node, Pod, Service};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::{Client, ResourceExt};
@@ -27,6 +32,8 @@ use openstack::loadbalancer::{
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
+
+use crate::tenant::Tenant;
 
 /// The Service finalizer: the load balancer is deleted before the Service goes.
 pub const FINALIZER: &str = "virtual-kubelet.sunet.se/load-balancer";
@@ -253,6 +260,58 @@ pub fn plan(want: &Desired, lb: Option<&LoadBalancer>, tree: Option<&StatusTree>
     Step::Done
 }
 
+/// The tag of the load balancers `node` made: with the `k8s-svc-` name, what makes one ours.
+pub fn node_tag(node: &str) -> String {
+    format!("k8s-node={node}")
+}
+
+/// The Service UID a load balancer's name carries, or `None` when it is not a Service's.
+pub fn service_uid(lb_name: &str) -> Option<&str> {
+    lb_name.strip_prefix("k8s-svc-").filter(|u| !u.is_empty())
+}
+
+/// What a node does with a Service this pass.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// Not this node's: no load balancer of its, no pod of its selected.
+    Skip,
+    /// Keep its load balancer in line with the node's pods.
+    Serve,
+    /// Deleted, or no longer a LoadBalancer: its load balancer goes, then the finalizer.
+    Release,
+    /// It selects pods of other tenants' nodes too: a load balancer is in one project, so it
+    /// gets none (this node's is deleted) and a Warning Event.
+    Refuse(Refusal),
+}
+
+/// The [`Decision`] for `svc`: `ours`, how many of the node's pods it selects; `other_nodes`,
+/// the other tenants' nodes with pods it selects (always empty outside `--tenants`);
+/// `has_lb`, whether the node has a load balancer for it.
+pub fn decide(svc: &Service, ours: usize, other_nodes: &[String], has_lb: bool) -> Decision {
+    let is_lb = svc.spec.as_ref().and_then(|s| s.type_.as_deref()) == Some("LoadBalancer");
+    let has_finalizer = svc.finalizers().iter().any(|f| f == FINALIZER);
+    if svc.metadata.deletion_timestamp.is_some() || !is_lb {
+        return if has_lb || has_finalizer {
+            Decision::Release
+        } else {
+            Decision::Skip
+        };
+    }
+    if !other_nodes.is_empty() && (ours > 0 || has_lb) {
+        return Decision::Refuse(Refusal {
+            field: "spec.selector".into(),
+            reason: format!(
+                "it selects pods of other tenants' nodes ({}) too: a load balancer lives in one tenant's project, so the Service gets none (bind its namespace to one tenant)",
+                other_nodes.join(", ")
+            ),
+        });
+    }
+    if ours == 0 && !has_lb {
+        return Decision::Skip;
+    }
+    Decision::Serve
+}
+
 /// Where and how [`run`] works.
 #[derive(Clone, Debug)]
 pub struct ServicesConfig {
@@ -260,6 +319,11 @@ pub struct ServicesConfig {
     pub node: String,
     /// The Neutron subnet load balancers take their VIP from.
     pub vip_subnet_id: String,
+    /// The project the load balancers are in (`None`: the credentials' own).
+    pub project_id: Option<String>,
+    /// The tenant the node serves (`--tenants`): only Services of its namespaces are looked
+    /// at, and one selecting pods of another tenant's node is refused. `None`: a single node.
+    pub tenant: Option<Tenant>,
     /// Time between two passes.
     pub interval: Duration,
 }
@@ -271,11 +335,11 @@ pub async fn run(
     cfg: ServicesConfig,
     stop: CancellationToken,
 ) {
-    info!(node = %cfg.node, subnet = %cfg.vip_subnet_id, "serving Services of type LoadBalancer with Octavia");
+    info!(node = %cfg.node, subnet = %cfg.vip_subnet_id, project = cfg.project_id.as_deref().unwrap_or("?"), "serving Services of type LoadBalancer with Octavia");
     let mut refused: BTreeMap<String, String> = BTreeMap::new();
     loop {
         if let Err(e) = pass(&client, lbs.as_ref(), &cfg, &mut refused).await {
-            warn!(error = %e, "Services pass failed; retrying");
+            warn!(node = %cfg.node, error = %e, "Services pass failed; retrying");
         }
         tokio::select! {
             _ = stop.cancelled() => return,
@@ -284,35 +348,219 @@ pub async fn run(
     }
 }
 
+/// The node's load balancers (tagged [`node_tag`], named after a Service), by Service UID.
+async fn ours_by_service(
+    lbs: &dyn LoadBalancers,
+    node: &str,
+    project_id: Option<&str>,
+) -> Result<BTreeMap<String, Vec<LoadBalancer>>, openstack::Error> {
+    let mut out: BTreeMap<String, Vec<LoadBalancer>> = BTreeMap::new();
+    for l in lbs.list_tagged(&node_tag(node), project_id).await? {
+        if l.provisioning_status == status::DELETED {
+            continue;
+        }
+        if let Some(uid) = service_uid(&l.name) {
+            out.entry(uid.to_string()).or_default().push(l);
+        }
+    }
+    for v in out.values_mut() {
+        v.sort_by(|a, b| a.id.cmp(&b.id));
+    }
+    Ok(out)
+}
+
 async fn pass(
     client: &Client,
     lbs: &dyn LoadBalancers,
     cfg: &ServicesConfig,
     refused: &mut BTreeMap<String, String>,
 ) -> anyhow_free::Result<()> {
-    let services = Api::<Service>::all(client.clone())
+    let served = |ns: &str| cfg.tenant.as_ref().is_none_or(|t| t.admit(ns).is_ok());
+    let services: Vec<Service> = Api::<Service>::all(client.clone())
         .list(&ListParams::default())
-        .await?;
-    let pods = Api::<Pod>::all(client.clone())
-        .list(&ListParams::default().fields(&format!("spec.nodeName={}", cfg.node)))
-        .await?;
-    for svc in services.items.iter().filter(|s| {
-        s.spec.as_ref().and_then(|s| s.type_.as_deref()) == Some("LoadBalancer")
-            || s.finalizers().iter().any(|f| f == FINALIZER)
-    }) {
-        let ours: Vec<&Pod> = pods
-            .items
-            .iter()
-            .filter(|p| selects(svc, p, &cfg.node))
-            .collect();
-        let has_finalizer = svc.finalizers().iter().any(|f| f == FINALIZER);
-        if ours.is_empty() && !has_finalizer {
-            continue;
+        .await?
+        .items
+        .into_iter()
+        .filter(|s| served(&s.namespace().unwrap_or_default()))
+        .filter(|s| {
+            s.spec.as_ref().and_then(|s| s.type_.as_deref()) == Some("LoadBalancer")
+                || s.finalizers().iter().any(|f| f == FINALIZER)
+        })
+        .collect();
+    let mut found = ours_by_service(lbs, &cfg.node, cfg.project_id.as_deref()).await?;
+    // A single node looks at its own pods; a tenant's node also at the pods of its Services'
+    // namespaces on the other tenants' nodes.
+    let (pods, tenant_nodes): (Vec<Pod>, BTreeSet<String>) = match &cfg.tenant {
+        None => (
+            Api::<Pod>::all(client.clone())
+                .list(&ListParams::default().fields(&format!("spec.nodeName={}", cfg.node)))
+                .await?
+                .items,
+            BTreeSet::new(),
+        ),
+        Some(_) => {
+            let mut pods = Vec::new();
+            let namespaces: BTreeSet<String> =
+                services.iter().filter_map(|s| s.namespace()).collect();
+            for ns in &namespaces {
+                pods.extend(
+                    Api::<Pod>::namespaced(client.clone(), ns)
+                        .list(&ListParams::default())
+                        .await?
+                        .items,
+                );
+            }
+            let nodes = if namespaces.is_empty() {
+                BTreeSet::new()
+            } else {
+                Api::<Node>::all(client.clone())
+                    .list(&ListParams::default().labels(TENANT_LABEL))
+                    .await?
+                    .items
+                    .iter()
+                    .map(|n| n.name_any())
+                    .filter(|n| n != &cfg.node)
+                    .collect()
+            };
+            (pods, nodes)
         }
-        if let Err(e) = service(client, lbs, cfg, svc, &ours, refused).await {
-            warn!(service = %format!("{}/{}", svc.namespace().unwrap_or_default(), svc.name_any()), error = %e, "load balancer not in line yet");
+    };
+    for svc in &services {
+        let uid = svc.uid().unwrap_or_default();
+        let ours: Vec<&Pod> = pods.iter().filter(|p| selects(svc, p, &cfg.node)).collect();
+        let mut others: Vec<String> = tenant_nodes
+            .iter()
+            .filter(|n| pods.iter().any(|p| selects(svc, p, n)))
+            .cloned()
+            .collect();
+        others.dedup();
+        let mine = found.remove(&uid).unwrap_or_default();
+        let what = format!("{}/{}", svc.namespace().unwrap_or_default(), svc.name_any());
+        match decide(svc, ours.len(), &others, !mine.is_empty()) {
+            Decision::Skip => {}
+            Decision::Refuse(r) => {
+                if refused.get(&uid) != Some(&r.to_string()) {
+                    warn!(service = %what, refusal = %r, "Service not mapped to Octavia");
+                    event(client, svc, "LoadBalancerRefused", &r.to_string()).await;
+                    refused.insert(uid.clone(), r.to_string());
+                }
+                // Its load balancer (made before it selected another tenant's pods) goes.
+                delete_all(lbs, &what, &mine).await?;
+            }
+            Decision::Release | Decision::Serve => {
+                if let Err(e) = service(client, lbs, cfg, svc, &ours, &mine, refused).await {
+                    warn!(service = %what, error = %e, "load balancer not in line yet");
+                }
+            }
         }
     }
+    // What is left is ours for no Service this node serves: a Service deleted while no node
+    // ran, its namespace unbound from the tenant, a finalizer removed by hand. Deleted.
+    for (uid, left) in &found {
+        delete_all(
+            lbs,
+            &format!("Service uid {uid} (gone or not this node's)"),
+            left,
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+/// Deletes load balancers (cascade), skipping those being deleted already.
+async fn delete_all(
+    lbs: &dyn LoadBalancers,
+    what: &str,
+    found: &[LoadBalancer],
+) -> Result<(), openstack::Error> {
+    for l in found {
+        if l.provisioning_status == status::PENDING_DELETE {
+            continue;
+        }
+        match lbs.delete_load_balancer(&l.id).await {
+            Ok(()) => info!(service = %what, lb = %l.id, "deleting its load balancer"),
+            Err(e) if e.is_not_found() => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Deletes every load balancer `node` made in the project (tagged [`node_tag`], named after a
+/// Service) and waits, up to `timeout`, until Octavia lists none: a tenant that goes (or a node
+/// renamed) leaves no load balancer behind while its credentials still work. `Ok(n)`: how many
+/// are left (0: all gone).
+pub async fn release_node(
+    lbs: &dyn LoadBalancers,
+    node: &str,
+    project_id: Option<&str>,
+    timeout: Duration,
+) -> Result<usize, openstack::Error> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let found: Vec<LoadBalancer> = ours_by_service(lbs, node, project_id)
+            .await?
+            .into_values()
+            .flatten()
+            .collect();
+        if found.is_empty() || tokio::time::Instant::now() >= deadline {
+            return Ok(found.len());
+        }
+        // An LB busy with a write (PENDING_UPDATE) answers 409: the next round retries.
+        for l in &found {
+            if l.provisioning_status == status::PENDING_DELETE {
+                continue;
+            }
+            if let Err(e) = lbs.delete_load_balancer(&l.id).await
+                && !e.is_not_found()
+            {
+                debug!(node, lb = %l.id, error = %e, "load balancer not deleted yet");
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+/// Removes [`FINALIZER`] from the Services of namespaces `bound` says no node serves any more
+/// (a namespace unbound from every tenant), so that deleting them does not wait for a node
+/// that will never come; the load balancers were deleted by their node ([`run`] deletes those
+/// of namespaces it no longer serves, [`release_node`] those of a tenant that goes).
+pub async fn drop_unserved_finalizers(
+    client: &Client,
+    bound: impl Fn(&str) -> bool,
+) -> Result<usize, kube::Error> {
+    let mut n = 0;
+    for svc in Api::<Service>::all(client.clone())
+        .list(&ListParams::default())
+        .await?
+        .items
+    {
+        let ns = svc.namespace().unwrap_or_default();
+        if bound(&ns) || !svc.finalizers().iter().any(|f| f == FINALIZER) {
+            continue;
+        }
+        remove_finalizer_of(client, &svc).await?;
+        info!(service = %format!("{ns}/{}", svc.name_any()), "no tenant serves its namespace: load-balancer finalizer removed");
+        n += 1;
+    }
+    Ok(n)
+}
+
+async fn remove_finalizer_of(client: &Client, svc: &Service) -> Result<(), kube::Error> {
+    let rest: Vec<String> = svc
+        .finalizers()
+        .iter()
+        .filter(|f| *f != FINALIZER)
+        .cloned()
+        .collect();
+    Api::<Service>::namespaced(client.clone(), &svc.namespace().unwrap_or_default())
+        .patch(
+            &svc.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": rest,
+                "resourceVersion": svc.resource_version()}})),
+        )
+        .await?;
     Ok(())
 }
 
@@ -338,47 +586,19 @@ async fn service(
     cfg: &ServicesConfig,
     svc: &Service,
     ours: &[&Pod],
+    found: &[LoadBalancer],
     refused: &mut BTreeMap<String, String>,
 ) -> anyhow_free::Result<()> {
     let ns = svc.namespace().unwrap_or_default();
     let name = svc.name_any();
     let uid = svc.uid().unwrap_or_default();
     let api: Api<Service> = Api::namespaced(client.clone(), &ns);
-    let found: Vec<LoadBalancer> = lbs
-        .list_load_balancers(&lb_name(&uid))
-        .await?
-        .into_iter()
-        .filter(|l| l.provisioning_status != status::DELETED)
-        .collect();
     let is_lb = svc.spec.as_ref().and_then(|s| s.type_.as_deref()) == Some("LoadBalancer");
     if svc.metadata.deletion_timestamp.is_some() || !is_lb {
         // Deleted, or no longer a LoadBalancer: the load balancer goes, then the finalizer.
-        for l in &found {
-            if l.provisioning_status == status::PENDING_DELETE {
-                continue;
-            }
-            match lbs.delete_load_balancer(&l.id).await {
-                Ok(()) => {
-                    info!(service = %format!("{ns}/{name}"), lb = %l.id, "deleting its load balancer")
-                }
-                Err(e) if e.is_not_found() => {}
-                Err(e) => return Err(e.into()),
-            }
-        }
+        delete_all(lbs, &format!("{ns}/{name}"), found).await?;
         if found.is_empty() {
-            let rest: Vec<String> = svc
-                .finalizers()
-                .iter()
-                .filter(|f| *f != FINALIZER)
-                .cloned()
-                .collect();
-            api.patch(
-                &name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"metadata": {"finalizers": rest,
-                    "resourceVersion": svc.resource_version()}})),
-            )
-            .await?;
+            remove_finalizer_of(client, svc).await?;
             if is_lb {
                 info!(service = %format!("{ns}/{name}"), "load balancer gone; finalizer removed");
             }
@@ -424,7 +644,7 @@ async fn service(
                     name: want.lb_name.clone(),
                     description: format!("Service {ns}/{name} (virtual kubelet node {})", cfg.node),
                     vip_subnet_id: cfg.vip_subnet_id.clone(),
-                    tags: vec![format!("k8s-node={}", cfg.node)],
+                    tags: vec![node_tag(&cfg.node)],
                 })
                 .await?;
             info!(service = %format!("{ns}/{name}"), lb = %l.id, "load balancer created");
@@ -556,6 +776,66 @@ mod tests {
         assert!(!selects(&s, &p, "n"));
     }
 
+    #[test]
+    fn a_node_serves_its_services_and_refuses_those_spanning_tenants() {
+        let s = svc(json!([{"port": 80}]));
+        let others = vec!["tenant-b".to_string()];
+        assert_eq!(decide(&s, 0, &[], false), Decision::Skip, "no pod, no LB");
+        assert_eq!(decide(&s, 2, &[], false), Decision::Serve);
+        // Pods gone: its load balancer stays (no members) while the Service does.
+        assert_eq!(decide(&s, 0, &[], true), Decision::Serve);
+        match decide(&s, 1, &others, false) {
+            Decision::Refuse(r) => {
+                assert_eq!(r.field, "spec.selector");
+                assert!(r.reason.contains("tenant-b"), "{}", r.reason);
+            }
+            d => panic!("{d:?}"),
+        }
+        // Another tenant's Service: not this node's business.
+        assert_eq!(decide(&s, 0, &others, false), Decision::Skip);
+        let mut gone = s.clone();
+        gone.metadata.deletion_timestamp = Some(
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::UNIX_EPOCH),
+        );
+        assert_eq!(decide(&gone, 1, &[], true), Decision::Release);
+        assert_eq!(decide(&gone, 1, &[], false), Decision::Skip);
+        gone.metadata.finalizers = Some(vec![FINALIZER.into()]);
+        assert_eq!(decide(&gone, 0, &[], false), Decision::Release);
+        let mut cluster_ip = s.clone();
+        if let Some(spec) = cluster_ip.spec.as_mut() {
+            spec.type_ = Some("ClusterIP".into());
+        }
+        assert_eq!(decide(&cluster_ip, 1, &[], true), Decision::Release);
+        assert_eq!(service_uid("k8s-svc-u1"), Some("u1"));
+        assert_eq!(service_uid("other"), None);
+        assert_eq!(node_tag("n"), "k8s-node=n");
+    }
+
+    #[tokio::test]
+    async fn releasing_a_node_deletes_only_its_tagged_service_load_balancers() {
+        let lbs = openstack::loadbalancer::FakeLoadBalancers::new();
+        for (name, node) in [
+            ("k8s-svc-a", "n1"),
+            ("k8s-svc-b", "n2"),
+            ("hand-made", "n1"),
+        ] {
+            lbs.create_load_balancer(&LoadBalancerCreate {
+                name: name.into(),
+                tags: vec![node_tag(node)],
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        }
+        let left = release_node(&lbs, "n1", None, Duration::from_secs(5))
+            .await
+            .unwrap();
+        assert_eq!(left, 0);
+        let mut names: Vec<String> = lbs.load_balancers().into_iter().map(|l| l.name).collect();
+        names.sort();
+        assert_eq!(names, ["hand-made", "k8s-svc-b"]);
+    }
+
     fn lb(status: &str) -> LoadBalancer {
         LoadBalancer {
             id: "lb".into(),
@@ -563,6 +843,7 @@ mod tests {
             vip_address: Some("192.0.2.1".into()),
             provisioning_status: status.into(),
             operating_status: "ONLINE".into(),
+            ..Default::default()
         }
     }
 
