@@ -9,6 +9,7 @@ use kube::runtime::events::{Event, Recorder, Reporter};
 use openstack::Cloud;
 
 use crate::metrics::Metrics;
+use crate::project::federation::MappingQueue;
 
 /// Operator configuration the controllers act on (set by flags).
 #[derive(Clone, Debug)]
@@ -72,6 +73,8 @@ pub struct Context {
     drift_checked: Mutex<BTreeSet<String>>,
     /// Lookups every project pass repeats (roles, domains, users, external networks).
     pub lookups: crate::project::cache::LookupCache,
+    /// The federation mapping batches' queues, by IdP.
+    mapping_queues: Mutex<HashMap<String, std::sync::Arc<MappingQueue>>>,
 }
 
 impl Context {
@@ -97,6 +100,7 @@ impl Context {
             locks: Mutex::new(HashMap::new()),
             drift_checked: Mutex::new(BTreeSet::new()),
             lookups: Default::default(),
+            mapping_queues: Mutex::new(HashMap::new()),
         }
     }
 
@@ -138,6 +142,16 @@ impl Context {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .entry(key.to_string())
+            .or_default()
+            .clone()
+    }
+
+    /// The queue of `idp`'s next federation mapping batch.
+    pub fn mapping_queue(&self, idp: &str) -> std::sync::Arc<MappingQueue> {
+        self.mapping_queues
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(idp.to_string())
             .or_default()
             .clone()
     }

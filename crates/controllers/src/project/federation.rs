@@ -22,7 +22,7 @@
 //! change.
 
 use std::collections::HashMap;
-use std::sync::{Arc, LazyLock, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 
 use api::naming::{FEDERATION_PROTOCOL, GROUP_DESCRIPTION_PREFIX, mapping_name};
 use api::project::FederationRuleStatus;
@@ -482,36 +482,16 @@ struct Pending {
     answer: oneshot::Sender<Committed>,
 }
 
-/// The requests queued for one IdP's next batch.
+/// The requests queued for one IdP's next batch. Held by the
+/// [`LockProvider`](super::LockProvider) beside the IdP's mapping lock, so two IdPs, or two
+/// providers such as two tests' fake clouds, never share a batch.
 #[derive(Default)]
-struct Queue(Mutex<Vec<Pending>>);
+pub struct MappingQueue(Mutex<Vec<Pending>>);
 
-impl Queue {
+impl MappingQueue {
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Pending>> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
-}
-
-/// The queue of each mapping lock. A queue belongs to the lock (one per lock provider and
-/// IdP), so two IdPs, or two [`LockProvider`](super::LockProvider)s such as two tests' fake
-/// clouds, never share a batch; keeping it here rather than in the provider leaves the
-/// provider a plain lock table. The `Weak` keeps the lock's allocation, so its address cannot
-/// be reused by another lock while the entry exists; entries of dropped locks are pruned.
-type Queues = Mutex<Vec<(Weak<tokio::sync::Mutex<()>>, Arc<Queue>)>>;
-static QUEUES: LazyLock<Queues> = LazyLock::new(Queues::default);
-
-fn queue_for(lock: &Arc<tokio::sync::Mutex<()>>) -> Arc<Queue> {
-    let mut all = QUEUES.lock().unwrap_or_else(|p| p.into_inner());
-    all.retain(|(l, _)| l.strong_count() > 0);
-    if let Some((_, q)) = all
-        .iter()
-        .find(|(l, _)| std::ptr::eq(l.as_ptr(), Arc::as_ptr(lock)))
-    {
-        return q.clone();
-    }
-    let q = Arc::new(Queue::default());
-    all.push((Arc::downgrade(lock), q.clone()));
-    q
 }
 
 fn mapping_lock(env: &Env<'_>, idp: &str) -> Arc<tokio::sync::Mutex<()>> {
@@ -521,7 +501,7 @@ fn mapping_lock(env: &Env<'_>, idp: &str) -> Arc<tokio::sync::Mutex<()>> {
 /// How many requests wait for `idp`'s next batch (tests: to know a batch has formed).
 #[cfg(test)]
 pub(crate) fn pending(env: &Env<'_>, idp: &str) -> usize {
-    queue_for(&mapping_lock(env, idp)).lock().len()
+    env.locks.mapping_queue(idp).lock().len()
 }
 
 /// The group commit: queues `request` for `idp`'s next batch and waits for its outcome. The
@@ -531,7 +511,7 @@ pub(crate) fn pending(env: &Env<'_>, idp: &str) -> usize {
 async fn commit(env: &Env<'_>, idp: &str, request: Request) -> Committed {
     let cancelled = abandoned(&request.ctx, idp);
     let lock = mapping_lock(env, idp);
-    let queue = queue_for(&lock);
+    let queue = env.locks.mapping_queue(idp);
     let (answer, mut outcome) = oneshot::channel();
     queue.lock().push(Pending { request, answer });
     let guard = tokio::select! {

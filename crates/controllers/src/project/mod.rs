@@ -48,6 +48,7 @@ use crate::error::{ReconcileError, Result};
 use crate::framework::{Managed, Progress, now, owner_of, publish};
 use crate::ownership::Owner;
 use cache::LookupCache;
+use federation::MappingQueue;
 
 /// Condition: the Keystone project and its user group match the spec (seed type).
 pub const PROJECT_READY: &str = "ProjectReady";
@@ -69,6 +70,8 @@ pub trait LockProvider: Send + Sync {
     fn lock_for(&self, key: &str) -> Arc<tokio::sync::Mutex<()>>;
     /// The process-wide lookup cache shared by every pass.
     fn lookups(&self) -> &LookupCache;
+    /// The queue of `idp`'s next federation mapping batch (see `federation::commit`).
+    fn mapping_queue(&self, idp: &str) -> Arc<MappingQueue>;
 }
 
 impl LockProvider for Context {
@@ -78,6 +81,9 @@ impl LockProvider for Context {
     fn lookups(&self) -> &LookupCache {
         &self.lookups
     }
+    fn mapping_queue(&self, idp: &str) -> Arc<MappingQueue> {
+        Context::mapping_queue(self, idp)
+    }
 }
 
 /// A process-local [`LockProvider`] (tests and tools without a [`Context`]).
@@ -85,11 +91,20 @@ impl LockProvider for Context {
 pub struct LocalLocks(
     Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     LookupCache,
+    Mutex<HashMap<String, Arc<MappingQueue>>>,
 );
 
 impl LockProvider for LocalLocks {
     fn lookups(&self) -> &LookupCache {
         &self.1
+    }
+    fn mapping_queue(&self, idp: &str) -> Arc<MappingQueue> {
+        self.2
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(idp.to_string())
+            .or_default()
+            .clone()
     }
     fn lock_for(&self, key: &str) -> Arc<tokio::sync::Mutex<()>> {
         self.0
