@@ -229,6 +229,32 @@ fn tenant_pod(name: &str, node: &str, tenant: &str) -> anyhow::Result<Pod> {
     }))?)
 }
 
+/// Tenant A (the test cloud's `demo`, on `net1_id`) and tenant B (`cloud2`'s `demo2`, on
+/// `net2_id`), each with an application credential named after `prefix`; A's credential is
+/// deleted again when B's cannot be made.
+async fn tenant_pair(
+    z: &e2e::ZunTenant,
+    admin: &Core,
+    cloud2: &str,
+    net2: &str,
+    net1_id: &str,
+    net2_id: &str,
+    prefix: &str,
+) -> anyhow::Result<(TenantCloud, TenantCloud)> {
+    let cred_name = e2e::names::unique(prefix);
+    let a = TenantCloud::new(
+        &z.file, admin, &z.cloud, "demo", &z.network, net1_id, &cred_name,
+    )
+    .await?;
+    match TenantCloud::new(&z.file, admin, cloud2, "demo2", net2, net2_id, &cred_name).await {
+        Ok(b) => Ok((a, b)),
+        Err(e) => {
+            a.delete_credential().await;
+            Err(e)
+        }
+    }
+}
+
 #[tokio::test]
 async fn two_tenants_run_their_pods_in_their_own_projects_and_refuse_others() -> anyhow::Result<()>
 {
@@ -251,22 +277,7 @@ async fn two_tenants_run_their_pods_in_their_own_projects_and_refuse_others() ->
     let client = target.client().await?;
     install_crd(&client).await?;
     let admin = connect(&z.file, "local-admin").await?;
-    let cred_name = e2e::names::unique("tenants");
-    let a = TenantCloud::new(
-        &z.file, &admin, &z.cloud, "demo", &z.network, &net1_id, &cred_name,
-    )
-    .await?;
-    let b = match TenantCloud::new(
-        &z.file, &admin, &cloud2, "demo2", &net2, &net2_id, &cred_name,
-    )
-    .await
-    {
-        Ok(b) => b,
-        Err(e) => {
-            a.delete_credential().await;
-            return Err(e);
-        }
-    };
+    let (a, b) = tenant_pair(&z, &admin, &cloud2, &net2, &net1_id, &net2_id, "tenants").await?;
     let w = World {
         client: client.clone(),
         ta: e2e::names::unique("tenants-a"),
@@ -793,22 +804,16 @@ async fn tenant_load_balancers_and_network_policies_stay_in_their_projects() -> 
     let client = target.client().await?;
     install_crd(&client).await?;
     let admin = connect(&z.file, "local-admin").await?;
-    let cred_name = e2e::names::unique("tenants-net");
-    let a = TenantCloud::new(
-        &z.file, &admin, &z.cloud, "demo", &z.network, &net1_id, &cred_name,
+    let (a, b) = tenant_pair(
+        &z,
+        &admin,
+        &cloud2,
+        &net2,
+        &net1_id,
+        &net2_id,
+        "tenants-net",
     )
     .await?;
-    let b = match TenantCloud::new(
-        &z.file, &admin, &cloud2, "demo2", &net2, &net2_id, &cred_name,
-    )
-    .await
-    {
-        Ok(b) => b,
-        Err(e) => {
-            a.delete_credential().await;
-            return Err(e);
-        }
-    };
     let w = World {
         client: client.clone(),
         ta: e2e::names::unique("tnet-a"),
