@@ -5,8 +5,11 @@
 //! tainted `virtual-kubelet.sunet.se/tenant=<tenant>`, whose provider admits only the pods
 //! of the tenant's namespaces and gives them the tenant's networks. The Kubernetes client is
 //! shared. A node is restarted when its tenant's spec or Secret changes (the runtime takes its
-//! pods back without a Zun write) and stopped, as the process stops its node, when the tenant
-//! is deleted. The tenant's status says whether its node runs, and why not.
+//! pods back without a Zun write). When the tenant is deleted its node stops and, while its
+//! session still works, deletes everything it made in the tenant's project (load balancers,
+//! containers, ports, security groups); its pods and its Node are deleted, as Kubernetes' pod
+//! garbage collector does for a deleted node. The tenant's status says whether its node runs,
+//! and why not.
 //!
 //! Each node serves its own kubelet API (logs, exec, attach, port-forward, stats), with the
 //! tenant's Zun session and the same authentication and authorization as a single node, on a
@@ -32,8 +35,8 @@ use api::tenant::{
 };
 use api::{Condition, ConditionStatus};
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Node, Secret, Taint};
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use k8s_openapi::api::core::v1::{Node, Pod, Secret, Taint};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Client, ResourceExt};
 use openstack::adapter::{ClientOptions, CloudSelector, ContainerAdapter, Core};
@@ -61,9 +64,11 @@ struct Running {
     load_balancing: Option<LoadBalancing>,
     /// Its NetworkPolicy controller (`--network-policies`; ends with `stop`).
     network_policies: Option<JoinHandle<()>>,
+    /// Its provider, whose containers, ports and groups go with the tenant.
+    provider: Arc<ZunProvider>,
 }
 
-/// How long a tenant that goes may take to delete its load balancers.
+/// How long a tenant that goes may take to delete its load balancers, and again its containers.
 const RELEASE_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// Runs a node for every `ZunTenant` until `token` is cancelled.
@@ -110,7 +115,7 @@ pub async fn run(args: VkArgs, client: Client, token: CancellationToken) -> anyh
         for name in gone {
             if let Some(r) = running.remove(&name) {
                 info!(tenant = %name, node = %r.node, "ZunTenant deleted: stopping its node");
-                stop_and_release(r).await;
+                stop_and_release(&client, r).await;
             }
         }
         if args.load_balancers {
@@ -136,11 +141,13 @@ pub async fn run(args: VkArgs, client: Client, token: CancellationToken) -> anyh
     Ok(())
 }
 
-/// Stops a node and, its controllers stopped, deletes the load balancers it made while its
-/// credentials still work: the tenant goes (or its node is renamed), and no later node would
-/// find them as its own.
-async fn stop_and_release(r: Running) {
+/// Stops a node and, its controllers stopped, deletes what it made in its project while its
+/// credentials still work (its load balancers, its pods' containers, ports and security
+/// groups), then its pods and its Node, as Kubernetes' pod garbage collector would for a deleted
+/// node: the tenant goes (or its node is renamed), and no later node would find them as its own.
+async fn stop_and_release(client: &Client, r: Running) {
     let node = r.node.clone();
+    let provider = r.provider.clone();
     if let Some(lb) = stop(r).await {
         match vk_zun::services::release_node(
             lb.lbs.as_ref(),
@@ -158,6 +165,53 @@ async fn stop_and_release(r: Running) {
                 warn!(node = %node, error = %e, "deleting the node's load balancers failed; delete them by hand (tag k8s-node={node})")
             }
         }
+    }
+    match provider.release(RELEASE_TIMEOUT).await {
+        Ok(0) => {
+            info!(node = %node, "the node's containers, ports and security groups are deleted")
+        }
+        Ok(n) => {
+            warn!(node = %node, left = n, "containers, ports or security groups of the node not deleted in time; delete them by hand (label or name prefix vk_{node}_)")
+        }
+        Err(e) => {
+            warn!(node = %node, error = %e, "deleting the node's containers, ports and security groups failed; delete them by hand (label or name prefix vk_{node}_)")
+        }
+    }
+    if let Err(e) = delete_pods_and_node(client, &node).await {
+        warn!(node = %node, error = %e, "deleting the node's pods and Node failed");
+    }
+}
+
+/// Deletes the pods bound to `node` (at once: their containers are gone) and the Node.
+async fn delete_pods_and_node(client: &Client, node: &str) -> Result<(), kube::Error> {
+    let pods: Api<Pod> = Api::all(client.clone());
+    let bound = pods
+        .list(&ListParams::default().fields(&format!("spec.nodeName={node}")))
+        .await?;
+    let now = DeleteParams {
+        grace_period_seconds: Some(0),
+        ..Default::default()
+    };
+    for p in bound.items {
+        let ns = p.namespace().unwrap_or_default();
+        match Api::<Pod>::namespaced(client.clone(), &ns)
+            .delete(&p.name_any(), &now)
+            .await
+        {
+            Ok(_) => {
+                info!(node, pod = %format!("{ns}/{}", p.name_any()), "deleted the pod of a node that goes")
+            }
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => return Err(e),
+        }
+    }
+    match Api::<Node>::all(client.clone())
+        .delete(node, &DeleteParams::default())
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(e) => Err(e),
     }
 }
 
@@ -232,8 +286,8 @@ async fn reconcile(
             let old_node = r.node.clone();
             let failed = r.task.is_finished();
             if old_node != node {
-                // The new node would not find the old one's load balancers as its own.
-                stop_and_release(r).await;
+                // The new node would not find the old one's workloads as its own.
+                stop_and_release(client, r).await;
             } else {
                 stop(r).await;
             }
@@ -241,12 +295,6 @@ async fn reconcile(
                 info!(tenant = %name, node = %old_node, "restarting the tenant's node after it stopped");
             } else {
                 info!(tenant = %name, node = %old_node, "the tenant changed: restarting its node");
-            }
-            if old_node != node {
-                // The tenant moved to another node name: the old Node goes.
-                let _ = Api::<Node>::all(client.clone())
-                    .delete(&old_node, &DeleteParams::default())
-                    .await;
             }
         }
     }
@@ -299,6 +347,7 @@ async fn reconcile(
             .with_pod_concurrency(args.pod_concurrency)
             .with_ports(ports, neutron),
     );
+    let node_provider = provider.clone();
     let labels = BTreeMap::from([(TENANT_LABEL.to_string(), name.clone())]);
     let taints = vec![Taint {
         key: TENANT_LABEL.into(),
@@ -359,7 +408,7 @@ async fn reconcile(
         .then(|| networking.start_network_policies(args, client.clone(), stop_token.clone()));
     let (c, s) = (client.clone(), stop_token.clone());
     let task = tokio::spawn(async move {
-        vk_runtime::run(c, ncfg, provider, s)
+        vk_runtime::run(c, ncfg, node_provider, s)
             .await
             .map_err(anyhow::Error::from)
     });
@@ -390,6 +439,7 @@ async fn reconcile(
             kubelet_api,
             load_balancing,
             network_policies,
+            provider,
         },
     );
 }

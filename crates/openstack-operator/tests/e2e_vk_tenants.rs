@@ -367,6 +367,21 @@ impl World {
                         let _ = ports.delete_port(&p.id).await;
                     }
                 }
+                // Their security groups (ports gone, Neutron lets them go): a group left
+                // behind counts against the project's quota of 10 in every later test.
+                let net = openstack::Cloud::from_core(c.core.clone()).network;
+                for g in net
+                    .list_security_groups(&openstack::model::SecurityGroupFilter {
+                        project_id: Some(c.project_id.clone()),
+                        ..Default::default()
+                    })
+                    .await
+                    .unwrap_or_default()
+                {
+                    if vk_zun::pod_port::pod_uid(node, &g.name).is_some() {
+                        let _ = net.delete_security_group(&g.id).await;
+                    }
+                }
             }
         }
         for ns in [&self.ns_a, &self.ns_b, &self.ns_sec]
@@ -1287,5 +1302,62 @@ async fn networking(
     .await
     .with_context(|| vk.tail())?;
     eprintln!("tenant A's load balancer released after {:?}", t0.elapsed());
+    // Nothing else of A's node stays: its pods (web1, web2, mix-a), their containers, ports
+    // and security groups in A's project, and its Node; B's pod is untouched.
+    wait_for(
+        LONG,
+        POLL,
+        "A's pods, containers, ports and groups gone",
+        async || {
+            let mut left = Vec::new();
+            for p in pods_a.list(&ListParams::default()).await?.items {
+                left.push(format!("pod {}", p.name_any()));
+            }
+            for p in pods_shared.list(&ListParams::default()).await?.items {
+                if p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(w.ta.as_str()) {
+                    left.push(format!("pod {}", p.name_any()));
+                }
+            }
+            let ours = BTreeMap::from([(NODE.to_string(), w.ta.clone())]);
+            for c in a.zun().list_containers(&ours, None).await? {
+                left.push(format!("container {} ({})", c.uuid, c.status));
+            }
+            for p in a.ports().list_ports(&PortFilter::default()).await? {
+                if vk_zun::pod_port::pod_uid(&w.ta, &p.name).is_some() {
+                    left.push(format!("port {}", p.name));
+                }
+            }
+            for g in openstack::Cloud::from_core(a.core.clone())
+                .network
+                .list_security_groups(&openstack::model::SecurityGroupFilter {
+                    project_id: Some(a.project_id.clone()),
+                    ..Default::default()
+                })
+                .await?
+            {
+                if vk_zun::pod_port::pod_uid(&w.ta, &g.name).is_some() {
+                    left.push(format!("group {}", g.name));
+                }
+            }
+            if nodes.get_opt(&w.ta).await?.is_some() {
+                left.push("Node".into());
+            }
+            Ok(if left.is_empty() {
+                Check::Done(())
+            } else {
+                Check::Pending(left.join(", "))
+            })
+        },
+    )
+    .await
+    .with_context(|| vk.tail())?;
+    assert!(
+        pods_shared.get_opt("mix-b").await?.is_some(),
+        "tenant B's pod stays"
+    );
+    eprintln!(
+        "tenant A's node released everything after {:?}",
+        t0.elapsed()
+    );
     Ok(())
 }

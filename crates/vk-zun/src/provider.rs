@@ -320,62 +320,90 @@ impl ZunProvider {
         true
     }
 
-    /// Deletes the ports named for this node whose pod is neither in `live` nor still has Zun
-    /// containers (`busy`): what a crash between a port's create and its pod's end left.
+    /// Deletes the ports and then the security groups named for this node whose pod is
+    /// neither in `live` nor still has Zun containers (`busy`): what a crash between a port's
+    /// create and its pod's end left. `Ok(n)`: how many it found but could not delete (a group
+    /// still in use by a port deleted just now or not yet: the next sweep retries).
     async fn sweep_ports(
         &self,
         ports: &dyn Ports,
         live: &BTreeSet<String>,
         busy: &BTreeSet<String>,
-    ) {
-        let all = match ports
+    ) -> Result<usize, openstack::Error> {
+        let all = ports
             .list_ports(&PortFilter {
                 project_id: self.project_id.clone(),
                 ..Default::default()
             })
-            .await
-        {
-            Ok(all) => all,
-            Err(e) => {
-                warn!(error = %e, "cannot list ports to sweep; retrying later");
-                return;
-            }
-        };
+            .await?;
+        let mut left = 0;
         for p in pod_port::leaked(&self.cfg.node_name, &all, live, busy) {
             info!(port = %p.id, name = %p.name, "deleting a Neutron port whose pod is gone");
             if let Err(e) = ports.delete_port(&p.id).await
                 && !e.is_not_found()
             {
                 warn!(port = %p.id, error = %e, "leaked port delete failed; retrying next sweep");
+                left += 1;
             }
         }
         let Some(neutron) = &self.neutron else {
-            return;
+            return Ok(left);
         };
-        let groups = match neutron
+        let groups = neutron
             .list_security_groups(&SecurityGroupFilter {
                 project_id: self.project_id.clone(),
                 ..Default::default()
             })
-            .await
-        {
-            Ok(g) => g,
-            Err(e) => {
-                warn!(error = %e, "cannot list security groups to sweep; retrying later");
-                return;
-            }
-        };
+            .await?;
         for g in groups
             .iter()
             .filter(|g| pod_port::is_leaked(&self.cfg.node_name, &g.name, live, busy))
         {
             info!(group = %g.id, name = %g.name, "deleting a security group whose pod is gone");
-            // In use by a port deleted just now (or not yet): the next sweep retries.
             if let Err(e) = neutron.delete_security_group(&g.id).await
                 && !e.is_not_found()
             {
                 warn!(group = %g.id, error = %e, "leaked security group delete failed; retrying next sweep");
+                left += 1;
             }
+        }
+        Ok(left)
+    }
+
+    /// Deletes everything this node made in its project, for a tenant that goes (no later node
+    /// would find it as its own, and its credentials may not outlive it): its Zun containers,
+    /// then, once Zun has deleted them, their ports and security groups. Waits up to `timeout`
+    /// for Zun's asynchronous deletes. `Ok(n)`: how many containers (or, with none left,
+    /// ports and groups) are left (0: all gone).
+    pub async fn release(&self, timeout: std::time::Duration) -> Result<usize, openstack::Error> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let left = self
+                .zun
+                .list_containers(&labels::ours(&self.cfg.node_name), None)
+                .await?;
+            if left.is_empty() {
+                break;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Ok(left.len());
+            }
+            for c in left.iter().filter(|c| c.status != zs::DELETING) {
+                if let Err(e) = self.zun.delete_container(&c.uuid, true, false).await
+                    && !e.is_not_found()
+                {
+                    debug!(zun = %c.uuid, error = %e, "container not deleted yet");
+                }
+            }
+            tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+        }
+        self.mem().pod_ports.clear();
+        match &self.ports {
+            Some(ports) => {
+                let none = BTreeSet::new();
+                self.sweep_ports(ports.as_ref(), &none, &none).await
+            }
+            None => Ok(0),
         }
     }
 
@@ -1088,7 +1116,9 @@ impl Provider for ZunProvider {
                     .last_port_sweep
                     .is_none_or(|t| t.elapsed() >= PORT_SWEEP_EVERY);
                 if due {
-                    self.sweep_ports(ports.as_ref(), &live, &busy).await;
+                    if let Err(e) = self.sweep_ports(ports.as_ref(), &live, &busy).await {
+                        warn!(error = %e, "cannot list ports or security groups to sweep; retrying later");
+                    }
                     self.mem().last_port_sweep = Some(std::time::Instant::now());
                 }
             }

@@ -708,6 +708,62 @@ async fn declared_ports_get_the_pods_own_security_group_on_its_port() {
     );
 }
 
+#[tokio::test]
+async fn release_deletes_the_nodes_containers_ports_and_groups_and_nothing_else() {
+    use openstack::Network as _;
+    let z = FakeZun::new();
+    let ports = openstack::port::FakePorts::new();
+    let neutron = openstack::fake::FakeCloud::new();
+    let p = provider_with_neutron(&z, &ports, &neutron);
+    let mut pods = vec![pod(
+        "web",
+        "uid-web",
+        json!({"nodeName": "vk", "containers": [{"name": "c", "image": "nginx",
+            "ports": [{"containerPort": 80}]}]}),
+    )];
+    let o = NoObjects::default();
+    sync(&p, &mut pods, &o).await;
+    z.create_container(&ZunContainerCreate {
+        name: "other".into(),
+        image: "busybox".into(),
+        labels: crate::labels::for_container("other-node", "ns", "x", "uid-x", "c", Role::Main),
+        run: true,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let by_hand = neutron
+        .create_security_group(&openstack::model::SecurityGroupCreate {
+            name: "made-by-hand".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!((z.containers().len(), ports.ports().len()), (2, 1));
+    let left = p.release(std::time::Duration::from_secs(10)).await.unwrap();
+    assert_eq!(left, 0);
+    let names: Vec<String> = z.containers().into_iter().filter_map(|c| c.name).collect();
+    assert_eq!(
+        names,
+        vec!["other".to_string()],
+        "only the node's containers go"
+    );
+    assert!(ports.ports().is_empty(), "the pod's port goes");
+    let groups: Vec<(String, String)> = neutron
+        .list_security_groups(&openstack::model::SecurityGroupFilter::default())
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|g| g.name != "default")
+        .map(|g| (g.name, g.id))
+        .collect();
+    assert_eq!(
+        groups,
+        vec![("made-by-hand".to_string(), by_hand.id)],
+        "the pod's group goes, no other"
+    );
+}
+
 fn tenant_provider(
     z: &FakeZun,
     ports: &openstack::port::FakePorts,
