@@ -16,6 +16,8 @@
   `<network>-subnet`; "network id" lines are written to TC_NETWORK_ID_FILE
 
 `bootstrap.py wait-zun` waits until zun-compute's host (TC_ZUN_HOST) is up in zun-api.
+`bootstrap.py sweep-e2e` deletes what killed end-to-end runs left in the tenant projects (see
+sweep_e2e).
 
 Inputs come from the environment (TC_*), set by scripts/test-cloud.
 """
@@ -32,7 +34,8 @@ KS = os.environ["TC_KS_URL"]  # http://127.0.0.1:5000/v3
 ADMIN_PW = os.environ["TC_ADMIN_PW"]
 HOST = os.environ.get("TC_HOST", "127.0.0.1")
 WAIT_ZUN = sys.argv[1:] == ["wait-zun"]
-if not WAIT_ZUN:
+SWEEP_E2E = sys.argv[1:] == ["sweep-e2e"]
+if not (WAIT_ZUN or SWEEP_E2E):
     SVC_PW = os.environ["TC_SVC_PW"]
     APPCRED_SECRET = os.environ["TC_APPCRED_SECRET"]
     CLOUDS = os.environ["TC_CLOUDS"]
@@ -280,6 +283,27 @@ def wait_zun():
     sys.exit(1)
 
 
+def sweep_e2e():
+    """Delete the Neutron ports not bound to anything and the security groups that test nodes'
+    pods left in the tenant projects (names `vk_e2e-...`: the virtual kubelet names a pod's port
+    and group `vk_<node>_<pod uid>`, and the e2e tests' nodes are `e2e-...`). A test killed
+    before its cleanup leaves them, and ten groups fill a project's default quota, failing every
+    later run. Only for before the suite: a running test's group may not be on its port yet."""
+    projects = {p["name"]: p["id"] for p in get(f"{KS}/projects", "projects")}
+    for name, _, _ in TENANTS:
+        pid = projects.get(name)
+        if pid is None:
+            continue
+        for port in get(f"{NEUTRON}/ports?project_id={pid}", "ports"):
+            if port["name"].startswith("vk_e2e-") and not port.get("device_id"):
+                S.delete(f"{NEUTRON}/ports/{port['id']}", raise_exc=False)
+                log(f"sweep: deleted port {port['name']} of {name}")
+        for g in get(f"{NEUTRON}/security-groups?project_id={pid}", "security_groups"):
+            if g["name"].startswith("vk_e2e-"):
+                r = S.delete(f"{NEUTRON}/security-groups/{g['id']}", raise_exc=False)
+                log(f"sweep: security group {g['name']} of {name}: HTTP {r.status_code}")
+
+
 def q(s):
     return json.dumps(s)  # a JSON string is a valid double-quoted YAML scalar
 
@@ -334,6 +358,9 @@ clouds:
 def main():
     if WAIT_ZUN:
         wait_zun()
+        return
+    if SWEEP_E2E:
+        sweep_e2e()
         return
     log("bootstrap start")
     keystone()
