@@ -22,6 +22,10 @@ use crate::validation::FieldError;
 pub const VK_GROUP: &str = "virtual-kubelet.sunet.se";
 /// Node label and taint key naming the tenant a node serves.
 pub const TENANT_LABEL: &str = "virtual-kubelet.sunet.se/tenant";
+/// Finalizer the `--tenants` process puts on a tenant whose node it started: the tenant's
+/// workloads in its project (containers, ports, security groups, load balancers) are deleted
+/// before the tenant goes, even when the process was down at the time.
+pub const TENANT_FINALIZER: &str = "virtual-kubelet.sunet.se/release";
 /// Secret key: the Keystone URL (`.../v3`).
 pub const KEY_AUTH_URL: &str = "auth_url";
 /// Secret key: the application credential's ID.

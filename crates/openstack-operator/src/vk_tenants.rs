@@ -8,7 +8,9 @@
 //! pods back without a Zun write). When the tenant is deleted its node stops and, while its
 //! session still works, deletes everything it made in the tenant's project (load balancers,
 //! containers, ports, security groups); its pods and its Node are deleted, as Kubernetes' pod
-//! garbage collector does for a deleted node. The tenant's status says whether its node runs,
+//! garbage collector does for a deleted node. A tenant whose node started carries
+//! [`TENANT_FINALIZER`], so a tenant deleted while the process was down is released by the
+//! next process, with a session from its Secret. The tenant's status says whether its node runs,
 //! and why not.
 //!
 //! Each node serves its own kubelet API (logs, exec, attach, port-forward, stats), with the
@@ -30,8 +32,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 use api::tenant::{
-    KEY_APP_CRED_ID, KEY_APP_CRED_SECRET, KEY_AUTH_URL, KEY_REGION, TENANT_LABEL, ZunTenant,
-    ZunTenantSpec, ZunTenantStatus,
+    KEY_APP_CRED_ID, KEY_APP_CRED_SECRET, KEY_AUTH_URL, KEY_REGION, TENANT_FINALIZER, TENANT_LABEL,
+    ZunTenant, ZunTenantSpec, ZunTenantStatus,
 };
 use api::{Condition, ConditionStatus};
 use futures::StreamExt;
@@ -105,8 +107,14 @@ pub async fn run(args: VkArgs, client: Client, token: CancellationToken) -> anyh
         }
         let tenants = store.state();
         for t in &tenants {
-            reconcile(&args, &client, t, &mut running, &token).await;
+            if t.metadata.deletion_timestamp.is_some() {
+                finalize(&args, &client, t, &mut running).await;
+            } else {
+                reconcile(&args, &client, t, &mut running, &token).await;
+            }
         }
+        // A tenant gone without our finalizer (removed by hand): its node still goes with
+        // what it made.
         let gone: Vec<String> = running
             .keys()
             .filter(|n| !tenants.iter().any(|t| &t.name_any() == *n))
@@ -115,7 +123,10 @@ pub async fn run(args: VkArgs, client: Client, token: CancellationToken) -> anyh
         for name in gone {
             if let Some(r) = running.remove(&name) {
                 info!(tenant = %name, node = %r.node, "ZunTenant deleted: stopping its node");
-                stop_and_release(&client, r).await;
+                let node = r.node.clone();
+                let provider = r.provider.clone();
+                let lb = stop(r).await;
+                release(&client, &node, lb.as_ref(), &provider).await;
             }
         }
         if args.load_balancers {
@@ -141,45 +152,180 @@ pub async fn run(args: VkArgs, client: Client, token: CancellationToken) -> anyh
     Ok(())
 }
 
-/// Stops a node and, its controllers stopped, deletes what it made in its project while its
-/// credentials still work (its load balancers, its pods' containers, ports and security
-/// groups), then its pods and its Node, as Kubernetes' pod garbage collector would for a deleted
-/// node: the tenant goes (or its node is renamed), and no later node would find them as its own.
-async fn stop_and_release(client: &Client, r: Running) {
-    let node = r.node.clone();
-    let provider = r.provider.clone();
-    if let Some(lb) = stop(r).await {
+/// Deletes what `node` made in its tenant's project while its credentials still work (its
+/// load balancers with `lb`, its pods' containers, ports and security groups with `provider`),
+/// then its pods and its Node, as Kubernetes' pod garbage collector would for a deleted node:
+/// the tenant goes (or its node is renamed), and no later node would find them as its own.
+/// `true` when nothing is left.
+async fn release(
+    client: &Client,
+    node: &str,
+    lb: Option<&LoadBalancing>,
+    provider: &ZunProvider,
+) -> bool {
+    let mut clean = true;
+    if let Some(lb) = lb {
         match vk_zun::services::release_node(
             lb.lbs.as_ref(),
-            &node,
+            node,
             lb.project_id.as_deref(),
             RELEASE_TIMEOUT,
         )
         .await
         {
-            Ok(0) => info!(node = %node, "the node's load balancers are deleted"),
+            Ok(0) => info!(node, "the node's load balancers are deleted"),
             Ok(n) => {
-                warn!(node = %node, left = n, "load balancers of the node not deleted in time; delete them by hand (tag k8s-node={node})")
+                clean = false;
+                warn!(
+                    node,
+                    left = n,
+                    "load balancers of the node not deleted in time (tag k8s-node={node})"
+                )
             }
             Err(e) => {
-                warn!(node = %node, error = %e, "deleting the node's load balancers failed; delete them by hand (tag k8s-node={node})")
+                clean = false;
+                warn!(node, error = %e, "deleting the node's load balancers failed (tag k8s-node={node})")
             }
         }
     }
     match provider.release(RELEASE_TIMEOUT).await {
-        Ok(0) => {
-            info!(node = %node, "the node's containers, ports and security groups are deleted")
-        }
+        Ok(0) => info!(
+            node,
+            "the node's containers, ports and security groups are deleted"
+        ),
         Ok(n) => {
-            warn!(node = %node, left = n, "containers, ports or security groups of the node not deleted in time; delete them by hand (label or name prefix vk_{node}_)")
+            clean = false;
+            warn!(
+                node,
+                left = n,
+                "containers, ports or security groups of the node not deleted in time (label or name prefix vk_{node}_)"
+            )
         }
         Err(e) => {
-            warn!(node = %node, error = %e, "deleting the node's containers, ports and security groups failed; delete them by hand (label or name prefix vk_{node}_)")
+            clean = false;
+            warn!(node, error = %e, "deleting the node's containers, ports and security groups failed (label or name prefix vk_{node}_)")
         }
     }
-    if let Err(e) = delete_pods_and_node(client, &node).await {
-        warn!(node = %node, error = %e, "deleting the node's pods and Node failed");
+    if let Err(e) = delete_pods_and_node(client, node).await {
+        clean = false;
+        warn!(node, error = %e, "deleting the node's pods and Node failed");
     }
+    clean
+}
+
+/// A tenant being deleted: its node stops and [`release`]s what it made (with the running
+/// node's session, else with a session from the tenant's Secret: the process was down when
+/// the tenant was deleted), then [`TENANT_FINALIZER`] goes. Until then the tenant stays, its
+/// status saying what holds it, and the next pass tries again.
+async fn finalize(
+    args: &VkArgs,
+    client: &Client,
+    t: &ZunTenant,
+    running: &mut BTreeMap<String, Running>,
+) {
+    let name = t.name_any();
+    if !t.finalizers().iter().any(|f| f == TENANT_FINALIZER) {
+        if let Some(r) = running.remove(&name) {
+            info!(tenant = %name, node = %r.node, "ZunTenant being deleted: stopping its node");
+            stop(r).await;
+        }
+        return;
+    }
+    let clean = match running.remove(&name) {
+        Some(r) => {
+            info!(tenant = %name, node = %r.node, "ZunTenant being deleted: stopping its node and deleting what it made");
+            let node = r.node.clone();
+            let provider = r.provider.clone();
+            let lb = stop(r).await;
+            release(client, &node, lb.as_ref(), &provider).await
+        }
+        None => match release_offline(args, client, t).await {
+            Ok(clean) => clean,
+            Err(msg) => {
+                let msg = format!(
+                    "the tenant's node cannot delete what it made: {msg}; the finalizer {TENANT_FINALIZER} stays (remove it by hand to leave them)"
+                );
+                set_status(client, t, None, None, "ReleaseBlocked", &msg, false).await;
+                return;
+            }
+        },
+    };
+    if !clean {
+        let msg = "some of what the tenant's node made is not deleted yet (see the process's log); retrying";
+        set_status(client, t, None, None, "Releasing", msg, false).await;
+        return;
+    }
+    if let Err(e) = set_finalizer(client, t, false).await {
+        warn!(tenant = %name, error = %e, "removing the tenant's finalizer failed; retrying");
+    } else {
+        info!(tenant = %name, "released; finalizer removed");
+    }
+}
+
+/// [`release`] for a tenant deleted while the process was down: a session from its Secret,
+/// its node name from its status. `Err`: why no session can be had.
+async fn release_offline(args: &VkArgs, client: &Client, t: &ZunTenant) -> Result<bool, String> {
+    let name = t.name_any();
+    let node = t
+        .status
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .unwrap_or_else(|| t.spec.node_name_or(&name).to_string());
+    let secret = read_secret(client, &t.spec).await?;
+    let selector = selector(&secret, &t.spec)?;
+    let core = Core::connect(&selector, ClientOptions::default())
+        .await
+        .map_err(|e| format!("connecting with the application credential: {e}"))?;
+    let project_id = core.current_project_id();
+    info!(tenant = %name, node = %node, "ZunTenant deleted while no node ran: deleting what its node made");
+    let lb = args.load_balancers.then(|| LoadBalancing {
+        lbs: Arc::new(openstack::loadbalancer::LoadBalancerAdapter::new(
+            core.clone(),
+        )),
+        project_id: project_id.clone(),
+        task: tokio::spawn(async {}),
+    });
+    let cfg = Config {
+        node_name: node.clone(),
+        ..Default::default()
+    };
+    let provider = ZunProvider::new(
+        Arc::new(ContainerAdapter::new(core.clone())),
+        cfg,
+        project_id,
+        UnlimitedCapacity::default(),
+    )
+    .with_ports(
+        Arc::new(openstack::port::PortAdapter::new(core.clone())),
+        openstack::Cloud::from_core(core).network,
+    );
+    Ok(release(client, &node, lb.as_ref(), &provider).await)
+}
+
+/// Adds (`on`) or removes [`TENANT_FINALIZER`] (at the tenant's resourceVersion: a concurrent
+/// change makes it fail and the next pass try again).
+async fn set_finalizer(client: &Client, t: &ZunTenant, on: bool) -> Result<(), kube::Error> {
+    let mut finalizers: Vec<String> = t
+        .finalizers()
+        .iter()
+        .filter(|f| *f != TENANT_FINALIZER)
+        .cloned()
+        .collect();
+    if on {
+        finalizers.push(TENANT_FINALIZER.to_string());
+    }
+    let patch = serde_json::json!({"metadata": {
+        "finalizers": finalizers,
+        "resourceVersion": t.resource_version(),
+    }});
+    Api::<ZunTenant>::all(client.clone())
+        .patch(
+            &t.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+        .map(|_| ())
 }
 
 /// Deletes the pods bound to `node` (at once: their containers are gone) and the Node.
@@ -216,7 +362,7 @@ async fn delete_pods_and_node(client: &Client, node: &str) -> Result<(), kube::E
 }
 
 /// Stops a node (it shuts down as the process's `--on-shutdown` says) and waits for it and its
-/// controllers; returns its Services controller's session, for [`stop_and_release`].
+/// controllers; returns its Services controller's session, for [`release`].
 async fn stop(r: Running) -> Option<LoadBalancing> {
     r.stop.cancel();
     if let Some((_, server)) = r.kubelet_api {
@@ -287,7 +433,9 @@ async fn reconcile(
             let failed = r.task.is_finished();
             if old_node != node {
                 // The new node would not find the old one's workloads as its own.
-                stop_and_release(client, r).await;
+                let provider = r.provider.clone();
+                let lb = stop(r).await;
+                release(client, &old_node, lb.as_ref(), &provider).await;
             } else {
                 stop(r).await;
             }
@@ -317,6 +465,14 @@ async fn reconcile(
             return;
         }
     };
+    // From here on the node makes things in the project: the tenant's deletion waits until
+    // they are deleted (see [`finalize`]).
+    if !t.finalizers().iter().any(|f| f == TENANT_FINALIZER)
+        && let Err(e) = set_finalizer(client, t, true).await
+    {
+        warn!(tenant = %name, error = %e, "adding the tenant's finalizer failed; retrying");
+        return;
+    }
     let project_id = core.current_project_id();
     let tenant = Tenant::from_spec(&name, &t.spec);
     let networking = NodeNetworking {

@@ -334,6 +334,14 @@ impl World {
         let tenants: Api<ZunTenant> = Api::all(self.client.clone());
         for t in [&self.ta, &self.tb, &self.bad] {
             let _ = tenants.delete(t, &DeleteParams::default()).await;
+            // No process runs now to release them (what they made is deleted below).
+            let _ = tenants
+                .patch(
+                    t,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+                )
+                .await;
             let _ = Api::<Node>::all(self.client.clone())
                 .delete(t, &DeleteParams::default())
                 .await;
@@ -663,7 +671,116 @@ async fn tenants_and_pods(
         .await
         .with_context(|| vk.tail())?;
     }
+    deleted_while_down(target, w, b, vk).await?;
     Ok(groups_a)
+}
+
+/// Tenant B deleted while the process is down: its finalizer holds it, and the restarted
+/// process deletes what B's node made (a pod's container, port and security group) with a
+/// session from B's Secret, then B's pod and Node, then the finalizer.
+async fn deleted_while_down(
+    target: &e2e::target::Target,
+    w: &World,
+    b: &TenantCloud,
+    vk: Process,
+) -> anyhow::Result<()> {
+    let client = &w.client;
+    let tenants: Api<ZunTenant> = Api::all(client.clone());
+    let pods_b: Api<Pod> = Api::namespaced(client.clone(), &w.ns_b);
+    let mut pod = tenant_pod("pb2", &w.tb, &w.tb)?;
+    if let Some(c) = pod.spec.as_mut().and_then(|s| s.containers.first_mut()) {
+        c.ports = Some(vec![serde_json::from_value(
+            json!({"containerPort": 8080}),
+        )?]);
+    }
+    pods_b.create(&PostParams::default(), &pod).await?;
+    wait_for(LONG, POLL, "pod pb2 Running", async || {
+        let p = pods_b.get("pb2").await?;
+        let phase = p.status.and_then(|s| s.phase).unwrap_or_default();
+        Ok(if phase == "Running" {
+            Check::Done(())
+        } else {
+            Check::Pending(phase)
+        })
+    })
+    .await
+    .with_context(|| vk.tail())?;
+    let t = tenants.get(&w.tb).await?;
+    assert!(
+        t.finalizers()
+            .iter()
+            .any(|f| f == api::tenant::TENANT_FINALIZER),
+        "a tenant whose node runs carries the finalizer: {:?}",
+        t.finalizers()
+    );
+    drop(vk);
+    tenants.delete(&w.tb, &DeleteParams::default()).await?;
+    let held = tenants.get_opt(&w.tb).await?;
+    assert!(
+        held.is_some_and(|t| t.metadata.deletion_timestamp.is_some()),
+        "the finalizer holds the tenant while no process runs"
+    );
+    let vk = Process::start(target.kubeconfig(), &format!("{}-restarted", w.ta), &[])?;
+    let uid = pods_b
+        .get_opt("pb2")
+        .await?
+        .and_then(|p| p.uid())
+        .unwrap_or_default();
+    wait_for(
+        LONG,
+        POLL,
+        "B released by the restarted process",
+        async || {
+            let mut left = Vec::new();
+            if tenants.get_opt(&w.tb).await?.is_some() {
+                left.push("ZunTenant".to_string());
+            }
+            if pods_b.get_opt("pb2").await?.is_some() {
+                left.push("pod pb2".into());
+            }
+            if Api::<Node>::all(client.clone())
+                .get_opt(&w.tb)
+                .await?
+                .is_some()
+            {
+                left.push("Node".into());
+            }
+            let ours = BTreeMap::from([(NODE.to_string(), w.tb.clone())]);
+            for c in b.zun().list_containers(&ours, None).await? {
+                left.push(format!("container {} ({})", c.uuid, c.status));
+            }
+            let name = vk_zun::pod_port::name(&w.tb, &uid);
+            for p in b
+                .ports()
+                .list_ports(&PortFilter {
+                    name: Some(name.clone()),
+                    ..Default::default()
+                })
+                .await?
+            {
+                left.push(format!("port {}", p.id));
+            }
+            for g in openstack::Cloud::from_core(b.core.clone())
+                .network
+                .list_security_groups(&openstack::model::SecurityGroupFilter {
+                    name: Some(name.clone()),
+                    project_id: Some(b.project_id.clone()),
+                    ..Default::default()
+                })
+                .await?
+            {
+                left.push(format!("group {}", g.id));
+            }
+            Ok(if left.is_empty() {
+                Check::Done(())
+            } else {
+                Check::Pending(left.join(", "))
+            })
+        },
+    )
+    .await
+    .with_context(|| vk.tail())?;
+    Ok(())
 }
 
 const KUBELET_TOKEN: &str = "vk-tenants-apiserver";
