@@ -721,11 +721,6 @@ async fn deleted_while_down(
         "the finalizer holds the tenant while no process runs"
     );
     let vk = Process::start(target.kubeconfig(), &format!("{}-restarted", w.ta), &[])?;
-    let uid = pods_b
-        .get_opt("pb2")
-        .await?
-        .and_then(|p| p.uid())
-        .unwrap_or_default();
     wait_for(
         LONG,
         POLL,
@@ -738,39 +733,7 @@ async fn deleted_while_down(
             if pods_b.get_opt("pb2").await?.is_some() {
                 left.push("pod pb2".into());
             }
-            if Api::<Node>::all(client.clone())
-                .get_opt(&w.tb)
-                .await?
-                .is_some()
-            {
-                left.push("Node".into());
-            }
-            let ours = BTreeMap::from([(NODE.to_string(), w.tb.clone())]);
-            for c in b.zun().list_containers(&ours, None).await? {
-                left.push(format!("container {} ({})", c.uuid, c.status));
-            }
-            let name = vk_zun::pod_port::name(&w.tb, &uid);
-            for p in b
-                .ports()
-                .list_ports(&PortFilter {
-                    name: Some(name.clone()),
-                    ..Default::default()
-                })
-                .await?
-            {
-                left.push(format!("port {}", p.id));
-            }
-            for g in openstack::Cloud::from_core(b.core.clone())
-                .network
-                .list_security_groups(&openstack::model::SecurityGroupFilter {
-                    name: Some(name.clone()),
-                    project_id: Some(b.project_id.clone()),
-                    ..Default::default()
-                })
-                .await?
-            {
-                left.push(format!("group {}", g.id));
-            }
+            left.extend(node_leftovers(client, b, &w.tb).await?);
             Ok(if left.is_empty() {
                 Check::Done(())
             } else {
@@ -781,6 +744,45 @@ async fn deleted_while_down(
     .await
     .with_context(|| vk.tail())?;
     Ok(())
+}
+
+/// What `node` left: its Node, and in `c`'s project its Zun containers and the ports and
+/// security groups named for its pods.
+async fn node_leftovers(
+    client: &Client,
+    c: &TenantCloud,
+    node: &str,
+) -> anyhow::Result<Vec<String>> {
+    let mut left = Vec::new();
+    if Api::<Node>::all(client.clone())
+        .get_opt(node)
+        .await?
+        .is_some()
+    {
+        left.push("Node".to_string());
+    }
+    let ours = BTreeMap::from([(NODE.to_string(), node.to_string())]);
+    for x in c.zun().list_containers(&ours, None).await? {
+        left.push(format!("container {} ({})", x.uuid, x.status));
+    }
+    for p in c.ports().list_ports(&PortFilter::default()).await? {
+        if vk_zun::pod_port::pod_uid(node, &p.name).is_some() {
+            left.push(format!("port {}", p.name));
+        }
+    }
+    for g in openstack::Cloud::from_core(c.core.clone())
+        .network
+        .list_security_groups(&openstack::model::SecurityGroupFilter {
+            project_id: Some(c.project_id.clone()),
+            ..Default::default()
+        })
+        .await?
+    {
+        if vk_zun::pod_port::pod_uid(node, &g.name).is_some() {
+            left.push(format!("group {}", g.name));
+        }
+    }
+    Ok(left)
 }
 
 const KUBELET_TOKEN: &str = "vk-tenants-apiserver";
@@ -1435,30 +1437,7 @@ async fn networking(
                     left.push(format!("pod {}", p.name_any()));
                 }
             }
-            let ours = BTreeMap::from([(NODE.to_string(), w.ta.clone())]);
-            for c in a.zun().list_containers(&ours, None).await? {
-                left.push(format!("container {} ({})", c.uuid, c.status));
-            }
-            for p in a.ports().list_ports(&PortFilter::default()).await? {
-                if vk_zun::pod_port::pod_uid(&w.ta, &p.name).is_some() {
-                    left.push(format!("port {}", p.name));
-                }
-            }
-            for g in openstack::Cloud::from_core(a.core.clone())
-                .network
-                .list_security_groups(&openstack::model::SecurityGroupFilter {
-                    project_id: Some(a.project_id.clone()),
-                    ..Default::default()
-                })
-                .await?
-            {
-                if vk_zun::pod_port::pod_uid(&w.ta, &g.name).is_some() {
-                    left.push(format!("group {}", g.name));
-                }
-            }
-            if nodes.get_opt(&w.ta).await?.is_some() {
-                left.push("Node".into());
-            }
+            left.extend(node_leftovers(client, a, &w.ta).await?);
             Ok(if left.is_empty() {
                 Check::Done(())
             } else {

@@ -655,6 +655,16 @@ async fn a_port_that_cannot_be_made_waits_with_the_reason() {
     assert_eq!(u[0].events[0].reason, "Failed");
 }
 
+/// A pod whose container declares port 80 (so it gets its own security group).
+fn web_pod() -> Pod {
+    pod(
+        "web",
+        "uid-web",
+        json!({"nodeName": "vk", "containers": [{"name": "c", "image": "nginx",
+            "ports": [{"containerPort": 80}]}]}),
+    )
+}
+
 #[tokio::test]
 async fn declared_ports_get_the_pods_own_security_group_on_its_port() {
     use openstack::Network as _;
@@ -662,12 +672,7 @@ async fn declared_ports_get_the_pods_own_security_group_on_its_port() {
     let ports = openstack::port::FakePorts::new();
     let neutron = openstack::fake::FakeCloud::new();
     let p = provider_with_neutron(&z, &ports, &neutron);
-    let mut pods = vec![pod(
-        "web",
-        "uid-web",
-        json!({"nodeName": "vk", "containers": [{"name": "c", "image": "nginx",
-            "ports": [{"containerPort": 80}]}]}),
-    )];
+    let mut pods = vec![web_pod()];
     let o = NoObjects::default();
     sync(&p, &mut pods, &o).await;
     let groups = |name: &str| {
@@ -715,12 +720,7 @@ async fn release_deletes_the_nodes_containers_ports_and_groups_and_nothing_else(
     let ports = openstack::port::FakePorts::new();
     let neutron = openstack::fake::FakeCloud::new();
     let p = provider_with_neutron(&z, &ports, &neutron);
-    let mut pods = vec![pod(
-        "web",
-        "uid-web",
-        json!({"nodeName": "vk", "containers": [{"name": "c", "image": "nginx",
-            "ports": [{"containerPort": 80}]}]}),
-    )];
+    let mut pods = vec![web_pod()];
     let o = NoObjects::default();
     sync(&p, &mut pods, &o).await;
     z.create_container(&ZunContainerCreate {
