@@ -288,6 +288,180 @@ pub async fn run(addr: SocketAddr, federation_namespace: String) -> anyhow::Resu
     }
 }
 
+/// Fills `fake` with `n` tenants' objects by direct calls, in the shape the operator makes
+/// for [`crate::manifests::project`]: a project and its group with the two users, the group's
+/// `member` grant, the three services' quotas, two networks each with a subnet and a router
+/// (gateway on the external network) holding an interface, two security groups with three
+/// rules each, and one federation mapping rule per tenant. Names, tags and descriptions are
+/// of similar length, not the same: this estimates the fake's share of the memory.
+async fn fill(fake: &FakeCloud, n: u32) -> anyhow::Result<()> {
+    use openstack::model::{
+        Actor, DomainCreate, ExternalGatewayRequest, GroupCreate, ProjectCreate, RouterCreate,
+        SecurityGroupCreate, SecurityGroupRuleCreate,
+    };
+    let cloud = fake.cloud();
+    let (id, net) = (&cloud.identity, &cloud.network);
+    let domain = id
+        .create_domain(&DomainCreate {
+            name: "bench-00000000-fake".into(),
+            description: "openstack-operator bench (deleted at the end of the run)".into(),
+            enabled: true,
+            tags: vec![],
+        })
+        .await?;
+    let users = [
+        fake.add_user(&domain.id, "bench-00000000-user"),
+        fake.add_user(&domain.id, "bench-00000000-user2"),
+    ];
+    let user_names: Vec<String> = users.iter().map(|u| u.name.clone()).collect();
+    let member = id.find_role("member").await?.context("no member role")?;
+    let external = net
+        .list_networks(&NetworkFilter {
+            external: Some(true),
+            ..Default::default()
+        })
+        .await?
+        .into_iter()
+        .next()
+        .context("no external network (seed first)")?;
+    let tag = |kind: &str, i: u32| format!("openstack-operator.sunet.se:bench-fake:{kind}:t{i:04}");
+    let mut rules = Vec::new();
+    for i in 0..n {
+        let name = format!("bench-00000000-t{i:04}.bench.example.com");
+        let project = id
+            .create_project(&ProjectCreate {
+                name: name.clone(),
+                domain_id: domain.id.clone(),
+                description: "openstack-operator bench tenant (in-memory cloud)".into(),
+                enabled: true,
+                tags: vec![tag("project", i)],
+            })
+            .await?;
+        let pid = Some(project.id.clone());
+        let group = id
+            .create_group(&GroupCreate {
+                name: format!("{name}-users"),
+                domain_id: domain.id.clone(),
+                description: format!("Members of project {name} (openstack-operator)"),
+            })
+            .await?;
+        for u in &users {
+            id.add_user_to_group(&group.id, &u.id).await?;
+        }
+        id.grant_project_role(&project.id, &Actor::Group(group.id.clone()), &member.id)
+            .await?;
+        let quota = cloud
+            .compute
+            .get_compute_quota_defaults(&project.id)
+            .await?;
+        cloud
+            .compute
+            .update_compute_quota(&project.id, &quota)
+            .await?;
+        let quota = cloud
+            .block_storage
+            .get_volume_quota_defaults(&project.id)
+            .await?;
+        cloud
+            .block_storage
+            .update_volume_quota(&project.id, &quota)
+            .await?;
+        let quota = net.get_network_quota_defaults(&project.id).await?;
+        net.update_network_quota(&project.id, &quota).await?;
+        for (k, (nname, cidr)) in crate::manifests::NETWORKS.iter().enumerate() {
+            let network = net
+                .create_network(&NetworkCreate {
+                    name: (*nname).into(),
+                    project_id: pid.clone(),
+                    tags: vec![tag("network", i)],
+                    ..Default::default()
+                })
+                .await?;
+            let subnet = net
+                .create_subnet(&SubnetCreate {
+                    network_id: network.id,
+                    name: format!("{nname}-subnet"),
+                    ip_version: 4,
+                    cidr: (*cidr).into(),
+                    enable_dhcp: Some(true),
+                    project_id: pid.clone(),
+                    tags: vec![tag("subnet", i)],
+                    ..Default::default()
+                })
+                .await?;
+            let router = net
+                .create_router(&RouterCreate {
+                    name: format!("{nname}-router-{k}"),
+                    description: None,
+                    project_id: pid.clone(),
+                    external_gateway: Some(ExternalGatewayRequest {
+                        network_id: external.id.clone(),
+                        enable_snat: Some(true),
+                        external_fixed_ips: vec![],
+                    }),
+                    tags: vec![tag("router", i)],
+                })
+                .await?;
+            net.add_router_interface(&router.id, &subnet.id).await?;
+        }
+        for (gname, description) in crate::manifests::SECURITY_GROUPS {
+            let group = net
+                .create_security_group(&SecurityGroupCreate {
+                    name: gname.into(),
+                    description: Some(description.into()),
+                    project_id: pid.clone(),
+                    tags: vec![tag("security-group", i)],
+                })
+                .await?;
+            let reqs: Vec<SecurityGroupRuleCreate> = crate::manifests::RULES
+                .iter()
+                .map(|(direction, protocol, port)| SecurityGroupRuleCreate {
+                    security_group_id: group.id.clone(),
+                    direction: (*direction).into(),
+                    ethertype: "IPv4".into(),
+                    protocol: Some((*protocol).into()),
+                    port_range_min: port.map(i32::from),
+                    port_range_max: port.map(i32::from),
+                    remote_ip_prefix: Some("0.0.0.0/0".into()),
+                    project_id: pid.clone(),
+                    ..Default::default()
+                })
+                .collect();
+            net.create_security_group_rules(&reqs).await?;
+        }
+        rules.push(controllers::project::federation::project_rule(
+            &group.name,
+            &domain.name,
+            &user_names,
+        ));
+    }
+    id.create_mapping(
+        "bench-00000000-fake_oidc_mapping",
+        &serde_json::Value::Array(rules),
+    )
+    .await?;
+    Ok(())
+}
+
+/// `--fake-cloud-state N`: the in-memory cloud alone, filled with N tenants by [`fill`]; prints
+/// VmRSS before and after as one JSON line, so the tenants run can tell the fake's share of
+/// its RSS. (Memory freed by the allocator is not always returned, so RSS is what counts.)
+pub async fn state_only(n: u32) -> anyhow::Result<()> {
+    let fake = FakeCloud::new();
+    seed(&fake).await?;
+    let pid = std::process::id();
+    let before = crate::machine::Memory::of(pid)?;
+    fill(&fake, n).await?;
+    let after = crate::machine::Memory::of(pid)?;
+    // Keep the state alive until after the reading.
+    let held = fake.calls().len();
+    println!(
+        "{}",
+        serde_json::json!({"tenants": n, "before": before, "after": after, "operations": held})
+    );
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -332,6 +506,25 @@ mod tests {
         let left = left(&fake).await?;
         assert_eq!(left.get("networks"), Some(&0));
         assert_eq!(left.get("projects"), Some(&0));
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn fill_makes_the_tenants_shape() -> anyhow::Result<()> {
+        let fake = FakeCloud::new();
+        seed(&fake).await?;
+        fill(&fake, 3).await?;
+        let left = left(&fake).await?;
+        assert_eq!(left.get("projects"), Some(&3));
+        assert_eq!(left.get("networks"), Some(&6));
+        assert_eq!(left.get("routers"), Some(&6));
+        assert_eq!(left.get("groups"), Some(&3));
+        let mapping = fake
+            .cloud()
+            .identity
+            .get_mapping("bench-00000000-fake_oidc_mapping")
+            .await?;
+        assert_eq!(mapping.rules.as_array().map(Vec::len), Some(3));
         Ok(())
     }
 }

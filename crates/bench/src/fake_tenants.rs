@@ -63,6 +63,9 @@ pub struct FakeTenantsRun {
     pub kib_per_tenant: f64,
     /// From the first apply until all were Ready, in seconds.
     pub converge_s: f64,
+    /// Of which applying the N manifests, one after another, in seconds (the operator works
+    /// on the first ones meanwhile).
+    pub apply_s: f64,
     /// First and median time to Ready of a tenant, in seconds (polled every second).
     pub first_ready_s: f64,
     /// Median time to Ready.
@@ -81,6 +84,11 @@ pub struct FakeTenantsRun {
     pub delete_calls: BTreeMap<String, f64>,
     /// Every call of the process's life by `service.operation` (from its exit line).
     pub lifetime_calls: BTreeMap<String, u64>,
+    /// VmRSS growth of a process holding only the in-memory cloud filled with the same
+    /// number of tenants by direct calls (`--fake-cloud-state`): the fake's share, in KiB.
+    pub fake_state_kib: Option<u64>,
+    /// `converged` VmRSS minus `fake_state_kib`: the operator's estimated share, in KiB.
+    pub operator_estimate_kib: Option<u64>,
     /// What the fake still held at exit (projects, networks, routers, groups; the seeded
     /// external network and admin project not counted).
     pub left: BTreeMap<String, usize>,
@@ -297,7 +305,44 @@ pub async fn run(
         }
         Err(e) => problems.push(format!("tenants: {e:#}")),
     }
+    if ok {
+        match fake_state(f.tenants).await {
+            Ok(kib) => {
+                f.fake_state_kib = Some(kib);
+                f.operator_estimate_kib = Some(f.converged.rss_kib.saturating_sub(kib));
+            }
+            Err(e) => problems.push(format!("tenants: the fake's share: {e:#}")),
+        }
+    }
     ok.then_some(f)
+}
+
+/// Runs this executable with `--fake-cloud-state N` and returns the RSS growth it printed.
+async fn fake_state(n: u32) -> anyhow::Result<u64> {
+    let me = std::env::current_exe().context("locating this executable")?;
+    let out = tokio::process::Command::new(me)
+        .args(["--fake-cloud-state", &n.to_string()])
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .context("running --fake-cloud-state")?;
+    anyhow::ensure!(
+        out.status.success(),
+        "--fake-cloud-state exited with {}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .rev()
+        .find(|l| l.starts_with('{'))
+        .context("--fake-cloud-state printed no JSON line")?;
+    let v: serde_json::Value = serde_json::from_str(line)?;
+    let before: Memory = serde_json::from_value(v["before"].clone())?;
+    let after: Memory = serde_json::from_value(v["after"].clone())?;
+    Ok(after.rss_kib.saturating_sub(before.rss_kib))
 }
 
 /// Tells whether every project's status shows the whole workload (users bound, both
@@ -386,6 +431,7 @@ async fn body(bench: &Bench, op: &FakeOperator, f: &mut FakeTenantsRun) -> anyho
         );
         bench.apply::<OpenstackProject>(&m).await?;
     }
+    f.apply_s = started.elapsed().as_secs_f64();
     let ready = bench
         .wait_all_ready::<OpenstackProject>(
             op,

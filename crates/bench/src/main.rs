@@ -128,6 +128,10 @@ struct Args {
     /// /metrics and /seed-users on ADDR (the tenants measurement starts this executable so).
     #[arg(long, value_name = "ADDR", hide = true)]
     fake_cloud_operator: Option<std::net::SocketAddr>,
+    /// Internal: fill an in-memory OpenStack alone with N tenants and print its RSS growth
+    /// (the tenants measurement's estimate of the fake's share).
+    #[arg(long, value_name = "N", hide = true)]
+    fake_cloud_state: Option<u32>,
     /// Internal: with --fake-cloud-operator, the namespace trusted for federation ConfigMaps.
     #[arg(long, value_name = "NAMESPACE", hide = true, default_value = "")]
     fake_cloud_namespace: String,
@@ -570,6 +574,9 @@ async fn sweep(run: String) -> anyhow::Result<()> {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let mut args = Args::parse();
+    if let Some(n) = args.fake_cloud_state.take() {
+        return fake_cloud::state_only(n).await;
+    }
     if let Some(addr) = args.fake_cloud_operator.take() {
         return fake_cloud::run(addr, std::mem::take(&mut args.fake_cloud_namespace)).await;
     }

@@ -600,10 +600,21 @@ fn render_fake_tenants(o: &mut String, t: &crate::fake_tenants::FakeTenantsRun) 
         mib(t.sampled_peak_rss_kib),
         t.kib_per_tenant
     );
+    if let (Some(fake), Some(op)) = (t.fake_state_kib, t.operator_estimate_kib) {
+        let _ = writeln!(
+            o,
+            "  of which the fake's state ~{:.1} MiB (the in-memory cloud alone filled with {n} tenants: \
+             {:.1} KiB per tenant); the operator's share at {n} Ready ~{:.1} MiB",
+            mib(fake),
+            fake as f64 / f64::from(n.max(1)),
+            mib(op)
+        );
+    }
     let _ = writeln!(
         o,
-        "  {n} Ready in {} (first {}, median {}), deleted in {}",
+        "  {n} Ready in {} (applied in {}; first Ready {}, median {}), deleted in {}",
         secs(t.converge_s),
+        secs(t.apply_s),
         secs(t.first_ready_s),
         secs(t.median_ready_s),
         secs(t.delete_s)
