@@ -60,7 +60,7 @@ fn node_config(node: &str, poll_interval_s: u64) -> NodeConfig {
 }
 
 /// Cancels `token` on SIGTERM or SIGINT.
-fn stop_on_signal(token: CancellationToken) {
+pub(crate) fn stop_on_signal(token: CancellationToken) {
     tokio::spawn(async move {
         let mut term =
             tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();

@@ -76,7 +76,7 @@ pub fn git_commit(dir: &Path) -> String {
 }
 
 /// Resident memory of a process, from `/proc/<pid>/status`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct Memory {
     /// `VmRSS`: resident now, in KiB.
     pub rss_kib: u64,

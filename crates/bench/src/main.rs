@@ -2,10 +2,13 @@
 //! end-to-end tests (the in-process Kubernetes API emulator unless `E2E_KUBECONFIG` names a
 //! cluster; the cloud of `OS_CLOUD` / `OS_CLIENT_CONFIG_FILE`) and prints figures: convergence
 //! time of N full projects against a floor, OpenStack calls per forced resync, reaction time,
-//! and memory; with `--only vk`, the Zun virtual kubelet under N pods. It asserts nothing.
+//! and memory; with `--only vk`, the Zun virtual kubelet under N pods; with `--only tenants`,
+//! the controllers' memory at N full tenants on the in-memory OpenStack. It asserts nothing.
 //! `scripts/bench` builds and runs it; see `docs/performance.md`.
 
+mod fake_cloud;
 mod fake_node;
+mod fake_tenants;
 mod floor;
 mod machine;
 mod manifests;
@@ -42,6 +45,9 @@ enum Scenario {
     /// The Zun virtual kubelet: --pods real pods (start, steady state, deletion, reaction,
     /// memory), then --fake-pods on the in-memory Zun (memory). Not part of the default set.
     Vk,
+    /// The operator's controllers at --fake-tenants full projects on the in-memory OpenStack
+    /// (memory of issue 15; nothing in the real cloud). Not part of the default set.
+    Tenants,
 }
 
 /// Measures the openstack-operator binary: convergence, steady-state calls, reaction time,
@@ -115,6 +121,20 @@ struct Args {
     /// cloud offers 2), pods spread over them, instead of one single-tenant node (0).
     #[arg(long, default_value_t = 0)]
     vk_tenants: usize,
+    /// tenants: full projects on the in-memory OpenStack (0: skip).
+    #[arg(long, default_value_t = 1000)]
+    fake_tenants: u32,
+    /// Internal: run the operator's controllers on the in-memory OpenStack, serving /readyz,
+    /// /metrics and /seed-users on ADDR (the tenants measurement starts this executable so).
+    #[arg(long, value_name = "ADDR", hide = true)]
+    fake_cloud_operator: Option<std::net::SocketAddr>,
+    /// Internal: fill an in-memory OpenStack alone with N tenants and print its RSS growth
+    /// (the tenants measurement's estimate of the fake's share).
+    #[arg(long, value_name = "N", hide = true)]
+    fake_cloud_state: Option<u32>,
+    /// Internal: with --fake-cloud-operator, the namespace trusted for federation ConfigMaps.
+    #[arg(long, value_name = "NAMESPACE", hide = true, default_value = "")]
+    fake_cloud_namespace: String,
     /// Internal: run the virtual kubelet on the in-memory Zun as node NODE (the vk
     /// measurement starts this executable so).
     #[arg(long, value_name = "NODE", hide = true)]
@@ -369,6 +389,7 @@ async fn run(args: Args) -> anyhow::Result<(Report, PathBuf)> {
             reaction: None,
             memory: None,
             virtual_kubelet: None,
+            fake_tenants: None,
             problems: Vec::new(),
             wall_time_s: 0.0,
         }),
@@ -507,6 +528,10 @@ async fn run(args: Args) -> anyhow::Result<(Report, PathBuf)> {
             }
         }
     }
+    if args.wants(Scenario::Tenants) && args.fake_tenants > 0 {
+        let run = fake_tenants::run(&bench, args.fake_tenants, &token, &mut problems).await;
+        journal.update(|rep| rep.fake_tenants = run);
+    }
     if let Err(e) = bench.delete_namespace().await {
         problems.push(format!("{e:#}"));
     }
@@ -549,6 +574,12 @@ async fn sweep(run: String) -> anyhow::Result<()> {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let mut args = Args::parse();
+    if let Some(n) = args.fake_cloud_state.take() {
+        return fake_cloud::state_only(n).await;
+    }
+    if let Some(addr) = args.fake_cloud_operator.take() {
+        return fake_cloud::run(addr, std::mem::take(&mut args.fake_cloud_namespace)).await;
+    }
     if let Some(node) = args.fake_zun_node.take() {
         return fake_node::run(node, args.vk_poll_interval_seconds).await;
     }

@@ -45,6 +45,8 @@ pub struct Report {
     pub memory: Option<MemoryRun>,
     /// The Zun virtual kubelet (`--only vk`).
     pub virtual_kubelet: Option<crate::vk_report::VkRun>,
+    /// The controllers at N tenants on the in-memory OpenStack (`--only tenants`).
+    pub fake_tenants: Option<crate::fake_tenants::FakeTenantsRun>,
     /// Everything that went wrong (failed scenarios, cleanup problems); empty for a clean run.
     pub problems: Vec<String>,
     /// Wall time of the whole run, in seconds.
@@ -550,6 +552,9 @@ pub fn render(r: &Report) -> String {
     if let Some(v) = &r.virtual_kubelet {
         crate::vk_report::render(&mut o, v);
     }
+    if let Some(t) = &r.fake_tenants {
+        render_fake_tenants(&mut o, t);
+    }
     if !r.problems.is_empty() {
         let _ = writeln!(o, "\nPROBLEMS:");
         for p in &r.problems {
@@ -558,4 +563,90 @@ pub fn render(r: &Report) -> String {
     }
     let _ = writeln!(o, "\nwall time {}", secs(r.wall_time_s));
     o
+}
+
+/// Calls per tenant, `op n` pairs, largest first.
+fn per_tenant(calls: &BTreeMap<String, f64>, n: u32) -> String {
+    let mut v: Vec<(&String, f64)> = calls
+        .iter()
+        .map(|(op, c)| (op, c / f64::from(n.max(1))))
+        .collect();
+    v.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(b.0)));
+    v.iter()
+        .map(|(op, c)| format!("{op} {c:.2}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The `--only tenants` section.
+fn render_fake_tenants(o: &mut String, t: &crate::fake_tenants::FakeTenantsRun) {
+    let n = t.tenants;
+    let per = |x: f64| x / f64::from(n.max(1));
+    let _ = writeln!(
+        o,
+        "\nTenants on the in-memory OpenStack ({n} full projects; the cloud is in-process: no \
+         HTTP client, no limiter, so the times are the operator's and the Kubernetes API's; \
+         the fake's own state is in the RSS, so the memory is an upper bound of the operator's)"
+    );
+    let _ = writeln!(
+        o,
+        "  RSS: zero CRs {:.1} MiB; {n} Ready {:.1} MiB; after a forced reconcile of all {:.1} MiB; \
+         after deleting all {:.1} MiB; peak {:.1} MiB (VmHWM; sampled {:.1} MiB); {:.1} KiB per tenant",
+        mib(t.baseline.rss_kib),
+        mib(t.converged.rss_kib),
+        mib(t.after_reconcile.rss_kib),
+        mib(t.after_delete.rss_kib),
+        mib(t.peak_hwm_kib),
+        mib(t.sampled_peak_rss_kib),
+        t.kib_per_tenant
+    );
+    if let (Some(fake), Some(op)) = (t.fake_state_kib, t.operator_estimate_kib) {
+        let _ = writeln!(
+            o,
+            "  of which the fake's state ~{:.1} MiB (the in-memory cloud alone filled with {n} tenants: \
+             {:.1} KiB per tenant); the operator's share at {n} Ready ~{:.1} MiB",
+            mib(fake),
+            fake as f64 / f64::from(n.max(1)),
+            mib(op)
+        );
+    }
+    let _ = writeln!(
+        o,
+        "  {n} Ready in {} (applied in {}; first Ready {}, median {}), deleted in {}",
+        secs(t.converge_s),
+        secs(t.apply_s),
+        secs(t.first_ready_s),
+        secs(t.median_ready_s),
+        secs(t.delete_s)
+    );
+    let _ = writeln!(
+        o,
+        "  calls per tenant to converge: {:.1} ({:.1} reads, {:.1} writes): {}",
+        per(t.reads + t.writes),
+        per(t.reads),
+        per(t.writes),
+        per_tenant(&t.calls, n)
+    );
+    if let Some(s) = &t.steady {
+        let _ = writeln!(
+            o,
+            "  forced reconcile of all: {} reconciles in {}, per tenant {:.1} reads, {:.1} writes: {}",
+            s.reconciles,
+            secs(s.seconds),
+            per(s.reads),
+            per(s.writes),
+            per_tenant(&s.calls, n)
+        );
+    }
+    let (dr, dw) = crate::scenarios::split(&t.delete_calls);
+    let _ = writeln!(
+        o,
+        "  calls per tenant to delete: {:.1} reads, {:.1} writes: {}",
+        per(dr),
+        per(dw),
+        per_tenant(&t.delete_calls, n)
+    );
+    if t.left.values().any(|v| *v > 0) {
+        let _ = writeln!(o, "  left in the fake after deletion: {:?}", t.left);
+    }
 }

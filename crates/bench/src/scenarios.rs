@@ -22,7 +22,7 @@ use crate::manifests;
 use crate::oplog::{self, LogCursor};
 use crate::report::{Drift, MemoryRun, Reaction, SizeRun, Steady, Trouble};
 use crate::stats;
-use crate::world::{Bench, settled};
+use crate::world::{Bench, Watched, settled};
 
 /// Seconds the OpenStack requests spent waiting for the client-side limiter (sum).
 const RATE_WAIT_SUM: &str = "openstack_operator_rate_limit_wait_seconds_sum";
@@ -72,10 +72,10 @@ fn trouble(before: &Metrics, after: &Metrics) -> Trouble {
 }
 
 /// How long counters may take to settle.
-const SETTLE: Duration = Duration::from_secs(300);
+pub(crate) const SETTLE: Duration = Duration::from_secs(300);
 
 /// Reads and writes among the calls.
-fn split(calls: &BTreeMap<String, f64>) -> (f64, f64) {
+pub(crate) fn split(calls: &BTreeMap<String, f64>) -> (f64, f64) {
     let (mut reads, mut writes) = (0.0, 0.0);
     for (op, n) in calls {
         if is_read_operation(op) {
@@ -320,9 +320,9 @@ async fn check_workload(bench: &Bench) -> anyhow::Result<Vec<String>> {
 
 /// Sets the reconcile annotation on every project and counts the calls of the reconciles it
 /// causes.
-async fn steady_state(
+pub(crate) async fn steady_state(
     bench: &Bench,
-    op: &Operator,
+    op: &impl Watched,
     names: &[String],
     timeout: Duration,
 ) -> anyhow::Result<Steady> {
@@ -540,7 +540,10 @@ pub async fn reaction(
 }
 
 /// Samples a process's VmRSS every 200 ms until cancelled; returns the highest value seen.
-fn sample_rss(pid: u32, stop: CancellationToken) -> (Arc<AtomicU64>, tokio::task::JoinHandle<()>) {
+pub(crate) fn sample_rss(
+    pid: u32,
+    stop: CancellationToken,
+) -> (Arc<AtomicU64>, tokio::task::JoinHandle<()>) {
     let peak = Arc::new(AtomicU64::new(0));
     let p = peak.clone();
     let task = tokio::spawn(async move {

@@ -207,7 +207,7 @@ impl Bench {
     /// Ready (polled every `poll`).
     pub async fn wait_all_ready<K: Managed>(
         &self,
-        operator: &Operator,
+        operator: &impl Watched,
         n: usize,
         since: Instant,
         poll: Duration,
@@ -216,7 +216,7 @@ impl Bench {
         let mut ready: BTreeMap<String, Duration> = BTreeMap::new();
         let what = format!("{n} {}s to be Ready", K::kind(&()));
         wait_for(timeout, poll, &what, async || {
-            if let Some(e) = gone(operator) {
+            if let Some(e) = operator.gone() {
                 return Ok(Check::Fail(e));
             }
             let items = self.list::<K>().await?;
@@ -246,7 +246,7 @@ impl Bench {
     /// if the operator, which must process the finalizers, exits).
     pub async fn delete_all<K: Managed>(
         &self,
-        operator: &Operator,
+        operator: &impl Watched,
         timeout: Duration,
     ) -> anyhow::Result<()> {
         let api = self.api::<K>();
@@ -279,12 +279,12 @@ impl Bench {
     /// Waits until the run has no object of kind `K`.
     pub async fn wait_none<K: Managed>(
         &self,
-        operator: &Operator,
+        operator: &impl Watched,
         timeout: Duration,
     ) -> anyhow::Result<()> {
         let what = format!("every {} of the run to be gone", K::kind(&()));
         wait_for(timeout, Duration::from_millis(250), &what, async || {
-            if let Some(e) = gone(operator) {
+            if let Some(e) = operator.gone() {
                 return Ok(Check::Fail(e));
             }
             let items = self.list::<K>().await?;
@@ -502,7 +502,9 @@ impl Bench {
         notes
     }
 
-    async fn strip<K: Managed>(&self) -> anyhow::Result<usize> {
+    /// Removes the finalizers of the run's objects of kind `K` and deletes them (for objects
+    /// no operator will process any more); returns how many there were.
+    pub(crate) async fn strip<K: Managed>(&self) -> anyhow::Result<usize> {
         let api = self.api::<K>();
         let items = self.list::<K>().await?;
         let patch = json!({"metadata": {"finalizers": null}});
@@ -780,21 +782,35 @@ impl Bench {
     }
 }
 
-/// `Some(error)` once the operator process has exited (waiting for it cannot help).
-fn gone(operator: &Operator) -> Option<anyhow::Error> {
-    match operator.exited() {
-        Ok(Some(status)) => Some(anyhow::anyhow!(
-            "the operator exited ({status}); last log lines:\n{}",
-            operator.log_tail(20)
-        )),
-        Ok(None) => None,
-        Err(e) => Some(e),
+/// What the bench waits on: the operator binary, or the bench's own in-memory-cloud operator
+/// process (`--fake-cloud-operator`). Both expose the operator's counters.
+pub(crate) trait Watched {
+    /// `Some(error)` once the process has exited (waiting for it cannot help).
+    fn gone(&self) -> Option<anyhow::Error>;
+    /// One scrape of its `/metrics`.
+    async fn metrics(&self) -> anyhow::Result<Metrics>;
+}
+
+impl Watched for Operator {
+    fn gone(&self) -> Option<anyhow::Error> {
+        match self.exited() {
+            Ok(Some(status)) => Some(anyhow::anyhow!(
+                "the operator exited ({status}); last log lines:\n{}",
+                self.log_tail(20)
+            )),
+            Ok(None) => None,
+            Err(e) => Some(e),
+        }
+    }
+
+    async fn metrics(&self) -> anyhow::Result<Metrics> {
+        Operator::metrics(self).await
     }
 }
 
 /// Scrapes until two scrapes a second apart agree on the API call and reconcile counters
 /// (nothing in flight), and returns that scrape.
-pub async fn settled(operator: &Operator, timeout: Duration) -> anyhow::Result<Metrics> {
+pub async fn settled(operator: &impl Watched, timeout: Duration) -> anyhow::Result<Metrics> {
     let mut previous: Option<Metrics> = None;
     wait_for(
         timeout,

@@ -610,26 +610,18 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                 ready,
             )),
             Kind::Project => {
-                let domains = domain_watch.then(|| controllers::project::watch_domains(c.clone()));
-                // Converged projects are compared with one per-cluster snapshot per period.
-                let drift = controllers::project::drift::watch(ctx.clone());
                 let api: Api<api::OpenstackProject> = if args.watch_namespace.is_empty() {
                     Api::all(c)
                 } else {
                     Api::namespaced(c, &args.watch_namespace)
                 };
-                // Projects waiting for their OpenstackDomain go on as soon as it is Ready;
-                // without the domain controller there are no such domains to watch.
-                controllers.spawn(framework::run_with::<api::OpenstackProject>(
+                controllers.spawn(controllers::project::run_controller(
                     ctx,
                     api,
                     concurrency,
                     shutdown,
                     ready,
-                    move |controller| match domains {
-                        Some(watch) => watch(drift(controller)),
-                        None => drift(controller),
-                    },
+                    domain_watch,
                 ))
             }
         };

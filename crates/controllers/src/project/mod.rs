@@ -911,6 +911,36 @@ pub fn watch_domains(
     }
 }
 
+/// Runs the OpenstackProject controller as `openstack-operator run` wires it: the periodic
+/// drift check of converged projects and, when the domain controller runs in the same
+/// process (`watch_domains`), a watch of OpenstackDomains so projects waiting for theirs go
+/// on as soon as it is Ready. Public so the bench can run the same controller on another
+/// cloud port (the in-memory fake) without copying this wiring.
+pub async fn run_controller(
+    ctx: Arc<Context>,
+    api: Api<OpenstackProject>,
+    concurrency: u16,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+    ready: impl FnOnce() + Send + 'static,
+    watch_domains: bool,
+) {
+    let domains = watch_domains.then(|| self::watch_domains(ctx.client.clone()));
+    // Converged projects are compared with one per-cluster snapshot per period.
+    let drift = drift::watch(ctx.clone());
+    crate::framework::run_with::<OpenstackProject>(
+        ctx,
+        api,
+        concurrency,
+        shutdown,
+        ready,
+        move |controller| match domains {
+            Some(watch) => watch(drift(controller)),
+            None => drift(controller),
+        },
+    )
+    .await;
+}
+
 /// Reads the federation ConfigMap (from the object's own namespace unless an allowed
 /// `configMapNamespace` is given).
 async fn read_federation(ctx: &Context, obj: &OpenstackProject) -> FederationInput {

@@ -1,0 +1,483 @@
+//! `--only tenants`: memory of the operator's controllers at N full tenants (issue 15: ≤ 60
+//! MiB at 1,000), on the in-memory OpenStack (`--fake-cloud-operator`, see
+//! [`crate::fake_cloud`]), since the test cloud cannot hold 1,000 tenants (241 external
+//! addresses for 2,000 router gateways; ~10 requests/s would take hours).
+//!
+//! Zero CRs (5 s after ready), N projects applied and all Ready, one forced reconcile of all,
+//! all deleted: VmRSS at each point, VmHWM, and the fake's calls per tenant. Nothing is
+//! created in the real OpenStack.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use api::{OpenstackDomain, OpenstackProject};
+use e2e::k8s;
+use e2e::metrics::{Metrics, delta};
+use e2e::wait::{Check, wait_for};
+use kube::ResourceExt as _;
+use kube::api::{Patch, PatchParams};
+use serde::Serialize;
+use tokio_util::sync::CancellationToken;
+
+use crate::machine::Memory;
+use crate::manifests;
+use crate::report::Steady;
+use crate::scenarios::{self, SETTLE, split};
+use crate::stats;
+use crate::world::{Bench, FIELD_MANAGER, Watched, settled};
+
+/// What the JSON and the table say about where the figures come from.
+pub const NOTE: &str = "the bench binary's --fake-cloud-operator mode: the operator's five \
+     controllers (controllers::framework::run / controllers::project::run_controller, as \
+     `openstack-operator run` starts them, --concurrency 20, no GC, resync 3600 s) on \
+     openstack::fake::FakeCloud instead of the HTTP client: no HTTP, no token, no limiter, so \
+     the times measure the operator and the Kubernetes API, not OpenStack; the fake's own \
+     state (every tenant's Keystone, Nova, Cinder and Neutron objects) is in the process's \
+     RSS, so the memory figures are an upper bound of the operator's; no log output";
+
+/// The measurement's figures.
+#[derive(Debug, Default, Serialize)]
+pub struct FakeTenantsRun {
+    /// Where the figures come from (in-memory cloud).
+    pub note: String,
+    /// Tenants (full OpenstackProjects, [`manifests::project`]).
+    pub tenants: u32,
+    /// Ready, zero CRs, 5 s after readiness.
+    pub baseline: Memory,
+    /// All Ready, counters settled, 5 s later.
+    pub converged: Memory,
+    /// After one forced reconcile of all, settled, 5 s later.
+    pub after_reconcile: Memory,
+    /// After deleting all, settled, 5 s later.
+    pub after_delete: Memory,
+    /// Highest VmRSS sampled (every 200 ms) from the first apply to the end of deletion.
+    pub sampled_peak_rss_kib: u64,
+    /// VmHWM (lifetime peak) at the end.
+    pub peak_hwm_kib: u64,
+    /// (converged − baseline) VmRSS / tenants, in KiB.
+    pub kib_per_tenant: f64,
+    /// From the first apply until all were Ready, in seconds.
+    pub converge_s: f64,
+    /// Of which applying the N manifests, one after another, in seconds (the operator works
+    /// on the first ones meanwhile).
+    pub apply_s: f64,
+    /// First and median time to Ready of a tenant, in seconds (polled every second).
+    pub first_ready_s: f64,
+    /// Median time to Ready.
+    pub median_ready_s: f64,
+    /// Until all were gone, in seconds.
+    pub delete_s: f64,
+    /// Fake calls by operation while converging.
+    pub calls: BTreeMap<String, f64>,
+    /// Read calls while converging.
+    pub reads: f64,
+    /// Write calls while converging.
+    pub writes: f64,
+    /// One forced reconcile of every converged tenant.
+    pub steady: Option<Steady>,
+    /// Fake calls by operation while deleting.
+    pub delete_calls: BTreeMap<String, f64>,
+    /// Every call of the process's life by `service.operation` (from its exit line).
+    pub lifetime_calls: BTreeMap<String, u64>,
+    /// VmRSS growth of a process holding only the in-memory cloud filled with the same
+    /// number of tenants by direct calls (`--fake-cloud-state`): the fake's share, in KiB.
+    pub fake_state_kib: Option<u64>,
+    /// `converged` VmRSS minus `fake_state_kib`: the operator's estimated share, in KiB.
+    pub operator_estimate_kib: Option<u64>,
+    /// What the fake still held at exit (projects, networks, routers, groups; the seeded
+    /// external network and admin project not counted).
+    pub left: BTreeMap<String, usize>,
+}
+
+/// The `--fake-cloud-operator` child process.
+struct FakeOperator {
+    /// `None` once stopped.
+    child: Mutex<Option<Child>>,
+    pid: u32,
+    addr: SocketAddr,
+    http: reqwest::Client,
+    out_path: PathBuf,
+    err_path: PathBuf,
+}
+
+impl FakeOperator {
+    fn spawn(bench: &Bench) -> anyhow::Result<Self> {
+        let dir = e2e::operator::log_dir(&bench.binary);
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let out_path = dir.join(format!("bench-{}-fake-cloud.out", bench.run));
+        let err_path = dir.join(format!("bench-{}-fake-cloud.log", bench.run));
+        let out = std::fs::File::create(&out_path)
+            .with_context(|| format!("creating {}", out_path.display()))?;
+        let err = std::fs::File::create(&err_path)
+            .with_context(|| format!("creating {}", err_path.display()))?;
+        let addr = e2e::operator::free_local_addr()?;
+        let me = std::env::current_exe().context("locating this executable")?;
+        let child = Command::new(me)
+            .args(["--fake-cloud-operator", &addr.to_string()])
+            .args(["--fake-cloud-namespace", &bench.namespace])
+            .env("KUBECONFIG", bench.target.kubeconfig())
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .context("starting the fake-cloud operator")?;
+        Ok(FakeOperator {
+            pid: child.id(),
+            child: Mutex::new(Some(child)),
+            addr,
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(10))
+                .no_proxy()
+                .build()
+                .context("building an HTTP client")?,
+            out_path,
+            err_path,
+        })
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    async fn wait_ready(&self, timeout: Duration) -> anyhow::Result<()> {
+        wait_for(
+            timeout,
+            Duration::from_millis(200),
+            "the fake-cloud operator to be ready",
+            async || {
+                if let Some(e) = self.gone() {
+                    return Ok(Check::Fail(e));
+                }
+                Ok(match self.http.get(self.url("/readyz")).send().await {
+                    Ok(r) if r.status().is_success() => Check::Done(()),
+                    Ok(r) => Check::Pending(format!("/readyz: {}", r.status())),
+                    Err(e) => Check::Pending(format!("/readyz: {e}")),
+                })
+            },
+        )
+        .await
+    }
+
+    /// Creates `users` in the fake's Keystone domain `domain` (which the operator made).
+    async fn seed_users(&self, domain: &str, users: &[String]) -> anyhow::Result<()> {
+        let url = reqwest::Url::parse_with_params(
+            &self.url("/seed-users"),
+            &[("domain", domain), ("users", &users.join(","))],
+        )
+        .context("the seed URL")?;
+        let resp = self
+            .http
+            .post(url)
+            .send()
+            .await
+            .context("seeding the users in the fake")?;
+        let status = resp.status();
+        let body = resp.text().await.unwrap_or_default();
+        anyhow::ensure!(
+            status.is_success(),
+            "seeding the users in the fake: {status}: {body}"
+        );
+        Ok(())
+    }
+
+    fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.err_path).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(20)..].join("\n")
+    }
+
+    /// SIGTERM, wait for the exit, read the exit line.
+    async fn stop(&self) -> anyhow::Result<(BTreeMap<String, u64>, BTreeMap<String, usize>)> {
+        // Taken out, so no lock is held across the wait.
+        let taken = self.child.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let mut child = taken.context("the fake-cloud operator was already stopped")?;
+        crate::vk::stop_child(&mut child).await?;
+        let text = std::fs::read_to_string(&self.out_path)
+            .with_context(|| format!("reading {}", self.out_path.display()))?;
+        let line = text
+            .lines()
+            .rev()
+            .find(|l| l.starts_with('{'))
+            .with_context(|| format!("{} has no exit line", self.out_path.display()))?;
+        let v: serde_json::Value = serde_json::from_str(line)?;
+        Ok((
+            serde_json::from_value(v["calls"].clone())?,
+            serde_json::from_value(v["left"].clone())?,
+        ))
+    }
+}
+
+impl Watched for FakeOperator {
+    fn gone(&self) -> Option<anyhow::Error> {
+        let mut guard = self.child.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(child) = guard.as_mut() else {
+            return Some(anyhow::anyhow!("the fake-cloud operator was stopped"));
+        };
+        match child.try_wait() {
+            Ok(Some(status)) => Some(anyhow::anyhow!(
+                "the fake-cloud operator exited ({status}); last lines of {}:\n{}",
+                self.err_path.display(),
+                self.log_tail()
+            )),
+            Ok(None) => None,
+            Err(e) => Some(e.into()),
+        }
+    }
+
+    async fn metrics(&self) -> anyhow::Result<Metrics> {
+        let text = self
+            .http
+            .get(self.url("/metrics"))
+            .send()
+            .await
+            .context("scraping the fake-cloud operator")?
+            .error_for_status()?
+            .text()
+            .await?;
+        Ok(Metrics::parse(&text))
+    }
+}
+
+/// Runs the measurement; `None` (and problems) when it failed.
+pub async fn run(
+    bench: &Bench,
+    tenants: u32,
+    token: &CancellationToken,
+    problems: &mut Vec<String>,
+) -> Option<FakeTenantsRun> {
+    let op = match FakeOperator::spawn(bench) {
+        Ok(op) => op,
+        Err(e) => {
+            problems.push(format!("tenants: {e:#}"));
+            return None;
+        }
+    };
+    eprintln!(
+        "bench: tenants: fake-cloud operator pid {} (stderr {})",
+        op.pid,
+        op.err_path.display()
+    );
+    let mut f = FakeTenantsRun {
+        note: NOTE.into(),
+        tenants,
+        ..Default::default()
+    };
+    let ok = crate::vk::settle("tenants", body(bench, &op, &mut f), token, problems, || {
+        Some(op.log_tail())
+    })
+    .await;
+    // Whatever happened, the CRs go while the process still handles their finalizers.
+    let timeout = scenarios::size_timeout(tenants, Duration::from_secs(1));
+    for (kind, r) in [
+        (
+            "OpenstackProjects",
+            bench.delete_all::<OpenstackProject>(&op, timeout).await,
+        ),
+        (
+            "OpenstackDomains",
+            bench.delete_all::<OpenstackDomain>(&op, timeout).await,
+        ),
+    ] {
+        if let Err(e) = r {
+            problems.push(format!("tenants cleanup of {kind}: {e:#}"));
+        }
+    }
+    for (kind, r) in [
+        ("OpenstackProjects", bench.strip::<OpenstackProject>().await),
+        ("OpenstackDomains", bench.strip::<OpenstackDomain>().await),
+    ] {
+        match r {
+            Ok(0) => {}
+            Ok(n) => problems.push(format!("tenants cleanup: {n} {kind} stripped")),
+            Err(e) => problems.push(format!("tenants cleanup of {kind}: {e:#}")),
+        }
+    }
+    match op.stop().await {
+        Ok((calls, left)) => {
+            f.lifetime_calls = calls;
+            f.left = left;
+        }
+        Err(e) => problems.push(format!("tenants: {e:#}")),
+    }
+    if ok {
+        match fake_state(f.tenants).await {
+            Ok(kib) => {
+                f.fake_state_kib = Some(kib);
+                f.operator_estimate_kib = Some(f.converged.rss_kib.saturating_sub(kib));
+            }
+            Err(e) => problems.push(format!("tenants: the fake's share: {e:#}")),
+        }
+    }
+    ok.then_some(f)
+}
+
+/// Runs this executable with `--fake-cloud-state N` and returns the RSS growth it printed.
+async fn fake_state(n: u32) -> anyhow::Result<u64> {
+    let me = std::env::current_exe().context("locating this executable")?;
+    let out = tokio::process::Command::new(me)
+        .args(["--fake-cloud-state", &n.to_string()])
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .context("running --fake-cloud-state")?;
+    anyhow::ensure!(
+        out.status.success(),
+        "--fake-cloud-state exited with {}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .rev()
+        .find(|l| l.starts_with('{'))
+        .context("--fake-cloud-state printed no JSON line")?;
+    let v: serde_json::Value = serde_json::from_str(line)?;
+    let before: Memory = serde_json::from_value(v["before"].clone())?;
+    let after: Memory = serde_json::from_value(v["after"].clone())?;
+    Ok(after.rss_kib.saturating_sub(before.rss_kib))
+}
+
+/// Tells whether every project's status shows the whole workload (users bound, both
+/// security groups and routers, the federation rule): the figures would otherwise describe
+/// less work than claimed.
+fn check_workload(projects: &[OpenstackProject]) -> Vec<String> {
+    let mut found = Vec::new();
+    for p in projects {
+        let s = p.status.clone().unwrap_or_default();
+        let routers = s.networks.iter().filter(|n| n.router_id.is_some()).count();
+        if !s.pending_users.is_empty()
+            || s.security_groups.len() != manifests::SECURITY_GROUPS.len()
+            || routers != manifests::NETWORKS.len()
+            || s.federation_rule.is_none()
+        {
+            found.push(format!(
+                "{}: pendingUsers {:?}, {} security groups, {routers} routers, federation rule {}",
+                p.name_any(),
+                s.pending_users,
+                s.security_groups.len(),
+                s.federation_rule.is_some()
+            ));
+        }
+    }
+    found
+}
+
+async fn body(bench: &Bench, op: &FakeOperator, f: &mut FakeTenantsRun) -> anyhow::Result<()> {
+    let n = f.tenants;
+    // The in-memory cloud answers at once: a second per tenant is ample on a busy machine.
+    let timeout = scenarios::size_timeout(n, Duration::from_secs(1));
+    op.wait_ready(Duration::from_secs(120)).await?;
+    // Caches sync and the first allocations happen right after readiness.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    f.baseline = Memory::of(op.pid)?;
+
+    // The world a tenant needs: its OpenstackDomain (made by the operator in the fake), the
+    // two users the role bindings name, the federation ConfigMap. Names of their own, so they
+    // never meet the real cloud's objects of the other measurements.
+    let domain = format!("{}fake", bench.prefix());
+    bench
+        .apply::<OpenstackDomain>(&manifests::domain(&domain, &bench.run))
+        .await?;
+    k8s::wait_ready(
+        &bench.api::<OpenstackDomain>(),
+        &domain,
+        Duration::from_secs(60),
+    )
+    .await?;
+    let users = bench.user_names();
+    op.seed_users(&domain, &users).await?;
+    let cm: k8s_openapi::api::core::v1::ConfigMap =
+        serde_json::from_value(manifests::federation_config_map(
+            &bench.namespace,
+            &bench.run,
+            &format!("{}fake", bench.prefix()),
+        ))?;
+    kube::Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(
+        bench.client.clone(),
+        &bench.namespace,
+    )
+    .patch(
+        manifests::FEDERATION_CONFIG_MAP,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&cm),
+    )
+    .await
+    .context("applying the federation ConfigMap")?;
+
+    let stop = CancellationToken::new();
+    let (peak, sampler) = scenarios::sample_rss(op.pid, stop.clone());
+    let before = settled(op, SETTLE).await?;
+    let names: Vec<String> = (0..n)
+        .map(|i| format!("{}t{i:04}", bench.prefix()))
+        .collect();
+    eprintln!("bench: tenants: creating {n} projects on the in-memory cloud");
+    let started = Instant::now();
+    for name in &names {
+        let m = manifests::project(
+            name,
+            &bench.namespace,
+            &bench.run,
+            &domain,
+            &users,
+            "openstack-operator bench tenant (in-memory cloud)",
+        );
+        bench.apply::<OpenstackProject>(&m).await?;
+    }
+    f.apply_s = started.elapsed().as_secs_f64();
+    let ready = bench
+        .wait_all_ready::<OpenstackProject>(
+            op,
+            names.len(),
+            started,
+            Duration::from_secs(1),
+            timeout,
+        )
+        .await?;
+    f.converge_s = started.elapsed().as_secs_f64();
+    let times: Vec<f64> = ready.values().map(Duration::as_secs_f64).collect();
+    f.first_ready_s = stats::min(&times).unwrap_or(f.converge_s);
+    f.median_ready_s = stats::median(&times).unwrap_or(f.converge_s);
+    eprintln!("bench: tenants: {n} Ready in {:.1} s", f.converge_s);
+    let after = settled(op, SETTLE).await?;
+    f.calls = delta(&before.api_calls(), &after.api_calls());
+    (f.reads, f.writes) = split(&f.calls);
+    let workload = check_workload(&bench.list::<OpenstackProject>().await?);
+    anyhow::ensure!(
+        workload.is_empty(),
+        "{} tenants lack part of the workload, e.g. {}",
+        workload.len(),
+        workload.first().map(String::as_str).unwrap_or_default()
+    );
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    f.converged = Memory::of(op.pid)?;
+    f.kib_per_tenant = (f.converged.rss_kib as f64 - f.baseline.rss_kib as f64) / f64::from(n);
+
+    eprintln!("bench: tenants: forcing a reconcile of the {n} unchanged projects");
+    f.steady = Some(scenarios::steady_state(bench, op, &names, timeout).await?);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    f.after_reconcile = Memory::of(op.pid)?;
+
+    eprintln!("bench: tenants: deleting {n} projects");
+    let before_delete = settled(op, SETTLE).await?;
+    let started = Instant::now();
+    bench.delete_all::<OpenstackProject>(op, timeout).await?;
+    f.delete_s = started.elapsed().as_secs_f64();
+    eprintln!("bench: tenants: {n} gone in {:.1} s", f.delete_s);
+    let after_delete = settled(op, SETTLE).await?;
+    f.delete_calls = delta(&before_delete.api_calls(), &after_delete.api_calls());
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    f.after_delete = Memory::of(op.pid)?;
+    stop.cancel();
+    let _ = sampler.await;
+    f.sampled_peak_rss_kib = peak.load(std::sync::atomic::Ordering::Relaxed);
+    f.peak_hwm_kib = f.after_delete.hwm_kib;
+    Ok(())
+}
