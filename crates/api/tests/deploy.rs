@@ -1753,7 +1753,7 @@ fn call_lists_cover_the_apis_the_parts_use() {
         "patch_status",              // runtime.rs write_node_status
         "watcher(",                  // runtime.rs pod watch
         // vk_tenants.rs, only with --tenants (not what the kustomize base and the chart run:
-        // docs/virtual-kubelet.md#tenants lists its RBAC): watch, status.
+        // docs/virtual-kubelet.md#tenants lists its RBAC): watch, its finalizer (patch), status.
         "ZunTenant",
         // vk-zun services.rs, only with --load-balancers (opt-in, so not granted by the base
         // role: docs/virtual-kubelet.md lists its RBAC): list, finalizer patch, status patch.

@@ -255,7 +255,7 @@ async fn finalize(
         set_status(client, t, None, None, "Releasing", msg, false).await;
         return;
     }
-    if let Err(e) = set_finalizer(client, t, false).await {
+    if let Err(e) = patch_finalizers(client, t, false).await {
         warn!(tenant = %name, error = %e, "removing the tenant's finalizer failed; retrying");
     } else {
         info!(tenant = %name, "released; finalizer removed");
@@ -304,7 +304,7 @@ async fn release_offline(args: &VkArgs, client: &Client, t: &ZunTenant) -> Resul
 
 /// Adds (`on`) or removes [`TENANT_FINALIZER`] (at the tenant's resourceVersion: a concurrent
 /// change makes it fail and the next pass try again).
-async fn set_finalizer(client: &Client, t: &ZunTenant, on: bool) -> Result<(), kube::Error> {
+async fn patch_finalizers(client: &Client, t: &ZunTenant, on: bool) -> Result<(), kube::Error> {
     let mut finalizers: Vec<String> = t
         .finalizers()
         .iter()
@@ -468,7 +468,7 @@ async fn reconcile(
     // From here on the node makes things in the project: the tenant's deletion waits until
     // they are deleted (see [`finalize`]).
     if !t.finalizers().iter().any(|f| f == TENANT_FINALIZER)
-        && let Err(e) = set_finalizer(client, t, true).await
+        && let Err(e) = patch_finalizers(client, t, true).await
     {
         warn!(tenant = %name, error = %e, "adding the tenant's finalizer failed; retrying");
         return;
