@@ -20,7 +20,6 @@ use e2e::k8s;
 use e2e::metrics::{Metrics, delta};
 use e2e::wait::{Check, wait_for};
 use kube::ResourceExt as _;
-use kube::api::{Patch, PatchParams};
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
@@ -29,7 +28,7 @@ use crate::manifests;
 use crate::report::Steady;
 use crate::scenarios::{self, SETTLE, split};
 use crate::stats;
-use crate::world::{Bench, FIELD_MANAGER, Watched, settled};
+use crate::world::{Bench, Watched, settled};
 
 /// What the JSON and the table say about where the figures come from.
 pub const NOTE: &str = "the bench binary's --fake-cloud-operator mode: the operator's five \
@@ -394,23 +393,9 @@ async fn body(bench: &Bench, op: &FakeOperator, f: &mut FakeTenantsRun) -> anyho
     .await?;
     let users = bench.user_names();
     op.seed_users(&domain, &users).await?;
-    let cm: k8s_openapi::api::core::v1::ConfigMap =
-        serde_json::from_value(manifests::federation_config_map(
-            &bench.namespace,
-            &bench.run,
-            &format!("{}fake", bench.prefix()),
-        ))?;
-    kube::Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(
-        bench.client.clone(),
-        &bench.namespace,
-    )
-    .patch(
-        manifests::FEDERATION_CONFIG_MAP,
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&cm),
-    )
-    .await
-    .context("applying the federation ConfigMap")?;
+    bench
+        .apply_federation_config_map(&format!("{}fake", bench.prefix()))
+        .await?;
 
     let stop = CancellationToken::new();
     let (peak, sampler) = scenarios::sample_rss(op.pid, stop.clone());

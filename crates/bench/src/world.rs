@@ -326,8 +326,13 @@ impl Bench {
                 .await
                 .with_context(|| format!("creating Keystone user {name}"))?;
         }
+        self.apply_federation_config_map(&self.idp_name()).await
+    }
+
+    /// Server-side applies the run's federation ConfigMap naming identity provider `idp`.
+    pub async fn apply_federation_config_map(&self, idp: &str) -> anyhow::Result<()> {
         let cm: k8s_openapi::api::core::v1::ConfigMap = serde_json::from_value(
-            manifests::federation_config_map(&self.namespace, &self.run, &self.idp_name()),
+            manifests::federation_config_map(&self.namespace, &self.run, idp),
         )?;
         Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(
             self.client.clone(),
