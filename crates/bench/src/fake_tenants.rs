@@ -405,17 +405,14 @@ async fn body(bench: &Bench, op: &FakeOperator, f: &mut FakeTenantsRun) -> anyho
         .collect();
     eprintln!("bench: tenants: creating {n} projects on the in-memory cloud");
     let started = Instant::now();
-    for name in &names {
-        let m = manifests::project(
-            name,
-            &bench.namespace,
-            &bench.run,
+    bench
+        .apply_projects(
+            &names,
             &domain,
             &users,
             "openstack-operator bench tenant (in-memory cloud)",
-        );
-        bench.apply::<OpenstackProject>(&m).await?;
-    }
+        )
+        .await?;
     f.apply_s = started.elapsed().as_secs_f64();
     let ready = bench
         .wait_all_ready::<OpenstackProject>(

@@ -110,17 +110,14 @@ pub async fn convergence(
         .collect();
     eprintln!("bench: creating {n} projects");
     let started = Instant::now();
-    for name in &names {
-        let m = manifests::project(
-            name,
-            &bench.namespace,
-            &bench.run,
+    bench
+        .apply_projects(
+            &names,
             &bench.domain_name(),
             users,
             "openstack-operator bench project",
-        );
-        bench.apply::<OpenstackProject>(&m).await?;
-    }
+        )
+        .await?;
     let ready = bench
         .wait_all_ready::<OpenstackProject>(
             op,

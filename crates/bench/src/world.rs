@@ -191,6 +191,23 @@ impl Bench {
             .with_context(|| format!("applying {} {name}", K::kind(&())))
     }
 
+    /// Server-side applies one full `OpenstackProject` per name (`manifests::project`), one
+    /// after another, in domain `domain` with role bindings of `users`.
+    pub async fn apply_projects(
+        &self,
+        names: &[String],
+        domain: &str,
+        users: &[String],
+        description: &str,
+    ) -> anyhow::Result<()> {
+        for name in names {
+            let m =
+                manifests::project(name, &self.namespace, &self.run, domain, users, description);
+            self.apply::<api::OpenstackProject>(&m).await?;
+        }
+        Ok(())
+    }
+
     /// The run's objects of kind `K`.
     pub async fn list<K: Managed>(&self) -> anyhow::Result<Vec<K>> {
         let lp = ListParams::default().labels(&format!("{RUN_LABEL}={}", self.run));
