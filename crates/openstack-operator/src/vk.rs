@@ -272,6 +272,13 @@ pub(crate) struct LoadBalancing {
     pub task: tokio::task::JoinHandle<()>,
 }
 
+impl LoadBalancing {
+    /// The Octavia session and project its load balancers are listed in.
+    pub fn session(&self) -> (&dyn openstack::loadbalancer::LoadBalancers, Option<&str>) {
+        (self.lbs.as_ref(), self.project_id.as_deref())
+    }
+}
+
 impl NodeNetworking {
     /// The subnet of the VIPs: --load-balancer-subnet, else the first IPv4 subnet of the
     /// node's network.

@@ -42,6 +42,7 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Client, ResourceExt};
 use openstack::adapter::{ClientOptions, CloudSelector, ContainerAdapter, Core};
+use openstack::loadbalancer::LoadBalancers;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
@@ -126,7 +127,13 @@ pub async fn run(args: VkArgs, client: Client, token: CancellationToken) -> anyh
                 let node = r.node.clone();
                 let provider = r.provider.clone();
                 let lb = stop(r).await;
-                release(&client, &node, lb.as_ref(), &provider).await;
+                release(
+                    &client,
+                    &node,
+                    lb.as_ref().map(LoadBalancing::session),
+                    &provider,
+                )
+                .await;
             }
         }
         if args.load_balancers {
@@ -160,19 +167,12 @@ pub async fn run(args: VkArgs, client: Client, token: CancellationToken) -> anyh
 async fn release(
     client: &Client,
     node: &str,
-    lb: Option<&LoadBalancing>,
+    lb: Option<(&dyn LoadBalancers, Option<&str>)>,
     provider: &ZunProvider,
 ) -> bool {
     let mut clean = true;
-    if let Some(lb) = lb {
-        match vk_zun::services::release_node(
-            lb.lbs.as_ref(),
-            node,
-            lb.project_id.as_deref(),
-            RELEASE_TIMEOUT,
-        )
-        .await
-        {
+    if let Some((lbs, project_id)) = lb {
+        match vk_zun::services::release_node(lbs, node, project_id, RELEASE_TIMEOUT).await {
             Ok(0) => info!(node, "the node's load balancers are deleted"),
             Ok(n) => {
                 clean = false;
@@ -237,7 +237,13 @@ async fn finalize(
             let node = r.node.clone();
             let provider = r.provider.clone();
             let lb = stop(r).await;
-            release(client, &node, lb.as_ref(), &provider).await
+            release(
+                client,
+                &node,
+                lb.as_ref().map(LoadBalancing::session),
+                &provider,
+            )
+            .await
         }
         None => match release_offline(args, client, t).await {
             Ok(clean) => clean,
@@ -278,13 +284,10 @@ async fn release_offline(args: &VkArgs, client: &Client, t: &ZunTenant) -> Resul
         .map_err(|e| format!("connecting with the application credential: {e}"))?;
     let project_id = core.current_project_id();
     info!(tenant = %name, node = %node, "ZunTenant deleted while no node ran: deleting what its node made");
-    let lb = args.load_balancers.then(|| LoadBalancing {
-        lbs: Arc::new(openstack::loadbalancer::LoadBalancerAdapter::new(
-            core.clone(),
-        )),
-        project_id: project_id.clone(),
-        task: tokio::spawn(async {}),
-    });
+    let lbs = openstack::loadbalancer::LoadBalancerAdapter::new(core.clone());
+    let lb = args
+        .load_balancers
+        .then_some((&lbs as &dyn LoadBalancers, project_id.as_deref()));
     let cfg = Config {
         node_name: node.clone(),
         ..Default::default()
@@ -292,14 +295,14 @@ async fn release_offline(args: &VkArgs, client: &Client, t: &ZunTenant) -> Resul
     let provider = ZunProvider::new(
         Arc::new(ContainerAdapter::new(core.clone())),
         cfg,
-        project_id,
+        project_id.clone(),
         UnlimitedCapacity::default(),
     )
     .with_ports(
         Arc::new(openstack::port::PortAdapter::new(core.clone())),
         openstack::Cloud::from_core(core).network,
     );
-    Ok(release(client, &node, lb.as_ref(), &provider).await)
+    Ok(release(client, &node, lb, &provider).await)
 }
 
 /// Adds (`on`) or removes [`TENANT_FINALIZER`] (at the tenant's resourceVersion: a concurrent
@@ -435,7 +438,13 @@ async fn reconcile(
                 // The new node would not find the old one's workloads as its own.
                 let provider = r.provider.clone();
                 let lb = stop(r).await;
-                release(client, &old_node, lb.as_ref(), &provider).await;
+                release(
+                    client,
+                    &old_node,
+                    lb.as_ref().map(LoadBalancing::session),
+                    &provider,
+                )
+                .await;
             } else {
                 stop(r).await;
             }
