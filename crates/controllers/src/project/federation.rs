@@ -85,9 +85,13 @@ pub fn merge_rules(
     domain: &str,
     rules: &[Value],
 ) -> Result<MappingChange, String> {
-    let current: Vec<Value> = match existing {
-        None => Vec::new(),
-        Some(Value::Array(a)) => a.clone(),
+    // The shared rules hold one rule per tenant (1,000 rules are ~5 MB as JSON values), and a
+    // batch merges into them once per project: the result is compared with what is there
+    // before anything is copied, so an edit that changes nothing allocates nothing, and a
+    // change copies the rules once.
+    let current: &[Value] = match existing {
+        None => &[],
+        Some(Value::Array(a)) => a,
         Some(other) => {
             return Err(format!(
                 "the mapping's rules are not a JSON array ({}); refusing to overwrite them",
@@ -96,32 +100,34 @@ pub fn merge_rules(
         }
     };
     let ours = |r: &Value| mine.iter().any(|g| is_project_rule(r, g, domain));
-    let mut next = Vec::with_capacity(current.len() + rules.len());
-    let mut placed = false;
-    for r in &current {
-        if ours(r) {
-            if !placed {
-                next.extend(rules.iter().cloned());
-                placed = true;
-            }
-        } else {
-            next.push(r.clone());
-        }
-    }
-    if !placed {
-        next.extend(rules.iter().cloned());
-    }
-    Ok(if next == current {
+    let unchanged = merged(current, rules, &ours).eq(current.iter());
+    Ok(if unchanged {
         MappingChange::Unchanged
-    } else if next.is_empty() {
+    } else if merged(current, rules, &ours).next().is_none() {
         if existing.is_some() {
             MappingChange::Delete
         } else {
             MappingChange::Unchanged
         }
     } else {
-        MappingChange::Write(Value::Array(next))
+        MappingChange::Write(Value::Array(
+            merged(current, rules, &ours).cloned().collect(),
+        ))
     })
+}
+
+/// The rules after the merge (see [`merge_rules`]), borrowed: every other project's rule in
+/// place, `rules` where the first of ours was (or at the end), the rest of ours left out.
+fn merged<'a>(
+    current: &'a [Value],
+    rules: &'a [Value],
+    ours: &'a impl Fn(&Value) -> bool,
+) -> impl Iterator<Item = &'a Value> + 'a {
+    let first_ours = current.iter().position(ours);
+    let at = first_ours.unwrap_or(current.len());
+    let before = current[..at].iter();
+    let after = current[at..].iter().filter(move |r| !ours(r));
+    before.chain(rules.iter()).chain(after)
 }
 
 fn truncate(s: &str) -> String {
@@ -130,22 +136,31 @@ fn truncate(s: &str) -> String {
 
 /// Several projects' edits of the shared rules folded, in order, into one write (the group
 /// commit, see [`apply`]): each edit is [`merge_rules`] on the rules as the edits before it
-/// left them, exactly as if the projects had run one after another, and [`RuleFold::net`] is
+/// left them, exactly as if the projects had run one after another, and [`RuleFold::into_net`] is
 /// the one change that takes Keystone from what was read to the end result.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RuleFold {
     /// The rules read from Keystone (`None`: no mapping).
     observed: Option<Value>,
-    /// The rules after the edits committed so far (`None`: the mapping is to be absent).
-    current: Option<Value>,
+    /// The rules after the edits committed so far (`None`: the mapping is to be absent), or
+    /// `None` while no edit has changed anything: the rules are not copied until one does.
+    current: Option<Option<Value>>,
 }
 
 impl RuleFold {
     /// Starts from the rules read (`None`: no mapping).
     pub fn new(observed: Option<Value>) -> Self {
         RuleFold {
-            current: observed.clone(),
             observed,
+            current: None,
+        }
+    }
+
+    /// The rules as folded so far.
+    fn current(&self) -> Option<&Value> {
+        match &self.current {
+            Some(c) => c.as_ref(),
+            None => self.observed.as_ref(),
         }
     }
 
@@ -157,7 +172,7 @@ impl RuleFold {
         domain: &str,
         rules: &[Value],
     ) -> Result<MappingChange, String> {
-        merge_rules(self.current.as_ref(), mine, domain, rules)
+        merge_rules(self.current(), mine, domain, rules)
     }
 
     /// Whether the mapping exists once `change` (from [`RuleFold::merge`]) is committed.
@@ -165,7 +180,7 @@ impl RuleFold {
         match change {
             MappingChange::Delete => false,
             MappingChange::Write(_) => true,
-            MappingChange::Unchanged => self.current.is_some(),
+            MappingChange::Unchanged => self.current().is_some(),
         }
     }
 
@@ -173,8 +188,8 @@ impl RuleFold {
     pub fn commit(&mut self, change: MappingChange) {
         match change {
             MappingChange::Unchanged => {}
-            MappingChange::Write(rules) => self.current = Some(rules),
-            MappingChange::Delete => self.current = None,
+            MappingChange::Write(rules) => self.current = Some(Some(rules)),
+            MappingChange::Delete => self.current = Some(None),
         }
     }
 
@@ -185,15 +200,16 @@ impl RuleFold {
 
     /// Whether the mapping is there once the net change is made.
     pub fn exists(&self) -> bool {
-        self.current.is_some()
+        self.current().is_some()
     }
 
     /// The one change that takes the mapping from what was read to the folded rules.
-    pub fn net(&self) -> MappingChange {
-        match (&self.observed, &self.current) {
-            (a, b) if a == b => MappingChange::Unchanged,
-            (_, Some(rules)) => MappingChange::Write(rules.clone()),
-            (_, None) => MappingChange::Delete,
+    pub fn into_net(self) -> MappingChange {
+        match (self.observed, self.current) {
+            (_, None) => MappingChange::Unchanged,
+            (a, Some(b)) if a == b => MappingChange::Unchanged,
+            (_, Some(Some(rules))) => MappingChange::Write(rules),
+            (_, Some(None)) => MappingChange::Delete,
         }
     }
 }
@@ -665,10 +681,11 @@ async fn run_batch(env: &Env<'_>, idp: &str, requests: &[Request]) -> Vec<Commit
         fold.commit(change);
     }
 
-    let written = match fold.net() {
+    let (existed, exists) = (fold.existed(), fold.exists());
+    let written = match fold.into_net() {
         MappingChange::Unchanged => Ok(()),
         MappingChange::Write(rules) => {
-            let res = if fold.existed() {
+            let res = if existed {
                 identity.update_mapping(&mapping, &rules).await
             } else {
                 identity.create_mapping(&mapping, &rules).await
@@ -685,9 +702,9 @@ async fn run_batch(env: &Env<'_>, idp: &str, requests: &[Request]) -> Vec<Commit
     for (o, w) in outs.iter_mut().zip(&wrote) {
         o.changed |= *w && o.errors.is_empty();
     }
-    if !fold.exists() {
+    if !exists {
         if let Some(i) = emptied
-            && fold.existed()
+            && existed
         {
             outs[i].took_last = true;
         }
@@ -1078,7 +1095,7 @@ mod tests {
                 Ok(c)
             })
             .collect();
-        (each, fold.net())
+        (each, fold.into_net())
     }
 
     #[test]
@@ -1164,8 +1181,8 @@ mod tests {
             .merge(&["b-users"], "sso", std::slice::from_ref(&b))
             .unwrap();
         fold.commit(cb);
-        assert_eq!(fold.net(), MappingChange::Write(json!([b])));
         assert!(fold.exists() && !fold.existed());
+        assert_eq!(fold.into_net(), MappingChange::Write(json!([b])));
         // No rule and no mapping: nothing needs the IdP.
         let fold = RuleFold::new(None);
         let c = fold.merge(&["a-users"], "sso", &[]).unwrap();
