@@ -437,7 +437,7 @@ async fn fill(fake: &FakeCloud, n: u32) -> anyhow::Result<()> {
     }
     id.create_mapping(
         "bench-00000000-fake_oidc_mapping",
-        &serde_json::Value::Array(rules),
+        &openstack::model::MappingRules::from_values(&rules)?,
     )
     .await?;
     Ok(())
@@ -524,7 +524,7 @@ mod tests {
             .identity
             .get_mapping("bench-00000000-fake_oidc_mapping")
             .await?;
-        assert_eq!(mapping.rules.as_array().map(Vec::len), Some(3));
+        assert_eq!(mapping.rules.len(), 3);
         Ok(())
     }
 }

@@ -341,10 +341,10 @@ async fn mapping_rules(env: &TestEnv, mapping: &str) -> anyhow::Result<Vec<Value
         .get_mapping(mapping)
         .await
         .with_context(|| format!("reading mapping {mapping}"))?;
-    m.rules
-        .as_array()
-        .cloned()
-        .with_context(|| format!("the rules of {mapping} are an array: {}", m.rules))
+    match m.rules.to_value() {
+        Ok(Value::Array(rules)) => Ok(rules),
+        other => anyhow::bail!("the rules of {mapping} are a JSON array: {other:?}"),
+    }
 }
 
 /// IdP enabled with the remote id, protocol `openid` on the mapping, and the mapping holding
@@ -693,7 +693,7 @@ async fn assert_gone(env: &TestEnv, f: &Footprint) -> anyhow::Result<()> {
         .await?;
     assert!(left_subnets.is_empty(), "no subnet left: {left_subnets:?}");
     if let Some(m) = id.get_mapping(&f.mapping).await.optional()? {
-        let rules = m.rules.as_array().cloned().unwrap_or_default();
+        let rules = m.rules.to_value()?.as_array().cloned().unwrap_or_default();
         assert!(
             !rules.iter().any(|r| rule_is_for(r, &f.group, &f.domain)),
             "the project's rule is gone from {}: {rules:?}",
@@ -1468,7 +1468,9 @@ data:
             assert!(
                 mapping.as_ref().is_none_or(|m| !m
                     .rules
-                    .as_array()
+                    .to_value()
+                    .ok()
+                    .and_then(|v| v.as_array().cloned())
                     .is_some_and(|rules| rules.iter().any(|r| rule_is_for(r, &group, &t.domain)))),
                 "the project's rule is gone: {mapping:?}"
             );

@@ -242,9 +242,74 @@ pub struct IdentityProviderUpdate {
 pub struct Mapping {
     /// User-chosen mapping ID.
     pub id: String,
-    /// The mapping rules, verbatim (a JSON array).
-    pub rules: serde_json::Value,
+    /// The mapping rules, verbatim.
+    pub rules: MappingRules,
 }
+
+/// A mapping's rules, each kept as the JSON text Keystone returned. Every tenant adds a rule
+/// to its identity provider's shared mapping: 1,000 rules as `serde_json::Value`s take ~6 MB
+/// (a B-tree node per JSON object), as text ~0.4 MB (heaptrack, `bench --only tenants`).
+/// Two lists are equal when every rule's text is.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct MappingRules(Vec<Box<serde_json::value::RawValue>>);
+
+impl MappingRules {
+    /// The rules as JSON text, from values.
+    pub fn from_values<'a>(
+        rules: impl IntoIterator<Item = &'a serde_json::Value>,
+    ) -> Result<Self, serde_json::Error> {
+        rules
+            .into_iter()
+            .map(serde_json::value::to_raw_value)
+            .collect::<Result<_, _>>()
+            .map(MappingRules)
+    }
+
+    /// The rules, each as JSON text.
+    pub fn as_slice(&self) -> &[Box<serde_json::value::RawValue>] {
+        &self.0
+    }
+
+    /// How many rules there are.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether there is no rule.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The rules, each as JSON text, taken out.
+    pub fn into_vec(self) -> Vec<Box<serde_json::value::RawValue>> {
+        self.0
+    }
+
+    /// All rules as one JSON array (for checks and messages; the large form).
+    pub fn to_value(&self) -> Result<serde_json::Value, serde_json::Error> {
+        self.0
+            .iter()
+            .map(|r| serde_json::from_str(r.get()))
+            .collect::<Result<_, _>>()
+            .map(serde_json::Value::Array)
+    }
+}
+
+impl From<Vec<Box<serde_json::value::RawValue>>> for MappingRules {
+    fn from(rules: Vec<Box<serde_json::value::RawValue>>) -> Self {
+        MappingRules(rules)
+    }
+}
+
+impl PartialEq for MappingRules {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.len() == other.0.len()
+            && self.0.iter().zip(&other.0).all(|(a, b)| a.get() == b.get())
+    }
+}
+
+impl Eq for MappingRules {}
 
 /// A federation protocol of an identity provider.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -128,9 +128,9 @@ pub trait Identity: Send + Sync {
     /// Get a mapping.
     async fn get_mapping(&self, id: &str) -> Result<Mapping>;
     /// Create a mapping with the given rules.
-    async fn create_mapping(&self, id: &str, rules: &serde_json::Value) -> Result<Mapping>;
+    async fn create_mapping(&self, id: &str, rules: &MappingRules) -> Result<Mapping>;
     /// Replace a mapping's rules.
-    async fn update_mapping(&self, id: &str, rules: &serde_json::Value) -> Result<Mapping>;
+    async fn update_mapping(&self, id: &str, rules: &MappingRules) -> Result<Mapping>;
     /// Delete a mapping.
     async fn delete_mapping(&self, id: &str) -> Result<()>;
 

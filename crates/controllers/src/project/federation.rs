@@ -29,7 +29,9 @@ use api::project::FederationRuleStatus;
 use openstack::OptionalExt;
 use openstack::model::{
     FederationProtocol, IdentityProvider, IdentityProviderCreate, IdentityProviderUpdate,
+    MappingRules,
 };
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
@@ -69,7 +71,7 @@ pub enum MappingChange {
     /// Nothing to write.
     Unchanged,
     /// Write these rules (create the mapping if it does not exist).
-    Write(Value),
+    Write(MappingRules),
     /// Our rule was the last one and Keystone refuses an empty rule list: delete the mapping
     /// (and the protocol pointing at it).
     Delete,
@@ -80,58 +82,85 @@ pub enum MappingChange {
 /// and retired ones: the names before a rename, roles no longer bound); `rules` are the rules
 /// wanted now, placed where the first of ours was.
 pub fn merge_rules(
-    existing: Option<&Value>,
+    existing: Option<&MappingRules>,
     mine: &[&str],
     domain: &str,
     rules: &[Value],
 ) -> Result<MappingChange, String> {
-    // The shared rules hold one rule per tenant (1,000 rules are ~5 MB as JSON values), and a
-    // batch merges into them once per project: the result is compared with what is there
-    // before anything is copied, so an edit that changes nothing allocates nothing, and a
-    // change copies the rules once.
-    let current: &[Value] = match existing {
-        None => &[],
-        Some(Value::Array(a)) => a,
-        Some(other) => {
-            return Err(format!(
-                "the mapping's rules are not a JSON array ({}); refusing to overwrite them",
-                truncate(&other.to_string())
-            ));
-        }
-    };
-    let ours = |r: &Value| mine.iter().any(|g| is_project_rule(r, g, domain));
-    let unchanged = merged(current, rules, &ours).eq(current.iter());
-    Ok(if unchanged {
-        MappingChange::Unchanged
-    } else if merged(current, rules, &ours).next().is_none() {
-        if existing.is_some() {
-            MappingChange::Delete
-        } else {
-            MappingChange::Unchanged
-        }
+    // The shared rules hold one rule per tenant and a batch merges into them once per
+    // project: they stay text ([`MappingRules`]), only each rule's group is read, and the
+    // result is compared with what is there before anything is copied, so an edit that
+    // changes nothing allocates nothing and a change copies the texts once.
+    let current: &[Box<RawValue>] = existing.map(MappingRules::as_slice).unwrap_or_default();
+    let ours: Vec<bool> = current
+        .iter()
+        .map(|r| is_rule_of_any(r, mine, domain))
+        .collect();
+    let at = ours.iter().position(|o| *o).unwrap_or(current.len());
+    let count = ours.iter().filter(|o| **o).count();
+    let in_place = count == rules.len()
+        && ours[at..at + count].iter().all(|o| *o)
+        && current[at..at + count]
+            .iter()
+            .zip(rules)
+            .all(|(have, want)| {
+                serde_json::from_str::<Value>(have.get()).is_ok_and(|h| h == *want)
+            });
+    if in_place {
+        return Ok(MappingChange::Unchanged);
+    }
+    let wanted = MappingRules::from_values(rules)
+        .map_err(|e| format!("cannot encode the project's rules: {e}"))?;
+    let mut next = Vec::with_capacity(current.len() - count + rules.len());
+    next.extend_from_slice(&current[..at]);
+    next.extend(wanted.into_vec());
+    next.extend(
+        current[at..]
+            .iter()
+            .zip(&ours[at..])
+            .filter(|(_, o)| !**o)
+            .map(|(r, _)| r.clone()),
+    );
+    Ok(if !next.is_empty() {
+        MappingChange::Write(MappingRules::from(next))
+    } else if existing.is_some() {
+        MappingChange::Delete
     } else {
-        MappingChange::Write(Value::Array(
-            merged(current, rules, &ours).cloned().collect(),
-        ))
+        MappingChange::Unchanged
     })
 }
 
-/// The rules after the merge (see [`merge_rules`]), borrowed: every other project's rule in
-/// place, `rules` where the first of ours was (or at the end), the rest of ours left out.
-fn merged<'a>(
-    current: &'a [Value],
-    rules: &'a [Value],
-    ours: &'a impl Fn(&Value) -> bool,
-) -> impl Iterator<Item = &'a Value> + 'a {
-    let first_ours = current.iter().position(ours);
-    let at = first_ours.unwrap_or(current.len());
-    let before = current[..at].iter();
-    let after = current[at..].iter().filter(move |r| !ours(r));
-    before.chain(rules.iter()).chain(after)
-}
-
-fn truncate(s: &str) -> String {
-    s.chars().take(80).collect()
+/// Whether [`is_project_rule`] holds for the rule's text and one of `groups`, the rule decoded
+/// once: only the groups of its `local` part (the whole rule only when they have an
+/// unexpected shape).
+pub fn is_rule_of_any(rule: &RawValue, groups: &[&str], domain: &str) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Rule {
+        local: Vec<Local>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Local {
+        group: Option<GroupRef>,
+    }
+    #[derive(serde::Deserialize)]
+    struct GroupRef {
+        name: Option<String>,
+        domain: Option<DomainRef>,
+    }
+    #[derive(serde::Deserialize)]
+    struct DomainRef {
+        name: Option<String>,
+    }
+    match serde_json::from_str::<Rule>(rule.get()) {
+        Ok(r) => r.local.iter().any(|l| {
+            l.group.as_ref().is_some_and(|g| {
+                g.name.as_deref().is_some_and(|n| groups.contains(&n))
+                    && g.domain.as_ref().and_then(|d| d.name.as_deref()) == Some(domain)
+            })
+        }),
+        Err(_) => serde_json::from_str::<Value>(rule.get())
+            .is_ok_and(|r| groups.iter().any(|g| is_project_rule(&r, g, domain))),
+    }
 }
 
 /// Several projects' edits of the shared rules folded, in order, into one write (the group
@@ -141,15 +170,15 @@ fn truncate(s: &str) -> String {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RuleFold {
     /// The rules read from Keystone (`None`: no mapping).
-    observed: Option<Value>,
+    observed: Option<MappingRules>,
     /// The rules after the edits committed so far (`None`: the mapping is to be absent), or
     /// `None` while no edit has changed anything: the rules are not copied until one does.
-    current: Option<Option<Value>>,
+    current: Option<Option<MappingRules>>,
 }
 
 impl RuleFold {
     /// Starts from the rules read (`None`: no mapping).
-    pub fn new(observed: Option<Value>) -> Self {
+    pub fn new(observed: Option<MappingRules>) -> Self {
         RuleFold {
             observed,
             current: None,
@@ -157,7 +186,7 @@ impl RuleFold {
     }
 
     /// The rules as folded so far.
-    fn current(&self) -> Option<&Value> {
+    fn current(&self) -> Option<&MappingRules> {
         match &self.current {
             Some(c) => c.as_ref(),
             None => self.observed.as_ref(),
@@ -949,6 +978,12 @@ async fn delete_mapping(
 mod tests {
     use super::*;
 
+    /// Rules as the compact text a merge writes.
+    fn text(v: Value) -> MappingRules {
+        MappingRules::from_values(v.as_array().unwrap_or_else(|| panic!("not a list: {v}")))
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
     fn users(u: &[&str]) -> Vec<String> {
         u.iter().map(|s| s.to_string()).collect()
     }
@@ -973,11 +1008,64 @@ mod tests {
         assert!(!is_project_rule(&r, "p-users", "other"));
     }
 
+    /// Rules as Keystone returns them: its own JSON formatting, not ours.
+    fn keystone_text(rules: &[Value]) -> MappingRules {
+        let texts: Vec<Box<RawValue>> = rules
+            .iter()
+            .map(|r| {
+                let pretty = serde_json::to_string_pretty(r).unwrap_or_else(|e| panic!("{e}"));
+                RawValue::from_string(pretty).unwrap_or_else(|e| panic!("{e}"))
+            })
+            .collect();
+        MappingRules::from(texts)
+    }
+
+    #[test]
+    fn rules_held_as_keystone_text_are_compared_as_json_and_passed_through_verbatim() {
+        let a = project_rule("a-users", "sso", &users(&["x"]));
+        let b = project_rule("b-users", "sso", &users(&["y"]));
+        // Another tool's rule with a local part of another shape: not ours, kept.
+        let odd = json!({"local": ["x", {"group": {"id": "g1"}}], "remote": [{"type": "t"}]});
+        let held = keystone_text(&[odd.clone(), a.clone(), b.clone()]);
+        // Our rule, formatted differently, is the same rule: nothing to write.
+        assert_eq!(
+            merge_rules(Some(&held), &["a-users"], "sso", std::slice::from_ref(&a)),
+            Ok(MappingChange::Unchanged)
+        );
+        // A change rewrites ours only: the others' text is what Keystone gave.
+        let a2 = project_rule("a-users", "sso", &users(&["x", "z"]));
+        let Ok(MappingChange::Write(next)) =
+            merge_rules(Some(&held), &["a-users"], "sso", std::slice::from_ref(&a2))
+        else {
+            panic!("a write expected")
+        };
+        let texts: Vec<&str> = next.as_slice().iter().map(|r| r.get()).collect();
+        let held_texts: Vec<&str> = held.as_slice().iter().map(|r| r.get()).collect();
+        assert_eq!(texts[0], held_texts[0]);
+        assert_eq!(texts[2], held_texts[2]);
+        assert_eq!(next.to_value().unwrap(), json!([odd, a2, b]));
+        // A rule of ours whose local part has an unexpected shape is still recognised.
+        let mut odd_ours = a.clone();
+        odd_ours["local"]
+            .as_array_mut()
+            .unwrap_or_else(|| panic!("local"))
+            .push(json!("extra"));
+        let held = keystone_text(&[odd_ours, b.clone()]);
+        assert!(is_rule_of_any(&held.as_slice()[0], &["a-users"], "sso"));
+        assert!(!is_rule_of_any(&held.as_slice()[0], &["b-users"], "sso"));
+        assert_eq!(
+            merge_rules(Some(&held), &["a-users"], "sso", &[]),
+            Ok(MappingChange::Write(keystone_text(std::slice::from_ref(
+                &b
+            ))))
+        );
+    }
+
     #[test]
     fn merge_keeps_other_projects_rules_in_place() {
         let a = project_rule("a-users", "sso", &users(&["x"]));
         let b = project_rule("b-users", "sso", &users(&["y"]));
-        let existing = json!([a.clone(), b.clone()]);
+        let existing = text(json!([a.clone(), b.clone()]));
         // Same rule: nothing to write.
         assert_eq!(
             merge_rules(
@@ -997,7 +1085,7 @@ mod tests {
                 "sso",
                 std::slice::from_ref(&a2)
             ),
-            Ok(MappingChange::Write(json!([a2, b.clone()])))
+            Ok(MappingChange::Write(text(json!([a2, b.clone()]))))
         );
         // A new project appends.
         let c = project_rule("c-users", "sso", &users(&["w"]));
@@ -1008,28 +1096,27 @@ mod tests {
                 "sso",
                 std::slice::from_ref(&c)
             ),
-            Ok(MappingChange::Write(json!([a.clone(), b.clone(), c])))
+            Ok(MappingChange::Write(text(json!([a.clone(), b.clone(), c]))))
         );
         // Same group name in another domain is another project's rule.
         let a_other = project_rule("a-users", "other", &users(&["q"]));
         assert!(matches!(
             merge_rules(Some(&existing), &["a-users"], "other", &[a_other]),
-            Ok(MappingChange::Write(v)) if v.as_array().is_some_and(|a| a.len() == 3)
+            Ok(MappingChange::Write(v)) if v.len() == 3
         ));
         // Removing: only ours goes; the last one deletes the mapping.
         assert_eq!(
             merge_rules(Some(&existing), &["a-users"], "sso", &[]),
-            Ok(MappingChange::Write(json!([b.clone()])))
+            Ok(MappingChange::Write(text(json!([b.clone()]))))
         );
         assert_eq!(
-            merge_rules(Some(&json!([b])), &["b-users"], "sso", &[]),
+            merge_rules(Some(&text(json!([b]))), &["b-users"], "sso", &[]),
             Ok(MappingChange::Delete)
         );
         assert_eq!(
             merge_rules(None, &["b-users"], "sso", &[]),
             Ok(MappingChange::Unchanged)
         );
-        assert!(merge_rules(Some(&json!({"x": 1})), &["a"], "sso", &[]).is_err());
     }
 
     #[test]
@@ -1041,26 +1128,26 @@ mod tests {
         // Added after the other project's rule, together.
         assert_eq!(
             merge_rules(
-                Some(&json!([other.clone()])),
+                Some(&text(json!([other.clone()]))),
                 &mine,
                 "sso",
                 &[member.clone(), reader.clone()]
             ),
-            Ok(MappingChange::Write(json!([
+            Ok(MappingChange::Write(text(json!([
                 other.clone(),
                 member.clone(),
                 reader.clone()
-            ])))
+            ]))))
         );
         // The reader binding goes: its rule (retired group) goes, the member rule stays.
         assert_eq!(
             merge_rules(
-                Some(&json!([member.clone(), reader, other.clone()])),
+                Some(&text(json!([member.clone(), reader, other.clone()]))),
                 &mine,
                 "sso",
                 std::slice::from_ref(&member)
             ),
-            Ok(MappingChange::Write(json!([member, other])))
+            Ok(MappingChange::Write(text(json!([member, other]))))
         );
     }
 
@@ -1071,19 +1158,19 @@ mod tests {
         let new = project_rule("new-users", "sso", &users(&["x"]));
         assert_eq!(
             merge_rules(
-                Some(&json!([old, other.clone()])),
+                Some(&text(json!([old, other.clone()]))),
                 &["new-users", "old-users"],
                 "sso",
                 std::slice::from_ref(&new)
             ),
-            Ok(MappingChange::Write(json!([new, other])))
+            Ok(MappingChange::Write(text(json!([new, other]))))
         );
     }
 
     /// Folds `edits` ((groups, rules) of each project, in order) as a batch does, each
     /// committed; every edit's own change and the batch's net change.
     fn fold_all(
-        observed: Option<Value>,
+        observed: Option<MappingRules>,
         edits: &[(&[&str], Vec<Value>)],
     ) -> (Vec<Result<MappingChange, String>>, MappingChange) {
         let mut fold = RuleFold::new(observed);
@@ -1109,19 +1196,22 @@ mod tests {
             (&["x-users"], vec![]),
             (&["b-users"], vec![b.clone()]),
         ];
-        let (each, net) = fold_all(Some(json!([x.clone()])), &edits);
+        let (each, net) = fold_all(Some(text(json!([x.clone()]))), &edits);
         assert_eq!(
             each,
             vec![
-                Ok(MappingChange::Write(json!([x, a.clone()]))),
-                Ok(MappingChange::Write(json!([a.clone()]))),
-                Ok(MappingChange::Write(json!([a.clone(), b.clone()]))),
+                Ok(MappingChange::Write(text(json!([x, a.clone()])))),
+                Ok(MappingChange::Write(text(json!([a.clone()])))),
+                Ok(MappingChange::Write(text(json!([a.clone(), b.clone()])))),
             ]
         );
-        assert_eq!(net, MappingChange::Write(json!([a.clone(), b.clone()])));
+        assert_eq!(
+            net,
+            MappingChange::Write(text(json!([a.clone(), b.clone()])))
+        );
         // The write's response was lost: the next batch reads the result back and finds
         // every edit in (merge is idempotent).
-        let (each, net) = fold_all(Some(json!([a.clone(), b.clone()])), &edits);
+        let (each, net) = fold_all(Some(text(json!([a.clone(), b.clone()]))), &edits);
         assert!(
             each.iter().all(|c| c == &Ok(MappingChange::Unchanged)),
             "{each:?}"
@@ -1129,7 +1219,7 @@ mod tests {
         assert_eq!(net, MappingChange::Unchanged);
         // The first project of a new mapping: one write creates it with every rule.
         let (_, net) = fold_all(None, &edits);
-        assert_eq!(net, MappingChange::Write(json!([a, b])));
+        assert_eq!(net, MappingChange::Write(text(json!([a, b]))));
     }
 
     #[test]
@@ -1137,7 +1227,7 @@ mod tests {
         let a = project_rule("a-users", "sso", &users(&["2"]));
         let b = project_rule("b-users", "sso", &users(&["3"]));
         let c = project_rule("c-users", "sso", &users(&["4"]));
-        let both = json!([a.clone(), b.clone()]);
+        let both = text(json!([a.clone(), b.clone()]));
         let (each, net) = fold_all(
             Some(both.clone()),
             &[(&["a-users"], vec![]), (&["b-users"], vec![])],
@@ -1153,17 +1243,13 @@ mod tests {
                 (&["c-users"], vec![c.clone()]),
             ],
         );
-        assert_eq!(each[2], Ok(MappingChange::Write(json!([c.clone()]))));
-        assert_eq!(net, MappingChange::Write(json!([c])));
+        assert_eq!(each[2], Ok(MappingChange::Write(text(json!([c.clone()])))));
+        assert_eq!(net, MappingChange::Write(text(json!([c]))));
         // Removals from a mapping that is not there change nothing.
         assert_eq!(
             fold_all(None, &[(&["a-users"], vec![])]).1,
             MappingChange::Unchanged
         );
-        // Rules that are not a list: every edit fails, nothing is written.
-        let (each, net) = fold_all(Some(json!({"x": 1})), &[(&["a-users"], vec![a.clone()])]);
-        assert!(each[0].is_err());
-        assert_eq!(net, MappingChange::Unchanged);
     }
 
     #[test]
@@ -1182,7 +1268,7 @@ mod tests {
             .unwrap();
         fold.commit(cb);
         assert!(fold.exists() && !fold.existed());
-        assert_eq!(fold.into_net(), MappingChange::Write(json!([b])));
+        assert_eq!(fold.into_net(), MappingChange::Write(text(json!([b]))));
         // No rule and no mapping: nothing needs the IdP.
         let fold = RuleFold::new(None);
         let c = fold.merge(&["a-users"], "sso", &[]).unwrap();

@@ -420,7 +420,7 @@ async fn seed_readme_project_converges() {
     // Neutron's two default egress rules plus the spec's rule.
     assert_eq!(ssh.rules.len(), 3);
 
-    let rules = w.mapping().await.unwrap().rules;
+    let rules = w.mapping().await.unwrap().rules.to_value().unwrap();
     assert_eq!(
         rules,
         serde_json::json!([federation::project_rule(
@@ -700,7 +700,7 @@ async fn edits_converge_in_place() {
     );
     // One rule per role: members into the project group, the reader into the reader group,
     // which holds `reader` alone.
-    let rules = w.mapping().await.unwrap().rules;
+    let rules = w.mapping().await.unwrap().rules.to_value().unwrap();
     assert_eq!(
         rules[0]["remote"][1]["any_one_of"],
         serde_json::json!(["alice@example.com", "dave@example.com"]),
@@ -900,7 +900,15 @@ async fn deletion_after_a_crash_finds_the_project_by_name_and_marks() {
     );
     assert!(w.group("my-project-example-com-users").await.is_some());
     assert_eq!(
-        w.mapping().await.unwrap().rules.as_array().unwrap().len(),
+        w.mapping()
+            .await
+            .unwrap()
+            .rules
+            .to_value()
+            .unwrap()
+            .as_array()
+            .unwrap()
+            .len(),
         1
     );
     assert_eq!(w.fake.writes(), 0, "{:?}", w.fake.write_calls());
@@ -1070,7 +1078,14 @@ async fn a_tenant_config_map_cannot_create_or_repoint_the_identity_provider() {
         assert!(cond(&st, FEDERATION_READY).is_true());
     }
     assert_eq!(
-        w.mapping().await.unwrap().rules.as_array().map(Vec::len),
+        w.mapping()
+            .await
+            .unwrap()
+            .rules
+            .to_value()
+            .unwrap()
+            .as_array()
+            .map(Vec::len),
         Some(1)
     );
     let proto = w
@@ -1086,7 +1101,7 @@ async fn a_tenant_config_map_cannot_create_or_repoint_the_identity_provider() {
         .identity
         .create_mapping(
             "admin_mapping",
-            &serde_json::json!([{"local": [], "remote": []}]),
+            &MappingRules::from_values(&[serde_json::json!({"local": [], "remote": []})]).unwrap(),
         )
         .await
         .unwrap();
@@ -1150,7 +1165,14 @@ async fn removing_federation_ref_removes_the_rule() {
     let mut other_st = OpenstackProjectStatus::default();
     w.pass(&other, &mut other_st, fed(&other)).await.unwrap();
     assert_eq!(
-        w.mapping().await.unwrap().rules.as_array().map(Vec::len),
+        w.mapping()
+            .await
+            .unwrap()
+            .rules
+            .to_value()
+            .unwrap()
+            .as_array()
+            .map(Vec::len),
         Some(2)
     );
 
@@ -1160,7 +1182,7 @@ async fn removing_federation_ref_removes_the_rule() {
         .unwrap();
     assert!(st.federation_rule.is_none());
     assert!(find_condition(&st.conditions, FEDERATION_READY).is_none());
-    let rules = w.mapping().await.unwrap().rules;
+    let rules = w.mapping().await.unwrap().rules.to_value().unwrap();
     assert_eq!(rules.as_array().map(Vec::len), Some(1));
     assert!(federation::is_project_rule(
         &rules[0],
@@ -1186,7 +1208,7 @@ async fn removing_federation_ref_removes_the_rule() {
         .await
         .unwrap();
     assert!(federation::is_project_rule(
-        &k.rules[0],
+        &k.rules.to_value().unwrap()[0],
         "other-example-com-users",
         "sso-users"
     ));
@@ -1419,7 +1441,15 @@ async fn lost_responses_do_not_duplicate() {
     assert_eq!(sgs.len(), 2, "default + allow-ssh");
     assert_eq!(sgs["allow-ssh"].rules.len(), 3);
     assert_eq!(
-        w.mapping().await.unwrap().rules.as_array().unwrap().len(),
+        w.mapping()
+            .await
+            .unwrap()
+            .rules
+            .to_value()
+            .unwrap()
+            .as_array()
+            .unwrap()
+            .len(),
         1
     );
     w.fake.reset_calls();
@@ -1468,7 +1498,7 @@ async fn rename_moves_project_group_and_rule() {
     assert_eq!(w.project(&pid).await.unwrap().name, "renamed.example.com");
     let g = w.group("renamed-example-com-users").await.unwrap();
     assert_eq!(g.id, gid);
-    let rules = w.mapping().await.unwrap().rules;
+    let rules = w.mapping().await.unwrap().rules.to_value().unwrap();
     assert_eq!(rules.as_array().unwrap().len(), 1);
     assert!(federation::is_project_rule(
         &rules[0],
@@ -1487,11 +1517,19 @@ async fn federation_rules_of_projects_coexist() {
     w.pass(&a, &mut sa, fed(&a)).await.unwrap();
     w.pass(&b, &mut sb, fed(&b)).await.unwrap();
     assert_eq!(
-        w.mapping().await.unwrap().rules.as_array().unwrap().len(),
+        w.mapping()
+            .await
+            .unwrap()
+            .rules
+            .to_value()
+            .unwrap()
+            .as_array()
+            .unwrap()
+            .len(),
         2
     );
     w.delete(&a, &mut sa, fed(&a)).await.unwrap();
-    let rules = w.mapping().await.unwrap().rules;
+    let rules = w.mapping().await.unwrap().rules.to_value().unwrap();
     assert_eq!(rules.as_array().unwrap().len(), 1);
     assert!(federation::is_project_rule(
         &rules[0],
@@ -1520,7 +1558,15 @@ async fn concurrent_projects_never_lose_each_others_rules() {
         t.await.unwrap().unwrap();
     }
     assert_eq!(
-        w.mapping().await.unwrap().rules.as_array().unwrap().len(),
+        w.mapping()
+            .await
+            .unwrap()
+            .rules
+            .to_value()
+            .unwrap()
+            .as_array()
+            .unwrap()
+            .len(),
         8
     );
 }
@@ -2305,7 +2351,7 @@ async fn projects_arriving_together_read_and_write_the_mapping_once() {
             "{st:?}"
         );
     }
-    let rules = w.mapping().await.unwrap().rules;
+    let rules = w.mapping().await.unwrap().rules.to_value().unwrap();
     assert_eq!(rules.as_array().map(Vec::len), Some(5));
     for (i, rule) in rules.as_array().into_iter().flatten().enumerate() {
         let group = format!("p{}-example-com-users", i + 1);
@@ -2333,7 +2379,14 @@ async fn projects_arriving_together_read_and_write_the_mapping_once() {
     }
     assert_eq!(w.fake.writes(), 1, "{:?}", w.fake.write_calls());
     assert_eq!(
-        w.mapping().await.unwrap().rules.as_array().map(Vec::len),
+        w.mapping()
+            .await
+            .unwrap()
+            .rules
+            .to_value()
+            .unwrap()
+            .as_array()
+            .map(Vec::len),
         Some(9)
     );
 }
@@ -2361,7 +2414,7 @@ async fn a_deletion_and_an_addition_in_one_batch_both_land() {
     assert_eq!(w.fake.call_count("identity.get_mapping"), 1);
     assert_eq!(w.fake.call_count("identity.update_mapping"), 1);
     assert_eq!(w.fake.call_count("identity.delete_mapping"), 0);
-    let rules = w.mapping().await.unwrap().rules;
+    let rules = w.mapping().await.unwrap().rules.to_value().unwrap();
     assert_eq!(rules.as_array().map(Vec::len), Some(1));
     assert!(federation::is_project_rule(
         &rules[0],
@@ -2426,7 +2479,7 @@ async fn projects_of_another_idp_never_wait_for_a_batch() {
         .get_mapping("keycloak_oidc_mapping")
         .await
         .unwrap();
-    assert_eq!(k.rules.as_array().map(Vec::len), Some(1));
+    assert_eq!(k.rules.len(), 1);
     assert!(w.mapping().await.is_none());
 }
 
@@ -2471,7 +2524,14 @@ async fn a_failed_read_or_lost_write_fails_the_whole_batch_and_the_next_converge
     }
     assert_eq!(w.fake.call_count("identity.create_mapping"), 1);
     assert_eq!(
-        w.mapping().await.unwrap().rules.as_array().map(Vec::len),
+        w.mapping()
+            .await
+            .unwrap()
+            .rules
+            .to_value()
+            .unwrap()
+            .as_array()
+            .map(Vec::len),
         Some(n)
     );
     // The next batch reads the rules back and finds them in: no second write of the
@@ -2490,7 +2550,14 @@ async fn a_failed_read_or_lost_write_fails_the_whole_batch_and_the_next_converge
         assert_eq!(w.fake.call_count(op), count, "{op}: {:?}", w.fake.calls());
     }
     assert_eq!(
-        w.mapping().await.unwrap().rules.as_array().map(Vec::len),
+        w.mapping()
+            .await
+            .unwrap()
+            .rules
+            .to_value()
+            .unwrap()
+            .as_array()
+            .map(Vec::len),
         Some(n)
     );
 }
@@ -2519,7 +2586,7 @@ async fn a_project_whose_idp_step_fails_keeps_its_rule_out_of_the_batch() {
     );
     assert!(!cond(st, FEDERATION_READY).is_true());
     assert!(done[1].0.is_ok(), "{:?}", done[1].0);
-    let rules = w.mapping().await.unwrap().rules;
+    let rules = w.mapping().await.unwrap().rules.to_value().unwrap();
     assert_eq!(rules.as_array().map(Vec::len), Some(1));
     assert!(federation::is_project_rule(
         &rules[0],

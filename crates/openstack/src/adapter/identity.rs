@@ -211,6 +211,39 @@ impl IdentityAdapter {
     async fn send(&self, req: Request) -> Result<()> {
         self.core.send(&req).await.map(|_| ())
     }
+
+    /// A mapping from the response, its rules decoded straight from the body as text
+    /// ([`super::Response::json_at`] would build every rule as a `Value` first).
+    async fn fetch_mapping(&self, req: Request) -> Result<Mapping> {
+        #[derive(Deserialize)]
+        struct Body {
+            mapping: Mapping,
+        }
+        self.core
+            .send(&req)
+            .await?
+            .json::<Body>()
+            .map(|b| b.mapping)
+    }
+}
+
+/// The body of a mapping write: `{"mapping": {"rules": [...]}}`, the rules' text as held.
+#[derive(serde::Serialize)]
+struct MappingBody<'a> {
+    mapping: MappingRulesBody<'a>,
+}
+
+#[derive(serde::Serialize)]
+struct MappingRulesBody<'a> {
+    rules: &'a MappingRules,
+}
+
+impl<'a> MappingBody<'a> {
+    fn of(rules: &'a MappingRules) -> Self {
+        MappingBody {
+            mapping: MappingRulesBody { rules },
+        }
+    }
 }
 
 #[async_trait]
@@ -688,42 +721,35 @@ impl Identity for IdentityAdapter {
     }
 
     async fn get_mapping(&self, id: &str) -> Result<Mapping> {
-        self.fetch(
-            Request::get(
-                S,
-                "get_mapping",
-                format!("OS-FEDERATION/mappings/{}", seg(id)),
-            ),
-            "mapping",
-        )
+        self.fetch_mapping(Request::get(
+            S,
+            "get_mapping",
+            format!("OS-FEDERATION/mappings/{}", seg(id)),
+        ))
         .await
     }
 
-    async fn create_mapping(&self, id: &str, rules: &Value) -> Result<Mapping> {
-        let body = json!({"mapping": {"rules": rules}});
-        self.fetch(
+    async fn create_mapping(&self, id: &str, rules: &MappingRules) -> Result<Mapping> {
+        self.fetch_mapping(
             Request::put(
                 S,
                 "create_mapping",
                 format!("OS-FEDERATION/mappings/{}", seg(id)),
             )
             .non_idempotent()
-            .json(&body)?,
-            "mapping",
+            .json(&MappingBody::of(rules))?,
         )
         .await
     }
 
-    async fn update_mapping(&self, id: &str, rules: &Value) -> Result<Mapping> {
-        let body = json!({"mapping": {"rules": rules}});
-        self.fetch(
+    async fn update_mapping(&self, id: &str, rules: &MappingRules) -> Result<Mapping> {
+        self.fetch_mapping(
             Request::patch(
                 S,
                 "update_mapping",
                 format!("OS-FEDERATION/mappings/{}", seg(id)),
             )
-            .json(&body)?,
-            "mapping",
+            .json(&MappingBody::of(rules))?,
         )
         .await
     }

@@ -31,19 +31,23 @@ fn user<'a>(st: &'a State, id: &str) -> Result<&'a User> {
         .ok_or_else(|| Error::not_found(format!("keystone: Could not find user: {id}.")))
 }
 
-fn check_mapping_rules(rules: &serde_json::Value) -> Result<()> {
-    let Some(arr) = rules.as_array() else {
-        return Err(Error::bad_request(
-            "keystone: Invalid input for field 'rules': not an array",
-        ));
-    };
-    if arr.is_empty() {
+/// Keystone's schema check of a mapping's rules: a non-empty list of rules, each with
+/// `local` and `remote`.
+fn check_mapping_rules(rules: &MappingRules) -> Result<()> {
+    #[derive(serde::Deserialize)]
+    struct Rule {
+        #[allow(dead_code)] // only its presence is checked
+        local: serde::de::IgnoredAny,
+        #[allow(dead_code)]
+        remote: serde::de::IgnoredAny,
+    }
+    if rules.is_empty() {
         return Err(Error::bad_request(
             "keystone: Invalid input for field 'rules': [] is too short",
         ));
     }
-    for r in arr {
-        if r.get("local").is_none() || r.get("remote").is_none() {
+    for r in rules.as_slice() {
+        if serde_json::from_str::<Rule>(r.get()).is_err() {
             return Err(Error::bad_request(
                 "keystone: Invalid input for field 'rules': 'local' and 'remote' are required properties",
             ));
@@ -618,7 +622,7 @@ impl Identity for FakeCloud {
         })
     }
 
-    async fn create_mapping(&self, id: &str, rules: &serde_json::Value) -> Result<Mapping> {
+    async fn create_mapping(&self, id: &str, rules: &MappingRules) -> Result<Mapping> {
         self.run("identity.create_mapping", |st| {
             check_mapping_rules(rules)?;
             if st.mappings.contains_key(id) {
@@ -635,7 +639,7 @@ impl Identity for FakeCloud {
         })
     }
 
-    async fn update_mapping(&self, id: &str, rules: &serde_json::Value) -> Result<Mapping> {
+    async fn update_mapping(&self, id: &str, rules: &MappingRules) -> Result<Mapping> {
         self.run("identity.update_mapping", |st| {
             check_mapping_rules(rules)?;
             let m = st.mappings.get_mut(id).ok_or_else(|| {
@@ -878,12 +882,17 @@ mod tests {
             .await
             .unwrap_err();
         assert!(e.is_conflict());
-        let rules = serde_json::json!([{"local": [], "remote": [{"type": "HTTP_OIDC_SUB"}]}]);
+        let rules = MappingRules::from_values(&[
+            serde_json::json!({"local": [], "remote": [{"type": "HTTP_OIDC_SUB"}]}),
+        ])
+        .unwrap();
         assert!(
-            fake.create_mapping("m", &serde_json::json!([]))
+            fake.create_mapping("m", &MappingRules::default())
                 .await
                 .is_err()
         );
+        let no_remote = MappingRules::from_values(&[serde_json::json!({"local": []})]).unwrap();
+        assert!(fake.create_mapping("m", &no_remote).await.is_err());
         fake.create_mapping("m", &rules).await.unwrap();
         fake.create_federation_protocol("sso", "openid", "m")
             .await
