@@ -90,7 +90,7 @@ pub fn merge_rules(
     // The shared rules hold one rule per tenant and a batch merges into them once per
     // project: they stay text ([`MappingRules`]), only each rule's group is read, and the
     // result is compared with what is there before anything is copied, so an edit that
-    // changes nothing allocates nothing and a change copies the texts once.
+    // changes nothing copies no rule and a change copies the texts once.
     let current: &[Box<RawValue>] = existing.map(MappingRules::as_slice).unwrap_or_default();
     let ours: Vec<bool> = current
         .iter()
