@@ -304,8 +304,10 @@ impl From<Vec<Box<serde_json::value::RawValue>>> for MappingRules {
 
 impl PartialEq for MappingRules {
     fn eq(&self, other: &Self) -> bool {
-        self.0.len() == other.0.len()
-            && self.0.iter().zip(&other.0).all(|(a, b)| a.get() == b.get())
+        self.0
+            .iter()
+            .map(|r| r.get())
+            .eq(other.0.iter().map(|r| r.get()))
     }
 }
 
@@ -1052,6 +1054,26 @@ impl TaggedResource {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_mapping_whose_rules_are_not_a_list_does_not_decode() {
+        // What used to be refused in the merge ("refusing to overwrite them"): now the read
+        // fails, so the batch writes nothing.
+        let m: Mapping = serde_json::from_str(
+            r#"{"id": "m", "rules": [ {"local": [], "remote": [ {"type": "t"} ]} ], "links": {}}"#,
+        )
+        .unwrap();
+        assert_eq!(m.rules.len(), 1);
+        assert_eq!(
+            m.rules.as_slice()[0].get(),
+            r#"{"local": [], "remote": [ {"type": "t"} ]}"#,
+            "kept as Keystone wrote it"
+        );
+        assert!(serde_json::from_str::<Mapping>(r#"{"id": "m", "rules": {"x": 1}}"#).is_err());
+        let a = MappingRules::from_values(&[serde_json::json!({"a": 1})]).unwrap();
+        assert_eq!(a, a.clone());
+        assert_ne!(a, MappingRules::default());
+    }
 
     #[test]
     fn image_status_round_trips() {
