@@ -118,6 +118,41 @@ pub fn count_by_request(reqs: &[OsRequest]) -> BTreeMap<String, u64> {
     out
 }
 
+/// Seconds during which at least one request of a service was in flight (the union of its
+/// requests' send-to-response intervals), by service: a service busy for nearly the whole
+/// run was the bound, whatever the client-side limits allowed.
+pub fn busy_by_service(reqs: &[OsRequest]) -> BTreeMap<String, f64> {
+    let mut spans: BTreeMap<&str, Vec<(Timestamp, Timestamp)>> = BTreeMap::new();
+    for r in reqs {
+        spans
+            .entry(r.service.as_str())
+            .or_default()
+            .push((r.sent_at(), r.logged_at));
+    }
+    spans
+        .into_iter()
+        .map(|(service, mut v)| {
+            v.sort();
+            let mut busy = 0.0;
+            let mut current: Option<(Timestamp, Timestamp)> = None;
+            for (start, end) in v {
+                current = match current {
+                    Some((s, e)) if start <= e => Some((s, e.max(end))),
+                    Some((s, e)) => {
+                        busy += e.duration_since(s).as_secs_f64();
+                        Some((start, end))
+                    }
+                    None => Some((start, end)),
+                };
+            }
+            if let Some((s, e)) = current {
+                busy += e.duration_since(s).as_secs_f64();
+            }
+            (service.to_string(), busy)
+        })
+        .collect()
+}
+
 /// Reads a growing log file from a position on, complete lines only.
 #[derive(Clone, Debug)]
 pub struct LogCursor {
@@ -189,6 +224,27 @@ mod tests {
         let d = durations_by_request(&reqs);
         assert_eq!(d["create_project POST"], vec![42.0]);
         assert_eq!(count_by_request(&reqs)["create_project POST"], 3);
+    }
+
+    #[test]
+    fn busy_time_is_the_union_of_a_services_requests() {
+        // identity: 0–100 ms and 50–150 ms overlap (150 ms busy), then 300–340 ms; network
+        // 0–20 ms on its own.
+        let at = |ms: u64, dur: u64, svc: &str| {
+            LINE.replace("05:19:46.017885Z", &format!("05:19:46.{:03}000Z", ms + dur))
+                .replace(r#""duration_ms":42"#, &format!(r#""duration_ms":{dur}"#))
+                .replace(r#""service":"identity""#, &format!(r#""service":"{svc}""#))
+        };
+        let text = [
+            at(0, 100, "identity"),
+            at(50, 100, "identity"),
+            at(300, 40, "identity"),
+            at(0, 20, "network"),
+        ]
+        .join("\n");
+        let busy = busy_by_service(&parse(&text));
+        assert!((busy["identity"] - 0.19).abs() < 1e-9, "{busy:?}");
+        assert!((busy["network"] - 0.02).abs() < 1e-9, "{busy:?}");
     }
 
     #[test]

@@ -103,6 +103,9 @@ pub struct SizeRun {
     pub request_time_s: f64,
     /// `request_time_s / converge_s`: OpenStack requests in flight on average.
     pub mean_in_flight: f64,
+    /// Seconds with at least one request of the service in flight while converging, by
+    /// service (see `oplog::busy_by_service`).
+    pub busy_by_service_s: BTreeMap<String, f64>,
     /// Σ of the time requests waited for the client-side limiter (concurrency and rate), in
     /// seconds.
     pub rate_limit_wait_s: f64,
@@ -346,6 +349,22 @@ pub fn render(r: &Report) -> String {
              default --resync-seconds 300)"
         );
         for s in &r.convergence {
+            let mut busy: Vec<(&String, &f64)> = s.busy_by_service_s.iter().collect();
+            busy.sort_by(|a, b| b.1.total_cmp(a.1));
+            let _ = writeln!(
+                o,
+                "N = {}: OpenStack services busy (at least one request in flight) while \
+                 converging: {}",
+                s.projects,
+                busy.iter()
+                    .map(|(svc, b)| format!(
+                        "{svc} {} ({:.0} %)",
+                        secs(**b),
+                        100.0 * **b / s.converge_s.max(f64::EPSILON)
+                    ))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
             let _ = writeln!(
                 o,
                 "N = {}: requests waited {} in all for the client-side limiter; {} requests \

@@ -205,6 +205,7 @@ pub async fn convergence(
         trouble: trouble(&before, &after),
         delete_trouble: trouble(&before_delete, &after_delete),
         mean_in_flight: busy_s / converge_s,
+        busy_by_service_s: oplog::busy_by_service(&requests),
         steady,
         drift,
         delete_s,

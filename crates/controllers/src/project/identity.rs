@@ -951,8 +951,14 @@ async fn sync_members(
             return;
         }
     };
-    for uid in members.difference(&have) {
-        match identity.add_user_to_group(&tenant.group_id, uid).await {
+    // Each addition is its own membership: they go at the same time.
+    let added =
+        futures::future::join_all(members.difference(&have).map(|uid| async move {
+            (uid, identity.add_user_to_group(&tenant.group_id, uid).await)
+        }))
+        .await;
+    for (uid, res) in added {
+        match res {
             Ok(()) => out.changed = true,
             Err(e) => errors.push(os(
                 format!(
@@ -1060,13 +1066,18 @@ pub(crate) async fn apply_assignments(
             .find(|(_, v)| v.as_str() == id)
             .map_or(id.to_string(), |(k, _)| k.clone())
     };
-    for (actor, role) in &plan.grant {
-        match env
+    // Grants are independent of one another: they go at the same time.
+    let granted = futures::future::join_all(plan.grant.iter().map(|(actor, role)| async move {
+        let res = env
             .cloud
             .identity
             .grant_project_role(&tenant.project_id, actor, role)
-            .await
-        {
+            .await;
+        (actor, role, res)
+    }))
+    .await;
+    for (actor, role, res) in granted {
+        match res {
             Ok(()) => out.changed = true,
             Err(e) => resolved.errors.push(os(
                 format!(

@@ -577,12 +577,34 @@ async fn run(
     };
     let mut failures: Vec<(&'static str, ReconcileError)> = Vec::new();
     let mut changed = ident.changed;
-    // Whether this pass created or removed Neutron objects (their quota usage moved).
-    let mut neutron_changed = false;
+
+    // Once the project and its group exist, two chains share nothing: the Keystone links
+    // (role assignments, then federation, which maps users into the role groups the first
+    // one makes) and the project's resources (quotas, then the Neutron objects the quotas
+    // must allow, then their usage). They run at the same time, each on its own copy of the
+    // status, and hand back only the fields they own; a pass is then as long as its longer
+    // chain instead of the sum of its areas. The conditions are set afterwards, in the
+    // areas' order.
+    let mut links = status.clone();
+    let mut owned = status.clone();
+    let ((mut rb, fed), res) = futures::join!(
+        async {
+            let rb = identity::apply_assignments(env, spec, &ident, &mut links).await;
+            let fed = federation_area(env, spec, &ident, &mut links, federation).await;
+            (rb, fed)
+        },
+        resources(env, spec, &ident, &mut owned),
+    );
+    status.pending_users = links.pending_users;
+    status.role_groups = links.role_groups;
+    status.federation_rule = links.federation_rule;
+    status.quota_keys_set = owned.quota_keys_set;
+    status.quota_usage = owned.quota_usage;
+    status.networks = owned.networks;
+    status.security_groups = owned.security_groups;
 
     // Role assignments always run: the project group's `member` grant is the seed's, and
     // removing every binding must revoke what earlier bindings granted.
-    let mut rb = identity::apply_assignments(env, spec, &ident, status).await;
     changed |= rb.changed;
     let rb_area = if spec.role_bindings.is_some() {
         ROLE_BINDINGS_READY
@@ -625,106 +647,50 @@ async fn run(
     }
     let rb_failure = rb_err.map(|e| (rb_area, e));
 
-    // Quotas.
-    match &spec.quotas {
-        Some(q) => {
-            let mut out = quotas::apply(env, q, &ident.project_id, status, ident.created).await;
-            changed |= out.changed;
-            let err = out.error();
-            let ok = (
-                ready_reason(false, out.changed),
-                "quotas match spec.quotas".to_string(),
-            );
-            set_area(
-                status,
-                QUOTAS_READY,
-                generation,
-                err.as_ref().map_or(Ok(ok), Err),
-            );
-            if let Some(e) = err {
-                failures.push((QUOTAS_READY, e));
-            }
-        }
-        None if !status.quota_keys_set.is_empty() => {
-            // spec.quotas was removed: the keys we set go back to their defaults.
-            let mut out =
-                quotas::apply(env, &Default::default(), &ident.project_id, status, false).await;
-            changed |= out.changed;
-            drop_condition(status, QUOTAS_READY);
-            status.quota_usage.clear();
-            if let Some(e) = out.error() {
-                failures.push((QUOTAS_READY, e));
-            }
-        }
-        None => {
-            drop_condition(status, QUOTAS_READY);
-            status.quota_usage.clear();
-        }
-    }
-
-    let (net_area, sg_area) =
-        neutron_areas(env, spec, &ident.project_id, status, ident.created).await;
-
-    // Networks: also run when the section was removed but objects are still recorded, so
-    // removing `spec.networks` deletes what we created.
-    if let Some((mut out, records)) = net_area {
-        status.networks = records;
+    let Resources {
+        quotas,
+        networks,
+        security_groups,
+    } = res;
+    let areas = [
+        (
+            QUOTAS_READY,
+            spec.quotas.is_some(),
+            quotas,
+            "quotas match spec.quotas",
+        ),
+        (
+            NETWORKS_READY,
+            spec.networks.is_some(),
+            networks,
+            "networks, subnets and routers match spec.networks",
+        ),
+        (
+            SECURITY_GROUPS_READY,
+            spec.security_groups.is_some(),
+            security_groups,
+            "security groups and rules match spec.securityGroups",
+        ),
+    ];
+    // An area also runs when its section was removed but objects or keys are still recorded
+    // (removing `spec.networks` deletes what we created, removing `spec.quotas` resets the
+    // keys we set); its condition goes, its failure stays.
+    for (area, in_spec, out, ok) in areas {
+        let Some(mut out) = out else {
+            drop_condition(status, area);
+            continue;
+        };
         changed |= out.changed;
-        neutron_changed |= out.changed;
         let err = out.error();
-        if spec.networks.is_some() {
-            let ok = (
-                ready_reason(false, out.changed),
-                "networks, subnets and routers match spec.networks".to_string(),
-            );
-            set_area(
-                status,
-                NETWORKS_READY,
-                generation,
-                err.as_ref().map_or(Ok(ok), Err),
-            );
+        if in_spec {
+            let ok = (ready_reason(false, out.changed), ok.to_string());
+            set_area(status, area, generation, err.as_ref().map_or(Ok(ok), Err));
         } else {
-            drop_condition(status, NETWORKS_READY);
+            drop_condition(status, area);
         }
         if let Some(e) = err {
-            failures.push((NETWORKS_READY, e));
+            failures.push((area, e));
         }
-    } else {
-        drop_condition(status, NETWORKS_READY);
-    }
-
-    // Security groups, likewise.
-    if let Some((mut out, records)) = sg_area {
-        status.security_groups = records;
-        changed |= out.changed;
-        neutron_changed |= out.changed;
-        let err = out.error();
-        if spec.security_groups.is_some() {
-            let ok = (
-                ready_reason(false, out.changed),
-                "security groups and rules match spec.securityGroups".to_string(),
-            );
-            set_area(
-                status,
-                SECURITY_GROUPS_READY,
-                generation,
-                err.as_ref().map_or(Ok(ok), Err),
-            );
-        } else {
-            drop_condition(status, SECURITY_GROUPS_READY);
-        }
-        if let Some(e) = err {
-            failures.push((SECURITY_GROUPS_READY, e));
-        }
-    } else {
-        drop_condition(status, SECURITY_GROUPS_READY);
-    }
-
-    // Quotas are set before networks and security groups are built (a raised limit must be
-    // in force first), so the network usage read then misses what this pass created or
-    // removed: read it again when that happened.
-    if neutron_changed && let Some(q) = &spec.quotas {
-        quotas::refresh_network_usage(env, q, &ident.project_id, status).await;
     }
 
     if let Some(ok) = rb_condition {
@@ -738,7 +704,96 @@ async fn run(
     }
     failures.extend(rb_failure);
 
-    // Federation.
+    let (fed_changed, fed_condition) = fed;
+    changed |= fed_changed;
+    match fed_condition {
+        None => drop_condition(status, FEDERATION_READY),
+        Some(Ok(ok)) => set_area(status, FEDERATION_READY, generation, Ok(ok)),
+        Some(Err(e)) => {
+            set_area(status, FEDERATION_READY, generation, Err(&e));
+            failures.push((FEDERATION_READY, e));
+        }
+    }
+
+    match combine(failures) {
+        Some(e) => Err(e),
+        None => Ok(Progress::ready(
+            ready_reason(ident.created, changed),
+            format!("project {} matches the spec", ident.project_id),
+        )),
+    }
+}
+
+/// What the resource chain of a pass did, per area; `None`: the area had nothing to do (no
+/// spec section and nothing recorded).
+struct Resources {
+    quotas: Option<AreaOutcome>,
+    networks: Option<AreaOutcome>,
+    security_groups: Option<AreaOutcome>,
+}
+
+/// Quotas, then the Neutron objects (a raised limit must be in force before they are made),
+/// then the network usage those objects moved. Writes `quotaKeysSet`, `quotaUsage`,
+/// `networks` and `securityGroups` of `status`.
+async fn resources(
+    env: &Env<'_>,
+    spec: &OpenstackProjectSpec,
+    ident: &identity::Tenant,
+    status: &mut OpenstackProjectStatus,
+) -> Resources {
+    let quotas = match &spec.quotas {
+        Some(q) => Some(quotas::apply(env, q, &ident.project_id, status, ident.created).await),
+        None if !status.quota_keys_set.is_empty() => {
+            // spec.quotas was removed: the keys we set go back to their defaults.
+            let out =
+                quotas::apply(env, &Default::default(), &ident.project_id, status, false).await;
+            status.quota_usage.clear();
+            Some(out)
+        }
+        None => {
+            status.quota_usage.clear();
+            None
+        }
+    };
+    let (net_area, sg_area) =
+        neutron_areas(env, spec, &ident.project_id, status, ident.created).await;
+    let mut neutron_changed = false;
+    let networks = net_area.map(|(out, records)| {
+        status.networks = records;
+        neutron_changed |= out.changed;
+        out
+    });
+    let security_groups = sg_area.map(|(out, records)| {
+        status.security_groups = records;
+        neutron_changed |= out.changed;
+        out
+    });
+    // The network usage read with the quotas missed what this pass created or removed: read
+    // it again when that happened.
+    if neutron_changed && let Some(q) = &spec.quotas {
+        quotas::refresh_network_usage(env, q, &ident.project_id, status).await;
+    }
+    Resources {
+        quotas,
+        networks,
+        security_groups,
+    }
+}
+
+/// The federation area: the project's rules in its identity provider's mapping, or their
+/// removal. Writes `federationRule` of `status`; returns whether OpenStack changed and the
+/// area's condition (`None`: the condition goes).
+async fn federation_area(
+    env: &Env<'_>,
+    spec: &OpenstackProjectSpec,
+    ident: &identity::Tenant,
+    status: &mut OpenstackProjectStatus,
+    federation: FederationInput,
+) -> (
+    bool,
+    Option<std::result::Result<(&'static str, String), ReconcileError>>,
+) {
+    let mut changed = false;
     match federation {
         FederationInput::NotRequested => match status.federation_rule.clone() {
             // spec.federationRef was removed: the rule written for it goes (seed W13).
@@ -746,22 +801,16 @@ async fn run(
                 let mut out = federation::remove_recorded(env, &rec).await;
                 changed |= out.changed;
                 match out.error() {
-                    Some(e) => {
-                        set_area(status, FEDERATION_READY, generation, Err(&e));
-                        failures.push((FEDERATION_READY, e));
-                    }
+                    Some(e) => (changed, Some(Err(e))),
                     None => {
                         status.federation_rule = None;
-                        drop_condition(status, FEDERATION_READY);
+                        (changed, None)
                     }
                 }
             }
-            None => drop_condition(status, FEDERATION_READY),
+            None => (changed, None),
         },
-        FederationInput::Unavailable(e) => {
-            set_area(status, FEDERATION_READY, generation, Err(&e));
-            failures.push((FEDERATION_READY, e));
-        }
+        FederationInput::Unavailable(e) => (changed, Some(Err(e))),
         FederationInput::Settings(settings) => {
             let domain = settings
                 .sso_domain
@@ -835,25 +884,12 @@ async fn run(
                     waiting.join(", ")
                 ));
             }
-            let ok = (ready_reason(false, out.changed), detail);
-            set_area(
-                status,
-                FEDERATION_READY,
-                generation,
-                err.as_ref().map_or(Ok(ok), Err),
-            );
-            if let Some(e) = err {
-                failures.push((FEDERATION_READY, e));
-            }
+            let cond = match err {
+                Some(e) => Err(e),
+                None => Ok((ready_reason(false, out.changed), detail)),
+            };
+            (changed, Some(cond))
         }
-    }
-
-    match combine(failures) {
-        Some(e) => Err(e),
-        None => Ok(Progress::ready(
-            ready_reason(ident.created, changed),
-            format!("project {} matches the spec", ident.project_id),
-        )),
     }
 }
 

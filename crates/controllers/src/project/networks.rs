@@ -639,21 +639,89 @@ async fn retag(
     }
 }
 
-/// Runs one entry's plan; stops the entry (only) at its first failure.
+/// Runs one entry's plan; stops each of its chains (the network and its subnet; the router)
+/// at its first failure, and attaches only when both stand.
 async fn run_entry(env: &Env<'_>, plan: EntryPlan, out: &mut AreaOutcome) -> NetworkStatus {
     let path = format!("spec.networks[{}]", plan.index);
-    let net = &env.cloud.network;
     let mut st = NetworkStatus {
         name: plan.name.clone(),
         ..Default::default()
     };
     out.errors
         .extend(plan.errors.into_iter().map(ReconcileError::from));
+    // The router needs neither the network nor the subnet (only the external network), so
+    // it is made at the same time as they are, unless a subnet is being replaced: then its
+    // interfaces are detached first, and the router is left alone until that is done.
+    let independent = plan.network.is_some()
+        && matches!(
+            plan.subnet,
+            Some(SubnetStep::Create(_) | SubnetStep::Use { .. })
+        );
+    let (subnet, router) = if independent {
+        let mut own = AreaOutcome::default();
+        let (subnet, router) = futures::join!(
+            network_and_subnet(env, plan.network, plan.subnet, &path, &mut st, out),
+            router_step(env, plan.router, &path, &mut own),
+        );
+        out.changed |= own.changed;
+        out.errors.extend(own.errors);
+        (subnet, router)
+    } else {
+        match network_and_subnet(env, plan.network, plan.subnet, &path, &mut st, out).await {
+            Some(subnet) => {
+                let router = router_step(env, plan.router, &path, out).await;
+                (Some(subnet), router)
+            }
+            None => return st,
+        }
+    };
+    let Some(router) = router else {
+        return st;
+    };
+    st.router_id = router.id.clone();
+    if plan.attach
+        && router.attach
+        && let (Some(subnet_id), Some(router_id)) = (subnet, router.id)
+    {
+        match env
+            .cloud
+            .network
+            .add_router_interface(&router_id, &subnet_id)
+            .await
+        {
+            Ok(_) => out.changed = true,
+            Err(e) => out.errors.push(os(
+                format!("{path}.router: attaching subnet {subnet_id} to router {router_id}"),
+                e,
+            )),
+        }
+    }
+    st
+}
 
-    let network_id = match plan.network {
-        None => return st,
+/// The router of an entry as [`router_step`] left it.
+struct RouterDone {
+    /// Its ID, if it exists.
+    id: Option<String>,
+    /// Whether it may get the subnet's interface (not held).
+    attach: bool,
+}
+
+/// The network and subnet steps of an entry; records their IDs in `st` and returns the
+/// subnet's ID, `None` when either is blocked or failed.
+async fn network_and_subnet(
+    env: &Env<'_>,
+    network: Option<Obj<NetworkCreate>>,
+    subnet: Option<SubnetStep>,
+    path: &str,
+    st: &mut NetworkStatus,
+    out: &mut AreaOutcome,
+) -> Option<String> {
+    let net = &env.cloud.network;
+    let network_id = match network {
+        None => return None,
         Some(Obj::Use { id, retag: tags }) => {
-            retag(env, TaggedResource::Network, &id, tags, &path, out).await;
+            retag(env, TaggedResource::Network, &id, tags, path, out).await;
             id
         }
         Some(Obj::Create(req)) => match net.create_network(&req).await {
@@ -664,20 +732,20 @@ async fn run_entry(env: &Env<'_>, plan: EntryPlan, out: &mut AreaOutcome) -> Net
             Err(e) => {
                 out.errors
                     .push(os(format!("{path}: creating network {:?}", req.name), e));
-                return st;
+                return None;
             }
         },
     };
     st.network_id = Some(network_id.clone());
 
-    let subnet_id = match plan.subnet {
-        None => return st,
+    let subnet_id = match subnet {
+        None => return None,
         Some(SubnetStep::Use {
             id,
             retag: tags,
             update,
         }) => {
-            retag(env, TaggedResource::Subnet, &id, tags, &path, out).await;
+            retag(env, TaggedResource::Subnet, &id, tags, path, out).await;
             if let Some(u) = update {
                 match net.update_subnet(&id, &u).await {
                     Ok(_) => out.changed = true,
@@ -700,7 +768,7 @@ async fn run_entry(env: &Env<'_>, plan: EntryPlan, out: &mut AreaOutcome) -> Net
                         format!("{path}.cidr: creating subnet {:?}", req.name),
                         e,
                     ));
-                    return st;
+                    return None;
                 }
             }
         }
@@ -718,7 +786,7 @@ async fn run_entry(env: &Env<'_>, plan: EntryPlan, out: &mut AreaOutcome) -> Net
                         e,
                     ));
                     st.subnet_id = Some(old);
-                    return st;
+                    return None;
                 }
                 out.changed = true;
             }
@@ -731,7 +799,7 @@ async fn run_entry(env: &Env<'_>, plan: EntryPlan, out: &mut AreaOutcome) -> Net
                     e,
                 ));
                 st.subnet_id = Some(old);
-                return st;
+                return None;
             }
             out.changed = true;
             create.network_id = network_id.clone();
@@ -742,25 +810,32 @@ async fn run_entry(env: &Env<'_>, plan: EntryPlan, out: &mut AreaOutcome) -> Net
                         format!("{path}.cidr: creating subnet {:?}", create.name),
                         e,
                     ));
-                    return st;
+                    return None;
                 }
             }
         }
     };
     st.subnet_id = Some(subnet_id.clone());
+    Some(subnet_id)
+}
 
-    let router_id = match plan.router {
-        RouterStep::Absent => return st,
-        RouterStep::Hold(id) => {
-            st.router_id = id;
-            return st;
-        }
+/// The router step of an entry; `None`: no router is asked for, or making it failed.
+async fn router_step(
+    env: &Env<'_>,
+    router: RouterStep,
+    path: &str,
+    out: &mut AreaOutcome,
+) -> Option<RouterDone> {
+    let net = &env.cloud.network;
+    let id = match router {
+        RouterStep::Absent => return None,
+        RouterStep::Hold(id) => return Some(RouterDone { id, attach: false }),
         RouterStep::Use {
             id,
             retag: tags,
             update,
         } => {
-            retag(env, TaggedResource::Router, &id, tags, &path, out).await;
+            retag(env, TaggedResource::Router, &id, tags, path, out).await;
             if let Some(u) = update {
                 match net.update_router(&id, &u).await {
                     Ok(_) => out.changed = true,
@@ -782,21 +857,14 @@ async fn run_entry(env: &Env<'_>, plan: EntryPlan, out: &mut AreaOutcome) -> Net
                     format!("{path}.router: creating router {:?}", req.name),
                     e,
                 ));
-                return st;
+                return None;
             }
         },
     };
-    st.router_id = Some(router_id.clone());
-    if plan.attach {
-        match net.add_router_interface(&router_id, &subnet_id).await {
-            Ok(_) => out.changed = true,
-            Err(e) => out.errors.push(os(
-                format!("{path}.router: attaching subnet {subnet_id} to router {router_id}"),
-                e,
-            )),
-        }
-    }
-    st
+    Some(RouterDone {
+        id: Some(id),
+        attach: true,
+    })
 }
 
 /// Runs a sweep; everything already gone is fine.
@@ -1332,6 +1400,8 @@ spec:
             // First pass: the project is made, Neutron is not reachable.
             let down = || openstack::Error::transient("neutron: 503");
             w.fake.fail_next("network.create_network", 1, down());
+            // The router is made beside the network, not after it.
+            w.fake.fail_next("network.create_router", 1, down());
             w.fake.fail_next("network.create_security_group", 1, down());
             let mut status = OpenstackProjectStatus::default();
             let first =

@@ -11,6 +11,7 @@ use api::project::{QuotaService, QuotaUsage, Quotas};
 use openstack::model::{QuotaSet, QuotaUpdate};
 
 use super::{AreaOutcome, Env, os};
+use crate::error::ReconcileError;
 
 /// The spec's key (`ramMB`) for a service's quota key (`ram`), for `status.quotaUsage`.
 pub fn spec_key(service: QuotaService, key: &str) -> &str {
@@ -151,9 +152,9 @@ fn services_to_visit(quotas: &Quotas, recorded: &[String]) -> Vec<QuotaService> 
 }
 
 /// Reads each service's quotas once (with usage), writes only differing keys, and records
-/// `status.quotaUsage`. A failing service does not stop the others. `fresh`: the project was
-/// created in this pass (nothing used, no limit of its own): nothing is read and every spec
-/// key is written.
+/// `status.quotaUsage`. The services run at the same time (each its own API); a failing one
+/// does not stop the others. `fresh`: the project was created in this pass (nothing used, no
+/// limit of its own): nothing is read and every spec key is written.
 pub(crate) async fn apply(
     env: &Env<'_>,
     quotas: &Quotas,
@@ -162,7 +163,6 @@ pub(crate) async fn apply(
     fresh: bool,
 ) -> AreaOutcome {
     let mut out = AreaOutcome::default();
-    let mut usage = BTreeMap::new();
     let recorded = status.quota_keys_set.clone();
     // Every spec key counts as set by us from now on (recorded before the write, so a crash
     // after it cannot lose the record); a removed key stays recorded until it is reset.
@@ -173,111 +173,145 @@ pub(crate) async fn apply(
         .collect();
     keep.extend(recorded.iter().cloned());
     status.quota_keys_set = keep.iter().cloned().collect();
-    let mut reset_done: BTreeSet<String> = BTreeSet::new();
-    for svc in services_to_visit(quotas, &recorded) {
-        let mut reset_candidates: BTreeSet<String> = BTreeSet::new();
-        let path = format!("spec.quotas.{}", svc.as_str());
-        let removed = removed_keys(quotas, svc, &recorded);
-        let observed = match svc {
-            _ if fresh => Ok(QuotaSet::new()),
-            QuotaService::Compute => env.cloud.compute.get_compute_quota(project_id).await,
-            QuotaService::Storage => env.cloud.block_storage.get_volume_quota(project_id).await,
-            QuotaService::Network => env.cloud.network.get_network_quota(project_id).await,
-        };
-        let observed = match observed {
-            Ok(q) => q,
-            Err(e) => {
-                out.errors.push(os(format!("{path}: reading quotas"), e));
-                // Keep the last known usage rather than dropping the keys from status.
-                let prefix = format!("{}.", svc.as_str());
-                usage.extend(
-                    status
-                        .quota_usage
-                        .iter()
-                        .filter(|(k, _)| k.starts_with(&prefix))
-                        .map(|(k, v)| (k.clone(), v.clone())),
-                );
-                continue;
-            }
-        };
-        let mut plan = plan_service(quotas, svc, &observed);
-        if !removed.is_empty() {
-            // Read only when a key was removed, so the steady state costs no extra call.
-            let defaults = match svc {
-                QuotaService::Compute => {
-                    env.cloud
-                        .compute
-                        .get_compute_quota_defaults(project_id)
-                        .await
-                }
-                QuotaService::Storage => {
-                    env.cloud
-                        .block_storage
-                        .get_volume_quota_defaults(project_id)
-                        .await
-                }
-                QuotaService::Network => {
-                    env.cloud
-                        .network
-                        .get_network_quota_defaults(project_id)
-                        .await
-                }
-            };
-            match defaults {
-                Ok(d) => {
-                    plan_resets(&mut plan, &removed, &observed, &d);
-                    // Reset once the write below succeeds (or nothing differed).
-                    reset_candidates.extend(removed.iter().map(|k| record_key(svc, k)));
-                }
-                Err(e) => out.errors.push(os(
-                    format!(
-                        "{path}: reading the default quotas to reset {}",
-                        removed.join(", ")
-                    ),
-                    e,
-                )),
-            }
-        }
-        if !plan.update.is_empty() {
-            let res = match svc {
-                QuotaService::Compute => {
-                    env.cloud
-                        .compute
-                        .update_compute_quota(project_id, &plan.update)
-                        .await
-                }
-                QuotaService::Storage => {
-                    env.cloud
-                        .block_storage
-                        .update_volume_quota(project_id, &plan.update)
-                        .await
-                }
-                QuotaService::Network => {
-                    env.cloud
-                        .network
-                        .update_network_quota(project_id, &plan.update)
-                        .await
-                }
-            };
-            match res {
-                Ok(()) => out.changed = true,
-                Err(e) => {
-                    let keys: Vec<&str> = plan.update.keys().map(String::as_str).collect();
-                    out.errors
-                        .push(os(format!("{path}: setting {}", keys.join(", ")), e));
-                    // Report what is in force, not what was refused.
-                    usage.extend(in_force(quotas, svc, &observed));
-                    continue;
-                }
-            }
-        }
-        reset_done.append(&mut reset_candidates);
-        usage.extend(plan.usage);
+    let known = &status.quota_usage;
+    let runs = futures::future::join_all(
+        services_to_visit(quotas, &recorded)
+            .into_iter()
+            .map(|svc| apply_service(env, quotas, svc, project_id, &recorded, known, fresh)),
+    )
+    .await;
+    let mut usage = BTreeMap::new();
+    for run in runs {
+        out.changed |= run.changed;
+        out.errors.extend(run.errors);
+        usage.extend(run.usage);
+        keep.retain(|k| !run.reset.contains(k));
     }
-    keep.retain(|k| !reset_done.contains(k));
     status.quota_keys_set = keep.into_iter().collect();
     status.quota_usage = usage;
     out
+}
+
+/// What one service's quota run did.
+#[derive(Default)]
+struct ServiceRun {
+    changed: bool,
+    errors: Vec<ReconcileError>,
+    /// Its `status.quotaUsage` entries.
+    usage: BTreeMap<String, QuotaUsage>,
+    /// Removed keys now back at their defaults (their records go).
+    reset: BTreeSet<String>,
+}
+
+/// One service of [`apply`]; `known` is the usage recorded before this pass.
+async fn apply_service(
+    env: &Env<'_>,
+    quotas: &Quotas,
+    svc: QuotaService,
+    project_id: &str,
+    recorded: &[String],
+    known: &BTreeMap<String, QuotaUsage>,
+    fresh: bool,
+) -> ServiceRun {
+    let mut run = ServiceRun::default();
+    let path = format!("spec.quotas.{}", svc.as_str());
+    let removed = removed_keys(quotas, svc, recorded);
+    let observed = match svc {
+        _ if fresh => Ok(QuotaSet::new()),
+        QuotaService::Compute => env.cloud.compute.get_compute_quota(project_id).await,
+        QuotaService::Storage => env.cloud.block_storage.get_volume_quota(project_id).await,
+        QuotaService::Network => env.cloud.network.get_network_quota(project_id).await,
+    };
+    let observed = match observed {
+        Ok(q) => q,
+        Err(e) => {
+            run.errors.push(os(format!("{path}: reading quotas"), e));
+            // Keep the last known usage rather than dropping the keys from status.
+            let prefix = format!("{}.", svc.as_str());
+            run.usage.extend(
+                known
+                    .iter()
+                    .filter(|(k, _)| k.starts_with(&prefix))
+                    .map(|(k, v)| (k.clone(), v.clone())),
+            );
+            return run;
+        }
+    };
+    let mut plan = plan_service(quotas, svc, &observed);
+    let mut reset_candidates: BTreeSet<String> = BTreeSet::new();
+    if !removed.is_empty() {
+        // Read only when a key was removed, so the steady state costs no extra call.
+        let defaults = match svc {
+            QuotaService::Compute => {
+                env.cloud
+                    .compute
+                    .get_compute_quota_defaults(project_id)
+                    .await
+            }
+            QuotaService::Storage => {
+                env.cloud
+                    .block_storage
+                    .get_volume_quota_defaults(project_id)
+                    .await
+            }
+            QuotaService::Network => {
+                env.cloud
+                    .network
+                    .get_network_quota_defaults(project_id)
+                    .await
+            }
+        };
+        match defaults {
+            Ok(d) => {
+                plan_resets(&mut plan, &removed, &observed, &d);
+                // Reset once the write below succeeds (or nothing differed).
+                reset_candidates.extend(removed.iter().map(|k| record_key(svc, k)));
+            }
+            Err(e) => run.errors.push(os(
+                format!(
+                    "{path}: reading the default quotas to reset {}",
+                    removed.join(", ")
+                ),
+                e,
+            )),
+        }
+    }
+    if !plan.update.is_empty() {
+        let res = match svc {
+            QuotaService::Compute => {
+                env.cloud
+                    .compute
+                    .update_compute_quota(project_id, &plan.update)
+                    .await
+            }
+            QuotaService::Storage => {
+                env.cloud
+                    .block_storage
+                    .update_volume_quota(project_id, &plan.update)
+                    .await
+            }
+            QuotaService::Network => {
+                env.cloud
+                    .network
+                    .update_network_quota(project_id, &plan.update)
+                    .await
+            }
+        };
+        match res {
+            Ok(()) => run.changed = true,
+            Err(e) => {
+                let keys: Vec<&str> = plan.update.keys().map(String::as_str).collect();
+                run.errors
+                    .push(os(format!("{path}: setting {}", keys.join(", ")), e));
+                // Report what is in force, not what was refused.
+                run.usage.extend(in_force(quotas, svc, &observed));
+                return run;
+            }
+        }
+    }
+    run.reset = reset_candidates;
+    run.usage.extend(plan.usage);
+    run
 }
 
 /// Updates `inUse` of the spec's network keys in `status.quotaUsage` from a fresh read, after

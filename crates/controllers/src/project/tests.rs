@@ -1312,6 +1312,42 @@ async fn failing_router_does_not_stop_security_groups() {
     assert_all_true(&st);
 }
 
+/// The router needs only the external network, so it does not wait for the network and
+/// subnet: when they fail, the router is made and recorded all the same, and the next pass
+/// attaches the subnet to it once.
+#[tokio::test]
+async fn failing_network_does_not_stop_its_router() {
+    let w = World::new().await;
+    let obj = from_yaml(SEED_README, "uid-net");
+    let mut st = OpenstackProjectStatus::default();
+    w.fake.fail_next(
+        "network.create_network",
+        1,
+        openstack::Error::bad_request("neutron create_network: quota exceeded for network"),
+    );
+    let e = w.pass(&obj, &mut st, fed(&obj)).await.unwrap_err();
+    assert!(e.to_string().contains("spec.networks[0]"), "{e}");
+    let entry = &st.networks[0];
+    assert_eq!(
+        (entry.network_id.as_ref(), entry.subnet_id.as_ref()),
+        (None, None)
+    );
+    let router = entry
+        .router_id
+        .clone()
+        .expect("the router is made beside the network");
+    assert_eq!(w.fake.call_count("network.add_router_interface"), 0);
+    w.pass(&obj, &mut st, fed(&obj)).await.unwrap();
+    assert_eq!(
+        st.networks[0].router_id.as_ref(),
+        Some(&router),
+        "the same router"
+    );
+    assert_eq!(w.fake.call_count("network.create_router"), 1);
+    assert_eq!(w.fake.call_count("network.add_router_interface"), 1);
+    assert_all_true(&st);
+}
+
 #[tokio::test]
 async fn missing_external_network_fails_only_its_entry() {
     let w = World::new().await;
