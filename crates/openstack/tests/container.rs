@@ -37,7 +37,39 @@ async fn tenant() -> Option<(ContainerAdapter, Core)> {
     )
     .await
     .expect("connecting as the Zun tenant");
-    Some((ContainerAdapter::new(core.clone()), core))
+    let z = ContainerAdapter::new(core.clone());
+    WARM.get_or_init(|| warm_network(&z)).await;
+    Some((z, core))
+}
+
+/// Set once the tenant network's Docker network exists on the compute host.
+static WARM: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
+
+/// Has Zun make the Docker network of `ZUN_NETWORK` with one container before
+/// the tests run theirs side by side: stock Zun races when the first containers
+/// on a network arrive together on a fresh host (its retry on the unique
+/// `neutron_net_id` misreads MariaDB's duplicate-key error), and the loser
+/// ends in `Error` with "A network with UUID … already exists". The network
+/// stays after its containers go, so one warm-up serves every test.
+async fn warm_network(z: &ContainerAdapter) {
+    let name = common::unique("zun-warm");
+    let c = z
+        .create_container(&request(&name, None, vec!["true"]))
+        .await
+        .expect("create the warm-up container");
+    let done = wait_status(
+        z,
+        &c.uuid,
+        &[status::RUNNING, status::STOPPED, status::ERROR],
+    )
+    .await;
+    cleanup(z, &c.uuid).await;
+    assert_ne!(
+        done.status,
+        status::ERROR,
+        "warm-up container: {:?}",
+        done.status_reason
+    );
 }
 
 fn network() -> String {
