@@ -41,6 +41,7 @@ impl BlockStorage for FakeCloud {
                 .cloned()
                 .unwrap_or_else(default_quota))
         })
+        .await
     }
 
     async fn get_volume_quota_defaults(&self, _project_id: &str) -> Result<QuotaUpdate> {
@@ -50,6 +51,7 @@ impl BlockStorage for FakeCloud {
                 .map(|(k, v)| (k, v.limit))
                 .collect())
         })
+        .await
     }
 
     async fn update_volume_quota(&self, project_id: &str, limits: &QuotaUpdate) -> Result<()> {
@@ -60,6 +62,7 @@ impl BlockStorage for FakeCloud {
                 .or_insert_with(default_quota);
             apply_quota_update("cinder update_volume_quota", q, limits)
         })
+        .await
     }
 }
 

@@ -52,18 +52,21 @@ fn flavor_mut<'a>(st: &'a mut State, id: &str) -> Result<&'a mut Flavor> {
 impl Compute for FakeCloud {
     async fn get_flavor(&self, id: &str) -> Result<Flavor> {
         self.run("compute.get_flavor", |st| flavor(st, id).cloned())
+            .await
     }
 
     async fn list_flavors(&self) -> Result<Vec<Flavor>> {
         self.run("compute.list_flavors", |st| {
             Ok(st.flavors.values().cloned().collect())
         })
+        .await
     }
 
     async fn find_flavor(&self, name: &str) -> Result<Option<Flavor>> {
         self.run("compute.find_flavor", |st| {
             Ok(st.flavors.values().find(|f| f.name == name).cloned())
         })
+        .await
     }
 
     async fn create_flavor(&self, req: &FlavorCreate) -> Result<Flavor> {
@@ -104,7 +107,7 @@ impl Compute for FakeCloud {
             };
             st.flavors.insert(id, f.clone());
             Ok(f)
-        })
+        }).await
     }
 
     async fn update_flavor_description(&self, id: &str, description: &str) -> Result<Flavor> {
@@ -113,6 +116,7 @@ impl Compute for FakeCloud {
             f.description = Some(description.to_string());
             Ok(f.clone())
         })
+        .await
     }
 
     async fn delete_flavor(&self, id: &str) -> Result<()> {
@@ -122,12 +126,14 @@ impl Compute for FakeCloud {
             st.flavor_access.remove(id);
             Ok(())
         })
+        .await
     }
 
     async fn get_flavor_extra_specs(&self, id: &str) -> Result<BTreeMap<String, String>> {
         self.run("compute.get_flavor_extra_specs", |st| {
             Ok(flavor(st, id)?.extra_specs.clone())
         })
+        .await
     }
 
     async fn set_flavor_extra_specs(
@@ -147,6 +153,7 @@ impl Compute for FakeCloud {
             }
             Ok(())
         })
+        .await
     }
 
     async fn delete_flavor_extra_spec(&self, id: &str, key: &str) -> Result<()> {
@@ -158,6 +165,7 @@ impl Compute for FakeCloud {
                 ))
             })
         })
+        .await
     }
 
     async fn list_flavor_access(&self, id: &str) -> Result<Vec<String>> {
@@ -173,6 +181,7 @@ impl Compute for FakeCloud {
                 .map(|s| s.iter().cloned().collect())
                 .unwrap_or_default())
         })
+        .await
     }
 
     async fn add_flavor_access(&self, id: &str, project_id: &str) -> Result<()> {
@@ -193,7 +202,7 @@ impl Compute for FakeCloud {
                 )));
             }
             Ok(())
-        })
+        }).await
     }
 
     async fn remove_flavor_access(&self, id: &str, project_id: &str) -> Result<()> {
@@ -210,6 +219,7 @@ impl Compute for FakeCloud {
             }
             Ok(())
         })
+        .await
     }
 
     async fn get_compute_quota(&self, project_id: &str) -> Result<QuotaSet> {
@@ -220,6 +230,7 @@ impl Compute for FakeCloud {
                 .cloned()
                 .unwrap_or_else(default_quota))
         })
+        .await
     }
 
     async fn get_compute_quota_defaults(&self, _project_id: &str) -> Result<QuotaUpdate> {
@@ -229,6 +240,7 @@ impl Compute for FakeCloud {
                 .map(|(k, v)| (k, v.limit))
                 .collect())
         })
+        .await
     }
 
     async fn update_compute_quota(&self, project_id: &str, limits: &QuotaUpdate) -> Result<()> {
@@ -239,6 +251,7 @@ impl Compute for FakeCloud {
                 .or_insert_with(default_quota);
             apply_quota_update("nova update_compute_quota", q, limits)
         })
+        .await
     }
 }
 

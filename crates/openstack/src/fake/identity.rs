@@ -84,24 +84,28 @@ fn create_domain_in(
 impl Identity for FakeCloud {
     async fn get_domain(&self, id: &str) -> Result<Domain> {
         self.run("identity.get_domain", |st| domain(st, id).cloned())
+            .await
     }
 
     async fn find_domain(&self, name: &str) -> Result<Option<Domain>> {
         self.run("identity.find_domain", |st| {
             Ok(st.domains.values().find(|d| d.name == name).cloned())
         })
+        .await
     }
 
     async fn list_domains(&self) -> Result<Vec<Domain>> {
         self.run("identity.list_domains", |st| {
             Ok(st.domains.values().cloned().collect())
         })
+        .await
     }
 
     async fn create_domain(&self, req: &DomainCreate) -> Result<Domain> {
         self.run("identity.create_domain", |st| {
             create_domain_in(st, &req.name, &req.description, req.enabled, &req.tags)
         })
+        .await
     }
 
     async fn update_domain(&self, id: &str, req: &DomainUpdate) -> Result<Domain> {
@@ -119,6 +123,7 @@ impl Identity for FakeCloud {
             }
             Ok(d.clone())
         })
+        .await
     }
 
     async fn delete_domain(&self, id: &str) -> Result<()> {
@@ -163,6 +168,7 @@ impl Identity for FakeCloud {
             st.domains.remove(id);
             Ok(())
         })
+        .await
     }
 
     async fn set_domain_tags(&self, id: &str, tags: &[String]) -> Result<()> {
@@ -174,10 +180,12 @@ impl Identity for FakeCloud {
             d.tags = dedup_tags(tags);
             Ok(())
         })
+        .await
     }
 
     async fn get_project(&self, id: &str) -> Result<Project> {
         self.run("identity.get_project", |st| project(st, id).cloned())
+            .await
     }
 
     async fn find_project(&self, domain_id: &str, name: &str) -> Result<Option<Project>> {
@@ -188,6 +196,7 @@ impl Identity for FakeCloud {
                 .find(|p| p.domain_id == domain_id && p.name == name)
                 .cloned())
         })
+        .await
     }
 
     async fn list_projects(&self, filter: &ProjectFilter) -> Result<Vec<Project>> {
@@ -201,6 +210,7 @@ impl Identity for FakeCloud {
                 .cloned()
                 .collect())
         })
+        .await
     }
 
     async fn create_project(&self, req: &ProjectCreate) -> Result<Project> {
@@ -227,7 +237,7 @@ impl Identity for FakeCloud {
             };
             st.projects.insert(p.id.clone(), p.clone());
             Ok(p)
-        })
+        }).await
     }
 
     async fn update_project(&self, id: &str, req: &ProjectUpdate) -> Result<Project> {
@@ -263,7 +273,7 @@ impl Identity for FakeCloud {
                 p.tags = dedup_tags(v);
             }
             Ok(p.clone())
-        })
+        }).await
     }
 
     async fn delete_project(&self, id: &str) -> Result<()> {
@@ -273,10 +283,12 @@ impl Identity for FakeCloud {
             st.assignments.retain(|(p, _, _)| p != id);
             Ok(())
         })
+        .await
     }
 
     async fn get_group(&self, id: &str) -> Result<Group> {
         self.run("identity.get_group", |st| group(st, id).cloned())
+            .await
     }
 
     async fn find_group(&self, domain_id: &str, name: &str) -> Result<Option<Group>> {
@@ -287,6 +299,7 @@ impl Identity for FakeCloud {
                 .find(|g| g.domain_id == domain_id && g.name == name)
                 .cloned())
         })
+        .await
     }
 
     async fn list_groups(&self, domain_id: Option<&str>) -> Result<Vec<Group>> {
@@ -298,6 +311,7 @@ impl Identity for FakeCloud {
                 .cloned()
                 .collect())
         })
+        .await
     }
 
     async fn create_group(&self, req: &GroupCreate) -> Result<Group> {
@@ -321,7 +335,7 @@ impl Identity for FakeCloud {
             };
             st.groups.insert(g.id.clone(), g.clone());
             Ok(g)
-        })
+        }).await
     }
 
     async fn update_group(&self, id: &str, req: &GroupUpdate) -> Result<Group> {
@@ -349,7 +363,7 @@ impl Identity for FakeCloud {
                 g.description = v.clone();
             }
             Ok(g.clone())
-        })
+        }).await
     }
 
     async fn delete_group(&self, id: &str) -> Result<()> {
@@ -361,6 +375,7 @@ impl Identity for FakeCloud {
                 .retain(|(_, a, _)| a != &Actor::Group(id.to_string()));
             Ok(())
         })
+        .await
     }
 
     async fn list_group_users(&self, group_id: &str) -> Result<Vec<User>> {
@@ -373,6 +388,7 @@ impl Identity for FakeCloud {
                 .filter_map(|(_, u)| st.users.get(u).cloned())
                 .collect())
         })
+        .await
     }
 
     async fn add_user_to_group(&self, group_id: &str, user_id: &str) -> Result<()> {
@@ -382,6 +398,7 @@ impl Identity for FakeCloud {
             st.memberships.insert((group_id.into(), user_id.into()));
             Ok(())
         })
+        .await
     }
 
     async fn remove_user_from_group(&self, group_id: &str, user_id: &str) -> Result<()> {
@@ -398,10 +415,12 @@ impl Identity for FakeCloud {
             }
             Ok(())
         })
+        .await
     }
 
     async fn get_user(&self, id: &str) -> Result<User> {
         self.run("identity.get_user", |st| user(st, id).cloned())
+            .await
     }
 
     async fn find_user(&self, domain_id: &str, name: &str) -> Result<Option<User>> {
@@ -412,6 +431,7 @@ impl Identity for FakeCloud {
                 .find(|u| u.domain_id == domain_id && u.name == name)
                 .cloned())
         })
+        .await
     }
 
     async fn find_role(&self, name: &str) -> Result<Option<Role>> {
@@ -422,12 +442,14 @@ impl Identity for FakeCloud {
                 .find(|r| r.name == name && r.domain_id.is_none())
                 .cloned())
         })
+        .await
     }
 
     async fn list_roles(&self) -> Result<Vec<Role>> {
         self.run("identity.list_roles", |st| {
             Ok(st.roles.values().cloned().collect())
         })
+        .await
     }
 
     async fn list_project_role_assignments(&self, project_id: &str) -> Result<Vec<RoleAssignment>> {
@@ -444,6 +466,7 @@ impl Identity for FakeCloud {
                 })
                 .collect())
         })
+        .await
     }
 
     async fn list_domain_role_assignments(&self, domain_id: &str) -> Result<Vec<RoleAssignment>> {
@@ -460,6 +483,7 @@ impl Identity for FakeCloud {
                 })
                 .collect())
         })
+        .await
     }
 
     async fn grant_project_role(
@@ -483,6 +507,7 @@ impl Identity for FakeCloud {
                 .insert((project_id.into(), actor.clone(), role_id.into()));
             Ok(())
         })
+        .await
     }
 
     async fn revoke_project_role(
@@ -502,7 +527,7 @@ impl Identity for FakeCloud {
                 )));
             }
             Ok(())
-        })
+        }).await
     }
 
     async fn get_identity_provider(&self, id: &str) -> Result<IdentityProvider> {
@@ -511,6 +536,7 @@ impl Identity for FakeCloud {
                 Error::not_found(format!("keystone: Could not find Identity Provider: {id}."))
             })
         })
+        .await
     }
 
     async fn create_identity_provider(
@@ -559,7 +585,7 @@ impl Identity for FakeCloud {
             };
             st.idps.insert(idp.id.clone(), idp.clone());
             Ok(idp)
-        })
+        }).await
     }
 
     async fn update_identity_provider(
@@ -598,7 +624,7 @@ impl Identity for FakeCloud {
                 idp.description = v.clone();
             }
             Ok(idp.clone())
-        })
+        }).await
     }
 
     async fn delete_identity_provider(&self, id: &str) -> Result<()> {
@@ -611,6 +637,7 @@ impl Identity for FakeCloud {
             st.protocols.retain(|(i, _), _| i != id);
             Ok(())
         })
+        .await
     }
 
     async fn get_mapping(&self, id: &str) -> Result<Mapping> {
@@ -620,6 +647,7 @@ impl Identity for FakeCloud {
                 .cloned()
                 .ok_or_else(|| Error::not_found(format!("keystone: Could not find Mapping: {id}.")))
         })
+        .await
     }
 
     async fn create_mapping(&self, id: &str, rules: &MappingRules) -> Result<Mapping> {
@@ -636,7 +664,7 @@ impl Identity for FakeCloud {
             };
             st.mappings.insert(id.into(), m.clone());
             Ok(m)
-        })
+        }).await
     }
 
     async fn update_mapping(&self, id: &str, rules: &MappingRules) -> Result<Mapping> {
@@ -648,6 +676,7 @@ impl Identity for FakeCloud {
             m.rules = rules.clone();
             Ok(m.clone())
         })
+        .await
     }
 
     async fn delete_mapping(&self, id: &str) -> Result<()> {
@@ -657,6 +686,7 @@ impl Identity for FakeCloud {
                 .map(|_| ())
                 .ok_or_else(|| Error::not_found(format!("keystone: Could not find Mapping: {id}.")))
         })
+        .await
     }
 
     async fn get_federation_protocol(
@@ -673,7 +703,7 @@ impl Identity for FakeCloud {
                         "keystone: Could not find federated protocol {protocol_id} for Identity Provider: {idp_id}."
                     ))
                 })
-        })
+        }).await
     }
 
     async fn create_federation_protocol(
@@ -706,7 +736,7 @@ impl Identity for FakeCloud {
             };
             st.protocols.insert(key, p.clone());
             Ok(p)
-        })
+        }).await
     }
 
     async fn update_federation_protocol(
@@ -731,7 +761,7 @@ impl Identity for FakeCloud {
                 })?;
             p.mapping_id = mapping_id.into();
             Ok(p.clone())
-        })
+        }).await
     }
 
     async fn delete_federation_protocol(&self, idp_id: &str, protocol_id: &str) -> Result<()> {
@@ -744,7 +774,7 @@ impl Identity for FakeCloud {
                         "keystone: Could not find federated protocol {protocol_id} for Identity Provider: {idp_id}."
                     ))
                 })
-        })
+        }).await
     }
 }
 

@@ -114,6 +114,7 @@ impl Image for FakeCloud {
             st.images.insert(img.id.clone(), img.clone());
             Ok(img)
         })
+        .await
     }
 
     async fn get_image(&self, id: &str) -> Result<ImageObj> {
@@ -121,6 +122,7 @@ impl Image for FakeCloud {
             advance_import(st, id);
             get(st, id).cloned()
         })
+        .await
     }
 
     async fn list_images_by_name(&self, name: &str) -> Result<Vec<ImageObj>> {
@@ -139,6 +141,7 @@ impl Image for FakeCloud {
                 .filter_map(|id| st.images.get(id).cloned())
                 .collect())
         })
+        .await
     }
 
     async fn update_image(&self, id: &str, ops: &[ImagePatchOp]) -> Result<ImageObj> {
@@ -213,6 +216,7 @@ impl Image for FakeCloud {
             st.images.insert(id.into(), img.clone());
             Ok(img)
         })
+        .await
     }
 
     async fn import_image_web_download(&self, id: &str, uri: &str) -> Result<()> {
@@ -243,6 +247,7 @@ impl Image for FakeCloud {
             }
             Ok(())
         })
+        .await
     }
 
     async fn delete_image(&self, id: &str) -> Result<()> {
@@ -256,6 +261,7 @@ impl Image for FakeCloud {
             st.imports.remove(id);
             Ok(())
         })
+        .await
     }
 }
 

@@ -19,11 +19,13 @@ mod container;
 mod identity;
 mod image;
 mod network;
+mod pacing;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 pub use self::container::FakeZun;
+pub use self::pacing::{Pacing, PacingTotals, ServiceTimes};
 use crate::error::{Error, Result};
 use crate::model::*;
 use crate::traits::Cloud;
@@ -90,6 +92,8 @@ struct Inner {
     state: Mutex<State>,
     calls: Mutex<BTreeMap<String, u64>>,
     faults: Mutex<HashMap<String, VecDeque<Fault>>>,
+    /// Set once, before the fake is shared (see [`FakeCloud::paced`]).
+    pacing: Option<Arc<Pacing>>,
 }
 
 /// The in-memory cloud. Cheap to clone; clones share state.
@@ -131,8 +135,15 @@ impl FakeCloud {
     /// `default`), roles `admin`, `member`, `reader`, project `admin` and
     /// user `admin` in `default`.
     pub fn new() -> Self {
+        Self::seeded(None)
+    }
+
+    fn seeded(pacing: Option<Arc<Pacing>>) -> Self {
         let fake = Self {
-            inner: Arc::new(Inner::default()),
+            inner: Arc::new(Inner {
+                pacing,
+                ..Inner::default()
+            }),
         };
         {
             let mut st = fake.state();
@@ -181,6 +192,18 @@ impl FakeCloud {
             );
         }
         fake
+    }
+
+    /// A fresh fake (as [`FakeCloud::new`]) answering like a remote cloud: every call
+    /// first takes the client-side limiter's permits and service times `pacing` gives (for
+    /// the bench; tests use [`FakeCloud::new`]).
+    pub fn paced(pacing: Arc<Pacing>) -> Self {
+        Self::seeded(Some(pacing))
+    }
+
+    /// What the pacing has done so far (`None`: not paced).
+    pub fn pacing_totals(&self) -> Option<PacingTotals> {
+        self.inner.pacing.as_ref().map(|p| p.totals())
     }
 
     /// A [`Cloud`] whose five ports are this fake.
@@ -318,9 +341,16 @@ impl FakeCloud {
         }
     }
 
-    /// Run one operation: count it, apply any injected fault, then run `f`
-    /// on the locked state.
-    pub(crate) fn run<T>(&self, op: &str, f: impl FnOnce(&mut State) -> Result<T>) -> Result<T> {
+    /// Run one operation: wait as paced, count it, apply any injected fault, then run
+    /// `f` on the locked state.
+    pub(crate) async fn run<T>(
+        &self,
+        op: &str,
+        f: impl FnOnce(&mut State) -> Result<T>,
+    ) -> Result<T> {
+        if let Some(p) = &self.inner.pacing {
+            p.call(op).await;
+        }
         *lock(&self.inner.calls).entry(op.to_string()).or_default() += 1;
         let fault = lock(&self.inner.faults)
             .get_mut(op)

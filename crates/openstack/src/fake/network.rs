@@ -349,6 +349,7 @@ impl Network for FakeCloud {
             let n = network(st, id)?.clone();
             Ok(with_subnets(st, n))
         })
+        .await
     }
 
     async fn list_networks(&self, f: &NetworkFilter) -> Result<Vec<NetworkObj>> {
@@ -368,6 +369,7 @@ impl Network for FakeCloud {
                 .collect();
             Ok(nets.into_iter().map(|n| with_subnets(st, n)).collect())
         })
+        .await
     }
 
     async fn create_network(&self, req: &NetworkCreate) -> Result<NetworkObj> {
@@ -425,7 +427,7 @@ impl Network for FakeCloud {
             };
             st.networks.insert(n.id.clone(), n.clone());
             Ok(n)
-        })
+        }).await
     }
 
     async fn update_network(&self, id: &str, req: &NetworkUpdate) -> Result<NetworkObj> {
@@ -459,7 +461,7 @@ impl Network for FakeCloud {
             }
             let n = n.clone();
             Ok(with_subnets(st, n))
-        })
+        }).await
     }
 
     async fn delete_network(&self, id: &str) -> Result<()> {
@@ -476,11 +478,12 @@ impl Network for FakeCloud {
             st.subnets.retain(|_, s| s.network_id != id);
             st.networks.remove(id);
             Ok(())
-        })
+        }).await
     }
 
     async fn get_subnet(&self, id: &str) -> Result<Subnet> {
         self.run("network.get_subnet", |st| subnet(st, id).cloned())
+            .await
     }
 
     async fn list_subnets(&self, f: &SubnetFilter) -> Result<Vec<Subnet>> {
@@ -495,6 +498,7 @@ impl Network for FakeCloud {
                 .cloned()
                 .collect())
         })
+        .await
     }
 
     async fn create_subnet(&self, req: &SubnetCreate) -> Result<Subnet> {
@@ -563,7 +567,7 @@ impl Network for FakeCloud {
             };
             st.subnets.insert(s.id.clone(), s.clone());
             Ok(s)
-        })
+        }).await
     }
 
     async fn update_subnet(&self, id: &str, req: &SubnetUpdate) -> Result<Subnet> {
@@ -598,7 +602,7 @@ impl Network for FakeCloud {
                 s.allocation_pools = v.clone();
             }
             Ok(s.clone())
-        })
+        }).await
     }
 
     async fn delete_subnet(&self, id: &str) -> Result<()> {
@@ -609,11 +613,12 @@ impl Network for FakeCloud {
             }
             st.subnets.remove(id);
             Ok(())
-        })
+        }).await
     }
 
     async fn get_router(&self, id: &str) -> Result<Router> {
         self.run("network.get_router", |st| router(st, id).cloned())
+            .await
     }
 
     async fn list_routers(&self, f: &RouterFilter) -> Result<Vec<Router>> {
@@ -627,6 +632,7 @@ impl Network for FakeCloud {
                 .cloned()
                 .collect())
         })
+        .await
     }
 
     async fn create_router(&self, req: &RouterCreate) -> Result<Router> {
@@ -656,6 +662,7 @@ impl Network for FakeCloud {
             st.routers.insert(id, r.clone());
             Ok(r)
         })
+        .await
     }
 
     async fn update_router(&self, id: &str, req: &RouterUpdate) -> Result<Router> {
@@ -682,6 +689,7 @@ impl Network for FakeCloud {
             }
             Ok(r.clone())
         })
+        .await
     }
 
     async fn delete_router(&self, id: &str) -> Result<()> {
@@ -695,6 +703,7 @@ impl Network for FakeCloud {
             st.routers.remove(id);
             Ok(())
         })
+        .await
     }
 
     async fn add_router_interface(
@@ -729,7 +738,7 @@ impl Network for FakeCloud {
                 subnet_id: subnet_id.into(),
                 port_id: port.port_id,
             })
-        })
+        }).await
     }
 
     async fn remove_router_interface(&self, router_id: &str, subnet_id: &str) -> Result<()> {
@@ -749,7 +758,7 @@ impl Network for FakeCloud {
                 }
                 None => Err(Error::not_found(format!("neutron remove_router_interface: Router {router_id} has no interface on subnet {subnet_id}"))),
             }
-        })
+        }).await
     }
 
     async fn list_router_interfaces(&self, router_id: &str) -> Result<Vec<RouterPort>> {
@@ -761,6 +770,7 @@ impl Network for FakeCloud {
                 .map(|(_, p)| p.clone())
                 .collect())
         })
+        .await
     }
 
     async fn list_routers_interfaces(
@@ -776,6 +786,7 @@ impl Network for FakeCloud {
             }
             Ok(out)
         })
+        .await
     }
 
     async fn get_security_group(&self, id: &str) -> Result<SecurityGroup> {
@@ -783,6 +794,7 @@ impl Network for FakeCloud {
             let g = sg(st, id)?.clone();
             Ok(with_rules(st, g))
         })
+        .await
     }
 
     async fn list_security_groups(&self, f: &SecurityGroupFilter) -> Result<Vec<SecurityGroup>> {
@@ -800,6 +812,7 @@ impl Network for FakeCloud {
                 .collect();
             Ok(groups.into_iter().map(|g| with_rules(st, g)).collect())
         })
+        .await
     }
 
     async fn create_security_group(&self, req: &SecurityGroupCreate) -> Result<SecurityGroup> {
@@ -823,6 +836,7 @@ impl Network for FakeCloud {
                 dedup_tags(&req.tags),
             ))
         })
+        .await
     }
 
     async fn update_security_group(
@@ -845,6 +859,7 @@ impl Network for FakeCloud {
             let g = g.clone();
             Ok(with_rules(st, g))
         })
+        .await
     }
 
     async fn delete_security_group(&self, id: &str) -> Result<()> {
@@ -863,6 +878,7 @@ impl Network for FakeCloud {
             st.rules.retain(|_, r| r.security_group_id != id);
             Ok(())
         })
+        .await
     }
 
     async fn list_security_group_rules(
@@ -877,6 +893,7 @@ impl Network for FakeCloud {
                 .cloned()
                 .collect())
         })
+        .await
     }
 
     async fn create_security_group_rule(
@@ -886,6 +903,7 @@ impl Network for FakeCloud {
         self.run("network.create_security_group_rule", |st| {
             create_rule(st, req)
         })
+        .await
     }
 
     async fn create_security_group_rules(
@@ -914,7 +932,7 @@ impl Network for FakeCloud {
                 }
             }
             Ok(out)
-        })
+        }).await
     }
 
     async fn delete_security_group_rule(&self, id: &str) -> Result<()> {
@@ -923,6 +941,7 @@ impl Network for FakeCloud {
                 Error::not_found(format!("neutron: Security group rule {id} does not exist"))
             })
         })
+        .await
     }
 
     async fn set_tags(&self, kind: TaggedResource, id: &str, tags: &[String]) -> Result<()> {
@@ -948,6 +967,7 @@ impl Network for FakeCloud {
                 ))),
             }
         })
+        .await
     }
 
     async fn list_network_quota_limits(
@@ -967,6 +987,7 @@ impl Network for FakeCloud {
                 })
                 .collect())
         })
+        .await
     }
 
     async fn get_network_quota(&self, project_id: &str) -> Result<QuotaSet> {
@@ -1024,6 +1045,7 @@ impl Network for FakeCloud {
                 })
                 .collect())
         })
+        .await
     }
 
     async fn get_network_quota_defaults(&self, _project_id: &str) -> Result<QuotaUpdate> {
@@ -1031,6 +1053,7 @@ impl Network for FakeCloud {
             "network.get_network_quota_defaults",
             |_| Ok(default_quota()),
         )
+        .await
     }
 
     async fn update_network_quota(&self, project_id: &str, limits: &QuotaUpdate) -> Result<()> {
@@ -1048,7 +1071,7 @@ impl Network for FakeCloud {
                 q.insert(k.clone(), *v);
             }
             Ok(())
-        })
+        }).await
     }
 }
 
