@@ -30,7 +30,7 @@ use axum::routing::{get, post};
 use controllers::framework;
 use controllers::{Config, Context};
 use kube::Api;
-use openstack::fake::FakeCloud;
+use openstack::fake::{FakeCloud, Pacing, PacingTotals, ServiceTimes};
 use openstack::model::{NetworkCreate, NetworkFilter, ProjectFilter, RouterFilter, SubnetCreate};
 use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
@@ -95,6 +95,55 @@ fn render_calls(calls: &BTreeMap<String, u64>, out: &mut String) {
     }
 }
 
+/// Paced fake: HTTP requests modelled.
+pub const PACED_REQUESTS: &str = "openstack_operator_bench_paced_requests_total";
+/// Paced fake: Σ of the service times slept, in seconds.
+pub const PACED_REQUEST_SECONDS: &str = "openstack_operator_bench_paced_request_seconds_total";
+/// Paced fake: Σ of the waits for the client-side limiter, in seconds.
+pub const PACED_LIMITER_WAIT_SECONDS: &str =
+    "openstack_operator_bench_paced_limiter_wait_seconds_total";
+
+fn render_pacing(t: &PacingTotals, out: &mut String) {
+    for (name, v) in [
+        (PACED_REQUESTS, t.requests as f64),
+        (PACED_REQUEST_SECONDS, t.request_time_s),
+        (PACED_LIMITER_WAIT_SECONDS, t.limiter_wait_s),
+    ] {
+        let _ = writeln!(out, "# TYPE {name} counter\n{name} {v}");
+    }
+}
+
+/// Pacing from a `--fake-cloud-service-times` file (JSON: `"service.operation"` → the
+/// service time in ms of each HTTP request one call sends), at the client's limits;
+/// operations the file does not name take one request of the median listed time.
+pub fn pacing_from(
+    path: &std::path::Path,
+    max_concurrent_calls: usize,
+    requests_per_second: u32,
+) -> anyhow::Result<Pacing> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let ms: BTreeMap<String, Vec<f64>> =
+        serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+    let mut all: Vec<f64> = ms.values().flatten().copied().collect();
+    all.sort_by(f64::total_cmp);
+    let default = all.get(all.len() / 2).copied().unwrap_or(0.0);
+    let to = |v: f64| Duration::from_secs_f64(v.max(0.0) / 1000.0);
+    let times: ServiceTimes = ms
+        .into_iter()
+        .map(|(op, v)| (op, v.into_iter().map(to).collect()))
+        .collect();
+    // The HTTP client's default burst (`ClientOptions::default().burst`).
+    let burst = openstack::adapter::ClientOptions::default().burst;
+    Ok(Pacing::new(
+        max_concurrent_calls,
+        requests_per_second,
+        burst,
+        times,
+        to(default),
+    ))
+}
+
 async fn metrics(State(s): State<Arc<Shared>>) -> (StatusCode, String) {
     let mut out = String::new();
     if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &s.registry) {
@@ -102,6 +151,9 @@ async fn metrics(State(s): State<Arc<Shared>>) -> (StatusCode, String) {
     }
     // The registry's text ends with `# EOF`; the parser skips comments wherever they are.
     render_calls(&s.fake.calls(), &mut out);
+    if let Some(t) = s.fake.pacing_totals() {
+        render_pacing(&t, &mut out);
+    }
     (StatusCode::OK, out)
 }
 
@@ -171,8 +223,18 @@ async fn left(fake: &FakeCloud) -> anyhow::Result<BTreeMap<&'static str, usize>>
 
 /// Runs the controllers on a fresh fake until SIGTERM/SIGINT. `federation_namespace` is
 /// trusted for federation ConfigMaps (the bench's namespace, as `--federation-namespaces`).
-pub async fn run(addr: SocketAddr, federation_namespace: String) -> anyhow::Result<()> {
-    let fake = FakeCloud::new();
+/// `concurrency` is the operator's `--concurrency`; with `pacing` the fake answers like a
+/// remote cloud behind the client's limiter ([`Pacing`]).
+pub async fn run(
+    addr: SocketAddr,
+    federation_namespace: String,
+    concurrency: u16,
+    pacing: Option<Pacing>,
+) -> anyhow::Result<()> {
+    let fake = match pacing {
+        Some(p) => FakeCloud::paced(Arc::new(p)),
+        None => FakeCloud::new(),
+    };
     seed(&fake).await?;
     let client = kube::Client::try_default()
         .await
@@ -219,8 +281,6 @@ pub async fn run(addr: SocketAddr, federation_namespace: String) -> anyhow::Resu
         })
     };
 
-    // The binary's default --concurrency.
-    let concurrency = 20;
     let mut tasks = tokio::task::JoinSet::new();
     let ready = || {
         let s = shared.clone();

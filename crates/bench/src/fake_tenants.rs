@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -23,6 +23,7 @@ use kube::ResourceExt as _;
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
+use crate::fake_cloud;
 use crate::machine::Memory;
 use crate::manifests;
 use crate::report::Steady;
@@ -38,6 +39,43 @@ pub const NOTE: &str = "the bench binary's --fake-cloud-operator mode: the opera
      the times measure the operator and the Kubernetes API, not OpenStack; the fake's own \
      state (every tenant's Keystone, Nova, Cinder and Neutron objects) is in the process's \
      RSS, so the memory figures are an upper bound of the operator's; no log output";
+
+/// Added to [`NOTE`] when the fake is paced (`--paced-from`).
+pub const PACED_NOTE: &str = "paced (--paced-from): every fake call first takes, per HTTP \
+     request the real client would send for it, a permit of the client's own limiter \
+     (openstack::adapter::ratelimit, at the run's --max-concurrent-calls and \
+     --requests-per-second, burst 5) and holds it for that request's service time measured \
+     on the real cloud (the report's first size, its queue left out); the server side has no \
+     limit, so this is a cloud with spare capacity and the limiter the only throttle; no \
+     token requests";
+
+/// Convergence on the paced fake, against the floor of issue 15.
+#[derive(Debug, Default, Serialize)]
+pub struct Paced {
+    /// The JSON report the service times come from.
+    pub source: String,
+    /// The size of that report's run they were measured at.
+    pub source_projects: u32,
+    /// Operations with a measured time (others take one request of `default_ms`).
+    pub operations: usize,
+    /// The median measured request time, for operations the report lacks, in ms.
+    pub default_ms: f64,
+    /// HTTP requests modelled while converging (permits taken).
+    pub requests: f64,
+    /// `requests / tenants`.
+    pub requests_per_tenant: f64,
+    /// `requests / converge_s`.
+    pub achieved_rps: f64,
+    /// `requests / --requests-per-second`: the least time at the allowed rate (0 when
+    /// unlimited), in seconds.
+    pub floor_s: f64,
+    /// `converge_s / floor_s`: 1.0 = the whole allowed rate used from start to end.
+    pub ratio: f64,
+    /// Σ service time / converge_s: requests in flight on average.
+    pub mean_in_flight: f64,
+    /// Σ of the waits for a limiter permit while converging, in seconds.
+    pub limiter_wait_s: f64,
+}
 
 /// The measurement's figures.
 #[derive(Debug, Default, Serialize)]
@@ -88,6 +126,8 @@ pub struct FakeTenantsRun {
     pub fake_state_kib: Option<u64>,
     /// `converged` VmRSS minus `fake_state_kib`: the operator's estimated share, in KiB.
     pub operator_estimate_kib: Option<u64>,
+    /// Convergence against the floor when the fake was paced (`--paced-from`).
+    pub paced: Option<Paced>,
     /// What the fake still held at exit (projects, networks, routers, groups; the seeded
     /// external network and admin project not counted).
     pub left: BTreeMap<String, usize>,
@@ -105,7 +145,8 @@ struct FakeOperator {
 }
 
 impl FakeOperator {
-    fn spawn(bench: &Bench) -> anyhow::Result<Self> {
+    /// `service_times`: the paced fake's table (see [`paced_table`]).
+    fn spawn(bench: &Bench, service_times: Option<&Path>) -> anyhow::Result<Self> {
         let dir = e2e::operator::log_dir(&bench.binary);
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         let out_path = dir.join(format!("bench-{}-fake-cloud.out", bench.run));
@@ -116,9 +157,23 @@ impl FakeOperator {
             .with_context(|| format!("creating {}", err_path.display()))?;
         let addr = e2e::operator::free_local_addr()?;
         let me = std::env::current_exe().context("locating this executable")?;
-        let child = Command::new(me)
-            .args(["--fake-cloud-operator", &addr.to_string()])
+        let mut cmd = Command::new(me);
+        cmd.args(["--fake-cloud-operator", &addr.to_string()])
             .args(["--fake-cloud-namespace", &bench.namespace])
+            .args(["--concurrency", &bench.limits.concurrency.to_string()]);
+        if let Some(path) = service_times {
+            cmd.arg("--fake-cloud-service-times")
+                .arg(path)
+                .args([
+                    "--max-concurrent-calls",
+                    &bench.limits.max_concurrent_calls.to_string(),
+                ])
+                .args([
+                    "--requests-per-second",
+                    &bench.limits.requests_per_second.to_string(),
+                ]);
+        }
+        let child = cmd
             .env("KUBECONFIG", bench.target.kubeconfig())
             .env_remove("RUST_LOG")
             .stdin(Stdio::null())
@@ -243,14 +298,104 @@ impl Watched for FakeOperator {
     }
 }
 
-/// Runs the measurement; `None` (and problems) when it failed.
+/// The paced fake's table from a bench report: for each `"service.operation"` the first
+/// size measured, the service time in ms of each HTTP request one call sends (a method's
+/// successful requests ÷ the operation's calls, rounded, at least one); with that size and
+/// the median time.
+pub fn paced_table(
+    report: &serde_json::Value,
+) -> anyhow::Result<(BTreeMap<String, Vec<f64>>, u32)> {
+    let size = report["convergence"]
+        .as_array()
+        .and_then(|sizes| {
+            sizes.iter().find(|s| {
+                s["service_times"]
+                    .as_object()
+                    .is_some_and(|o| !o.is_empty())
+            })
+        })
+        .context(
+            "the report has no convergence run with service_times (a bench run with \
+                  --only convergence and the operator's debug log makes one)",
+        )?;
+    let times: BTreeMap<String, BTreeMap<String, ServiceTimeIn>> =
+        serde_json::from_value(size["service_times"].clone())
+            .context("reading the report's service_times")?;
+    let calls: BTreeMap<String, f64> =
+        serde_json::from_value(size["calls"].clone()).context("reading the report's calls")?;
+    let mut table = BTreeMap::new();
+    for (op, methods) in times {
+        let operation = op.split_once('.').map_or(op.as_str(), |(_, o)| o);
+        let n_calls = calls.get(operation).copied().unwrap_or(0.0);
+        let mut per_call = Vec::new();
+        for t in methods.values() {
+            let n = if n_calls > 0.0 {
+                (f64::from(t.requests) / n_calls).round().max(1.0)
+            } else {
+                1.0
+            };
+            for _ in 0..n as u32 {
+                per_call.push(t.mean_ms);
+            }
+        }
+        table.insert(op, per_call);
+    }
+    let projects = size["projects"].as_u64().unwrap_or(0);
+    Ok((table, u32::try_from(projects).unwrap_or(u32::MAX)))
+}
+
+/// `oplog::ServiceTime` as the report holds it.
+#[derive(serde::Deserialize)]
+struct ServiceTimeIn {
+    mean_ms: f64,
+    requests: u32,
+}
+
+/// Writes the paced fake's table beside the run's logs; the path and the [`Paced`] skeleton.
+fn prepare_paced(bench: &Bench, source: &Path) -> anyhow::Result<(PathBuf, Paced)> {
+    let text =
+        std::fs::read_to_string(source).with_context(|| format!("reading {}", source.display()))?;
+    let report: serde_json::Value =
+        serde_json::from_str(&text).with_context(|| format!("parsing {}", source.display()))?;
+    let (table, source_projects) =
+        paced_table(&report).with_context(|| format!("{}", source.display()))?;
+    let mut all: Vec<f64> = table.values().flatten().copied().collect();
+    all.sort_by(f64::total_cmp);
+    let dir = e2e::operator::log_dir(&bench.binary);
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let path = dir.join(format!("bench-{}-service-times.json", bench.run));
+    std::fs::write(&path, serde_json::to_vec_pretty(&table)?)
+        .with_context(|| format!("writing {}", path.display()))?;
+    Ok((
+        path,
+        Paced {
+            source: source.display().to_string(),
+            source_projects,
+            operations: table.len(),
+            default_ms: all.get(all.len() / 2).copied().unwrap_or(0.0),
+            ..Default::default()
+        },
+    ))
+}
+
+/// Runs the measurement (paced from the report `paced_from` if given); `None` (and
+/// problems) when it failed.
 pub async fn run(
     bench: &Bench,
     tenants: u32,
+    paced_from: Option<&Path>,
     token: &CancellationToken,
     problems: &mut Vec<String>,
 ) -> Option<FakeTenantsRun> {
-    let op = match FakeOperator::spawn(bench) {
+    let (service_times, paced) = match paced_from.map(|p| prepare_paced(bench, p)).transpose() {
+        Ok(Some((path, paced))) => (Some(path), Some(paced)),
+        Ok(None) => (None, None),
+        Err(e) => {
+            problems.push(format!("tenants: --paced-from: {e:#}"));
+            return None;
+        }
+    };
+    let op = match FakeOperator::spawn(bench, service_times.as_deref()) {
         Ok(op) => op,
         Err(e) => {
             problems.push(format!("tenants: {e:#}"));
@@ -263,16 +408,24 @@ pub async fn run(
         op.err_path.display()
     );
     let mut f = FakeTenantsRun {
-        note: NOTE.into(),
+        note: match &paced {
+            Some(_) => format!("{NOTE}; {PACED_NOTE}"),
+            None => NOTE.into(),
+        },
         tenants,
+        paced,
         ..Default::default()
     };
-    let ok = crate::vk::settle("tenants", body(bench, &op, &mut f), token, problems, || {
-        Some(op.log_tail())
-    })
+    let timeout = per_tenant_timeout(tenants, &f, bench);
+    let ok = crate::vk::settle(
+        "tenants",
+        body(bench, &op, &mut f, timeout),
+        token,
+        problems,
+        || Some(op.log_tail()),
+    )
     .await;
     // Whatever happened, the CRs go while the process still handles their finalizers.
-    let timeout = scenarios::size_timeout(tenants, Duration::from_secs(1));
     for (kind, r) in [
         (
             "OpenstackProjects",
@@ -369,10 +522,26 @@ fn check_workload(projects: &[OpenstackProject]) -> Vec<String> {
     found
 }
 
-async fn body(bench: &Bench, op: &FakeOperator, f: &mut FakeTenantsRun) -> anyhow::Result<()> {
+/// Time allowed to converge or delete all: the unpaced fake answers at once, so a second
+/// per tenant is ample on a busy machine; paced, three times what 40 requests per tenant
+/// take at the allowed rate.
+fn per_tenant_timeout(tenants: u32, f: &FakeTenantsRun, bench: &Bench) -> Duration {
+    let rps = bench.limits.requests_per_second;
+    let per = if f.paced.is_some() && rps > 0 {
+        Duration::from_secs_f64((3.0 * 40.0 / f64::from(rps)).max(1.0))
+    } else {
+        Duration::from_secs(1)
+    };
+    scenarios::size_timeout(tenants, per)
+}
+
+async fn body(
+    bench: &Bench,
+    op: &FakeOperator,
+    f: &mut FakeTenantsRun,
+    timeout: Duration,
+) -> anyhow::Result<()> {
     let n = f.tenants;
-    // The in-memory cloud answers at once: a second per tenant is ample on a busy machine.
-    let timeout = scenarios::size_timeout(n, Duration::from_secs(1));
     op.wait_ready(Duration::from_secs(120)).await?;
     // Caches sync and the first allocations happen right after readiness.
     tokio::time::sleep(Duration::from_secs(5)).await;
@@ -431,6 +600,25 @@ async fn body(bench: &Bench, op: &FakeOperator, f: &mut FakeTenantsRun) -> anyho
     let after = settled(op, SETTLE).await?;
     f.calls = delta(&before.api_calls(), &after.api_calls());
     (f.reads, f.writes) = split(&f.calls);
+    if let Some(p) = f.paced.as_mut() {
+        let d = |name: &str| after.sum(name, &[]) - before.sum(name, &[]);
+        p.requests = d(fake_cloud::PACED_REQUESTS);
+        p.requests_per_tenant = p.requests / f64::from(n.max(1));
+        p.achieved_rps = p.requests / f.converge_s.max(f64::EPSILON);
+        let rps = bench.limits.requests_per_second;
+        p.floor_s = if rps == 0 {
+            0.0
+        } else {
+            p.requests / f64::from(rps)
+        };
+        p.ratio = if p.floor_s > 0.0 {
+            f.converge_s / p.floor_s
+        } else {
+            0.0
+        };
+        p.mean_in_flight = d(fake_cloud::PACED_REQUEST_SECONDS) / f.converge_s.max(f64::EPSILON);
+        p.limiter_wait_s = d(fake_cloud::PACED_LIMITER_WAIT_SECONDS);
+    }
     let workload = check_workload(&bench.list::<OpenstackProject>().await?);
     anyhow::ensure!(
         workload.is_empty(),
@@ -462,4 +650,34 @@ async fn body(bench: &Bench, op: &FakeOperator, f: &mut FakeTenantsRun) -> anyho
     f.sampled_peak_rss_kib = peak.load(std::sync::atomic::Ordering::Relaxed);
     f.peak_hwm_kib = f.after_delete.hwm_kib;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paced_table_sends_each_method_per_call_as_measured() -> anyhow::Result<()> {
+        // 10 network creates: 10 POSTs and 10 tag PUTs; 20 list_ports GETs in 10 calls (two
+        // pages); a read the call counter never saw (one request); the first size lacking
+        // service times is skipped.
+        let report = serde_json::json!({"convergence": [
+            {"projects": 5, "service_times": {}, "calls": {}},
+            {"projects": 10,
+             "calls": {"create_network": 10.0, "list_ports": 10.0},
+             "service_times": {
+                "network.create_network": {
+                    "POST": {"mean_ms": 120.0, "requests": 10},
+                    "PUT": {"mean_ms": 30.0, "requests": 10}},
+                "network.list_ports": {"GET": {"mean_ms": 8.0, "requests": 20}},
+                "identity.list_roles": {"GET": {"mean_ms": 5.0, "requests": 3}}}}
+        ]});
+        let (table, size) = paced_table(&report)?;
+        assert_eq!(size, 10);
+        assert_eq!(table["network.create_network"], vec![120.0, 30.0]);
+        assert_eq!(table["network.list_ports"], vec![8.0, 8.0]);
+        assert_eq!(table["identity.list_roles"], vec![5.0]);
+        assert!(paced_table(&serde_json::json!({"convergence": []})).is_err());
+        Ok(())
+    }
 }

@@ -124,6 +124,17 @@ struct Args {
     /// tenants: full projects on the in-memory OpenStack (0: skip).
     #[arg(long, default_value_t = 1000)]
     fake_tenants: u32,
+    /// tenants: pace the in-memory OpenStack like a cloud with spare capacity, from the
+    /// service times a convergence run measured on a real cloud (a JSON report of this
+    /// bench; its first size), behind the client-side limiter at --max-concurrent-calls and
+    /// --requests-per-second: convergence time against the floor (requests ÷ allowed rate)
+    /// where the cloud is not the bound.
+    #[arg(long, value_name = "REPORT.json")]
+    paced_from: Option<PathBuf>,
+    /// Internal: with --fake-cloud-operator, the paced fake's service times (JSON written by
+    /// the tenants measurement from --paced-from).
+    #[arg(long, value_name = "FILE", hide = true)]
+    fake_cloud_service_times: Option<PathBuf>,
     /// Internal: run the operator's controllers on the in-memory OpenStack, serving /readyz,
     /// /metrics and /seed-users on ADDR (the tenants measurement starts this executable so).
     #[arg(long, value_name = "ADDR", hide = true)]
@@ -529,7 +540,14 @@ async fn run(args: Args) -> anyhow::Result<(Report, PathBuf)> {
         }
     }
     if args.wants(Scenario::Tenants) && args.fake_tenants > 0 {
-        let run = fake_tenants::run(&bench, args.fake_tenants, &token, &mut problems).await;
+        let run = fake_tenants::run(
+            &bench,
+            args.fake_tenants,
+            args.paced_from.as_deref(),
+            &token,
+            &mut problems,
+        )
+        .await;
         journal.update(|rep| rep.fake_tenants = run);
     }
     if let Err(e) = bench.delete_namespace().await {
@@ -578,7 +596,21 @@ async fn main() -> anyhow::Result<()> {
         return fake_cloud::state_only(n).await;
     }
     if let Some(addr) = args.fake_cloud_operator.take() {
-        return fake_cloud::run(addr, std::mem::take(&mut args.fake_cloud_namespace)).await;
+        let pacing = match &args.fake_cloud_service_times {
+            Some(path) => Some(fake_cloud::pacing_from(
+                path,
+                args.max_concurrent_calls,
+                args.requests_per_second,
+            )?),
+            None => None,
+        };
+        return fake_cloud::run(
+            addr,
+            std::mem::take(&mut args.fake_cloud_namespace),
+            args.concurrency,
+            pacing,
+        )
+        .await;
     }
     if let Some(node) = args.fake_zun_node.take() {
         return fake_node::run(node, args.vk_poll_interval_seconds).await;

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 use jiff::{SignedDuration, Timestamp};
+use serde::Serialize;
 use serde_json::Value;
 
 /// The log filter that makes the adapter log every request (and keeps the rest at info).
@@ -153,6 +154,70 @@ pub fn busy_by_service(reqs: &[OsRequest]) -> BTreeMap<String, f64> {
         .collect()
 }
 
+/// How long a server worked on one kind of request.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct ServiceTime {
+    /// Mean, over the successful requests, in ms.
+    pub mean_ms: f64,
+    /// Successful requests of the kind.
+    pub requests: u32,
+}
+
+/// Service time of each kind of successful request, by `"service.operation"` and HTTP
+/// method: how long the server worked on it, without the time it queued there.
+/// For a service that `serial` says answers one request at a time (the test cloud's APIs
+/// run one uwsgi process with one thread, Keystone excepted), a request's service time is
+/// its response time less the later of its send time and the service's previous response,
+/// which is exact for such a server; for any other service it is the request's duration.
+pub fn service_times(
+    reqs: &[OsRequest],
+    serial: impl Fn(&str) -> bool,
+) -> BTreeMap<String, BTreeMap<String, ServiceTime>> {
+    let mut by_service: BTreeMap<&str, Vec<&OsRequest>> = BTreeMap::new();
+    for r in reqs {
+        by_service.entry(r.service.as_str()).or_default().push(r);
+    }
+    let mut sums: BTreeMap<String, BTreeMap<String, (f64, u32)>> = BTreeMap::new();
+    for (service, mut v) in by_service {
+        v.sort_by_key(|r| r.logged_at);
+        let serial = serial(service);
+        let mut previous: Option<Timestamp> = None;
+        for r in v {
+            let start = match previous {
+                Some(p) if serial && p > r.sent_at() => p,
+                _ => r.sent_at(),
+            };
+            previous = Some(r.logged_at);
+            if !r.succeeded() {
+                continue;
+            }
+            let ms = r.logged_at.duration_since(start).as_secs_f64() * 1000.0;
+            let e = sums
+                .entry(format!("{service}.{}", r.operation))
+                .or_default()
+                .entry(r.method.clone())
+                .or_default();
+            e.0 += ms.max(0.0);
+            e.1 += 1;
+        }
+    }
+    sums.into_iter()
+        .map(|(op, methods)| {
+            let means = methods
+                .into_iter()
+                .map(|(m, (sum, n))| {
+                    let t = ServiceTime {
+                        mean_ms: sum / f64::from(n.max(1)),
+                        requests: n,
+                    };
+                    (m, t)
+                })
+                .collect();
+            (op, means)
+        })
+        .collect()
+}
+
 /// Reads a growing log file from a position on, complete lines only.
 #[derive(Clone, Debug)]
 pub struct LogCursor {
@@ -245,6 +310,42 @@ mod tests {
         let busy = busy_by_service(&parse(&text));
         assert!((busy["identity"] - 0.19).abs() < 1e-9, "{busy:?}");
         assert!((busy["network"] - 0.02).abs() < 1e-9, "{busy:?}");
+    }
+
+    #[test]
+    fn service_time_of_a_serial_server_leaves_out_its_queue() {
+        // network (serial): sent 0 and 10 ms, answered 100 and 150 ms: the second queued
+        // until 100 and was served 50 ms; identity (not serial): its durations.
+        let at = |end: u64, dur: u64, svc: &str, op: &str| {
+            LINE.replace("05:19:46.017885Z", &format!("05:19:46.{end:03}000Z"))
+                .replace(r#""duration_ms":42"#, &format!(r#""duration_ms":{dur}"#))
+                .replace(r#""service":"identity""#, &format!(r#""service":"{svc}""#))
+                .replace("create_project", op)
+        };
+        let failed = at(400, 100, "network", "create_router")
+            .replace(r#""status":"201""#, r#""status":"500""#);
+        let text = [
+            at(100, 100, "network", "create_router"),
+            at(150, 140, "network", "create_router"),
+            at(200, 150, "identity", "create_project"),
+            at(210, 150, "identity", "create_project"),
+            at(320, 100, "network", "add_router_interface"),
+            failed,
+            at(450, 60, "network", "add_router_interface"),
+        ]
+        .join("\n");
+        let t = service_times(&parse(&text), |s| s == "network");
+        let ms = |op: &str| t[op]["POST"].mean_ms;
+        assert!((ms("network.create_router") - 75.0).abs() < 1e-6, "{t:?}");
+        assert!(
+            (ms("identity.create_project") - 150.0).abs() < 1e-6,
+            "{t:?}"
+        );
+        // 220–320 alone; the failed one held the server until 400, so 400–450.
+        assert!(
+            (ms("network.add_router_interface") - 75.0).abs() < 1e-6,
+            "{t:?}"
+        );
     }
 
     #[test]

@@ -109,6 +109,10 @@ pub struct SizeRun {
     /// Σ of the time requests waited for the client-side limiter (concurrency and rate), in
     /// seconds.
     pub rate_limit_wait_s: f64,
+    /// How long the cloud worked on each kind of request while converging, its queue left
+    /// out (see `oplog::service_times`): what `--paced-from` models a cloud with spare
+    /// capacity from.
+    pub service_times: BTreeMap<String, BTreeMap<String, crate::oplog::ServiceTime>>,
     /// Retries and failures while converging.
     pub trouble: Trouble,
     /// Retries and failures while deleting.
@@ -601,11 +605,17 @@ fn per_tenant(calls: &BTreeMap<String, f64>, n: u32) -> String {
 fn render_fake_tenants(o: &mut String, t: &crate::fake_tenants::FakeTenantsRun) {
     let n = t.tenants;
     let per = |x: f64| x / f64::from(n.max(1));
+    let cloud = if t.paced.is_some() {
+        "paced: each call holds the client's limiter per HTTP request for the service time \
+         the real cloud took, the server side unlimited (a cloud with spare capacity)"
+    } else {
+        "no HTTP client, no limiter, so the times are the operator's and the Kubernetes API's"
+    };
     let _ = writeln!(
         o,
-        "\nTenants on the in-memory OpenStack ({n} full projects; the cloud is in-process: no \
-         HTTP client, no limiter, so the times are the operator's and the Kubernetes API's; \
-         the fake's own state is in the RSS, so the memory is an upper bound of the operator's)"
+        "\nTenants on the in-memory OpenStack ({n} full projects; the cloud is in-process, \
+         {cloud}; the fake's own state is in the RSS, so the memory is an upper bound of the \
+         operator's)"
     );
     let _ = writeln!(
         o,
@@ -638,6 +648,25 @@ fn render_fake_tenants(o: &mut String, t: &crate::fake_tenants::FakeTenantsRun) 
         secs(t.median_ready_s),
         secs(t.delete_s)
     );
+    if let Some(p) = &t.paced {
+        let _ = writeln!(
+            o,
+            "  paced from {} (N = {}; {} operations, others {:.0} ms): {:.0} requests ({:.1} per \
+             tenant) at {:.1}/s; floor (requests ÷ allowed rate) {}, ratio {:.2}; {:.1} in flight \
+             on average; limiter wait {}",
+            p.source,
+            p.source_projects,
+            p.operations,
+            p.default_ms,
+            p.requests,
+            p.requests_per_tenant,
+            p.achieved_rps,
+            secs(p.floor_s),
+            p.ratio,
+            p.mean_in_flight,
+            secs(p.limiter_wait_s)
+        );
+    }
     let _ = writeln!(
         o,
         "  calls per tenant to converge: {:.1} ({:.1} reads, {:.1} writes): {}",

@@ -206,6 +206,7 @@ pub async fn convergence(
         delete_trouble: trouble(&before_delete, &after_delete),
         mean_in_flight: busy_s / converge_s,
         busy_by_service_s: oplog::busy_by_service(&requests),
+        service_times: oplog::service_times(&requests, serial_service),
         steady,
         drift,
         delete_s,
@@ -622,4 +623,20 @@ pub async fn memory(
         rate_limit_wait_s,
         trouble,
     })
+}
+
+/// Whether the test cloud's `service` answers one request at a time: `scripts/test-cloud`
+/// runs each API as one uwsgi process with one thread (`TEST_CLOUD_API_WORKERS`), Keystone
+/// with two (`TEST_CLOUD_KEYSTONE_WORKERS`).
+fn serial_service(service: &str) -> bool {
+    let (var, default) = if service == "identity" {
+        ("TEST_CLOUD_KEYSTONE_WORKERS", 2)
+    } else {
+        ("TEST_CLOUD_API_WORKERS", 1)
+    };
+    std::env::var(var)
+        .ok()
+        .and_then(|v| v.parse::<u32>().ok())
+        .unwrap_or(default)
+        == 1
 }
