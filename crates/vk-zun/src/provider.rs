@@ -632,6 +632,21 @@ impl ZunProvider {
         Ok(())
     }
 
+    /// Asks Zun to delete container `id`, marking it `Deleting` in `observed`: Zun deletes
+    /// asynchronously, and the pod goes (or the container is made again) once a list no
+    /// longer shows it. A failure is logged and retried next pass.
+    async fn send_delete(&self, id: &str, observed: &mut Vec<ZunContainer>) {
+        match self.zun.delete_container(id, true, false).await {
+            Ok(()) => {
+                for c in observed.iter_mut().filter(|c| c.uuid == id) {
+                    c.status = openstack::container::status::DELETING.into();
+                }
+            }
+            Err(e) if e.is_not_found() => observed.retain(|c| c.uuid != id),
+            Err(e) => warn!(zun = %id, error = %e, "delete failed; retrying next pass"),
+        }
+    }
+
     async fn sync_pod(
         &self,
         pod: &Pod,
@@ -776,17 +791,35 @@ impl ZunProvider {
                         Err(e) => warn!(zun = %id, error = %e, "stop failed; retrying next pass"),
                     }
                 }
-                Action::Delete { id } => match self.zun.delete_container(&id, true, false).await {
-                    // Zun deletes asynchronously: the pod goes once a list no
-                    // longer shows the container.
-                    Ok(()) => {
-                        for c in observed.iter_mut().filter(|c| c.uuid == id) {
-                            c.status = openstack::container::status::DELETING.into();
-                        }
-                    }
-                    Err(e) if e.is_not_found() => observed.retain(|c| c.uuid != id),
-                    Err(e) => warn!(zun = %id, error = %e, "delete failed; retrying next pass"),
-                },
+                Action::Replace { id, key } => {
+                    // Counts as a failed create, so the new one waits for the back-off.
+                    tried_create = true;
+                    let reason = observed
+                        .iter()
+                        .find(|c| c.uuid == id)
+                        .and_then(|c| c.status_reason.clone())
+                        .unwrap_or_else(|| "Zun reported an error".into());
+                    pass.create_errors.insert(
+                        key.clone(),
+                        (status::error_reason(&reason).into(), reason.clone()),
+                    );
+                    info!(
+                        zun = %id,
+                        container = %key.1,
+                        reason = %reason,
+                        "Zun container in Error: deleting it to create it again"
+                    );
+                    events.push(PodEvent {
+                        type_: EventType::Warning,
+                        reason: "Failed".into(),
+                        message: format!(
+                            "Zun container {id} of container {} failed: {reason}; creating it again",
+                            key.1
+                        ),
+                    });
+                    self.send_delete(&id, &mut observed).await;
+                }
+                Action::Delete { id } => self.send_delete(&id, &mut observed).await,
                 Action::Fail(reason, message) => pass.failure = Some((reason, message)),
             }
         }
@@ -798,11 +831,11 @@ impl ZunProvider {
         }
         if tried_create {
             let mut m = self.mem();
-            // Only Zun's refusals back off; a missing ConfigMap costs no Zun call.
+            // Only Zun's refusals and failures back off; a missing ConfigMap costs no Zun call.
             let zun_failed = pass
                 .create_errors
                 .values()
-                .any(|(reason, _)| reason == "CreateContainerError");
+                .any(|(reason, _)| reason == "CreateContainerError" || reason == "ErrImagePull");
             if !zun_failed {
                 m.create_failures.remove(&uid);
             } else {

@@ -49,6 +49,14 @@ pub enum Action {
         /// Grace period, seconds.
         grace_s: u64,
     },
+    /// Delete a container Zun failed to create or start (`Error`) so that it is created
+    /// again, as a kubelet retries a `CreateContainerError`; the create back-off applies.
+    Replace {
+        /// Zun id.
+        id: String,
+        /// Which pod container.
+        key: Key,
+    },
     /// Delete a (stopped or failed) container.
     Delete {
         /// Zun id.
@@ -247,6 +255,13 @@ pub fn decide(pod: &Pod, observed: &[ZunContainer], now: jiff::Timestamp) -> Vec
             actions.push(Action::CreateInit(i));
             return actions;
         };
+        if c.status == zs::ERROR {
+            actions.push(Action::Replace {
+                id: c.uuid.clone(),
+                key,
+            });
+            return actions;
+        }
         if !exited(c) {
             return actions;
         }
@@ -273,6 +288,13 @@ pub fn decide(pod: &Pod, observed: &[ZunContainer], now: jiff::Timestamp) -> Vec
     for name in &main_names {
         let key = (Role::Main, name.clone());
         if let Some(c) = by_key.get(&key)
+            && c.status == zs::ERROR
+        {
+            actions.push(Action::Replace {
+                id: c.uuid.clone(),
+                key,
+            });
+        } else if let Some(c) = by_key.get(&key)
             && exited(c)
             && should_restart(pod, Role::Main, c.exit_code())
             && restart_due(pod, &key, now)
@@ -319,7 +341,7 @@ pub fn zun_time(s: Option<&str>) -> Option<jiff::Timestamp> {
 }
 
 /// Reason for a Zun container that failed before running.
-fn error_reason(msg: &str) -> &'static str {
+pub(crate) fn error_reason(msg: &str) -> &'static str {
     let m = msg.to_ascii_lowercase();
     if m.contains("image") {
         "ErrImagePull"
@@ -471,9 +493,15 @@ fn container_status(
         Some(c) if c.status == zs::UNKNOWN || c.status == zs::DEAD => {
             waiting("ContainerStatusUnknown", c.status_reason.clone())
         }
-        Some(c) if c.status == zs::DELETING || c.status == zs::DELETED => prev
-            .and_then(|p| p.state.clone())
-            .unwrap_or_else(|| waiting("ContainerCreating", None)),
+        Some(c) if c.status == zs::DELETING || c.status == zs::DELETED => {
+            match pass.create_errors.get(key) {
+                // Being replaced this pass (`Action::Replace`).
+                Some((reason, msg)) if !is_deleting(pod) => waiting(reason, Some(msg.clone())),
+                _ => prev
+                    .and_then(|p| p.state.clone())
+                    .unwrap_or_else(|| waiting("ContainerCreating", None)),
+            }
+        }
         Some(_) => waiting("ContainerCreating", None),
     };
     let is_running = state.running.is_some();
@@ -485,7 +513,20 @@ fn container_status(
         name: key.1.clone(),
         image: image.to_string(),
         image_id: String::new(),
-        container_id: id.or_else(|| prev.and_then(|p| p.container_id.clone())),
+        container_id: match c {
+            // A container in Error is replaced (`Action::Replace`): recorded, its deletion
+            // would read as one outside Kubernetes. Any other container going while the pod
+            // stays keeps what was recorded, so that a deletion by someone else still shows.
+            Some(c) if c.status == zs::ERROR => None,
+            Some(c) if c.status == zs::DELETING && !is_deleting(pod) => {
+                if pass.create_errors.contains_key(key) {
+                    None
+                } else {
+                    prev.and_then(|p| p.container_id.clone())
+                }
+            }
+            _ => id.or_else(|| prev.and_then(|p| p.container_id.clone())),
+        },
         ready: is_running && key.0 == Role::Main && ready,
         started: Some(is_running && started),
         restart_count,

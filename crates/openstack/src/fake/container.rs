@@ -139,6 +139,18 @@ impl FakeZun {
         }
     }
 
+    /// Put a container in `Error` with `reason`, as zun-compute does when it cannot
+    /// create or start it (e.g. its Docker network could not be made).
+    pub fn fail(&self, id: &str, reason: &str) {
+        let mut s = self.lock();
+        s.pending.remove(id);
+        if let Some(c) = s.containers.get_mut(id) {
+            c.status = status::ERROR.into();
+            c.status_reason = Some(reason.to_string());
+            c.updated_at = Some(now());
+        }
+    }
+
     /// From now on the list shows `detail` as this container's `status_detail` (zun-api's
     /// list answers from its database, which can lag behind Docker); GET shows the truth.
     pub fn stale_list_detail(&self, id: &str, detail: &str) {

@@ -876,3 +876,49 @@ async fn a_tenant_pod_gets_the_picked_network_and_its_security_groups() {
     );
     assert_eq!(z.calls("create_container"), 2);
 }
+
+#[tokio::test]
+async fn a_container_zun_put_in_error_is_made_again_after_the_back_off() {
+    let z = FakeZun::new();
+    let p = provider(&z);
+    let mut pods = vec![seed_pod()];
+    let o = NoObjects::default();
+    sync(&p, &mut pods, &o).await;
+    let first = z.containers()[0].uuid.clone();
+    // What stock Zun does to the loser of the race for a new host's Docker network.
+    z.fail(&first, "A network with UUID x already exists.");
+    let u = sync(&p, &mut pods, &o).await;
+    assert_eq!(z.calls("delete_container"), 1);
+    assert!(
+        u[0].events
+            .iter()
+            .any(|e| e.reason == "Failed" && e.message.contains("creating it again")),
+        "{:?}",
+        u[0].events
+    );
+    let s = u[0].status.as_ref().unwrap();
+    assert_eq!(s.phase.as_deref(), Some("Pending"), "{s:?}");
+    let cs = &s.container_statuses.as_ref().unwrap()[0];
+    assert_eq!(cs.container_id, None);
+    let w = cs.state.as_ref().unwrap().waiting.as_ref().unwrap();
+    assert_eq!(w.reason.as_deref(), Some("CreateContainerError"));
+    assert!(w.message.as_deref().unwrap().contains("already exists"));
+    // Gone, but within the back-off: not made again yet, the error still shown.
+    let u = sync(&p, &mut pods, &o).await;
+    assert_eq!(z.calls("create_container"), 1);
+    assert!(z.containers().is_empty());
+    let s = u[0].status.as_ref().unwrap();
+    assert_eq!(s.phase.as_deref(), Some("Pending"), "{s:?}");
+    // The back-off over: made again, running, the pod never failed.
+    for f in p.mem().create_failures.values_mut() {
+        f.1 -= jiff::SignedDuration::from_hours(1);
+    }
+    sync(&p, &mut pods, &o).await;
+    let u = sync(&p, &mut pods, &o).await;
+    assert_eq!(z.calls("create_container"), 2);
+    let s = u[0].status.as_ref().unwrap();
+    assert_eq!(s.phase.as_deref(), Some("Running"), "{s:?}");
+    let cs = &s.container_statuses.as_ref().unwrap()[0];
+    assert_ne!(cs.container_id.as_deref(), Some(&*format!("zun://{first}")));
+    assert!(cs.container_id.is_some());
+}

@@ -388,3 +388,87 @@ fn zun_times_parse() {
     );
     assert_eq!(zun_time(Some("garbage")), None);
 }
+
+#[test]
+fn a_container_in_error_is_replaced_not_reported_deleted() {
+    let now = t("2026-12-01T05:00:00Z");
+    for policy in ["Always", "Never"] {
+        let mut p = pod(policy, &[], &["c"]);
+        // Recorded while it was being created.
+        let creating = zc("z1", Role::Main, "c", zs::CREATING, None);
+        let s = step(
+            &mut p,
+            std::slice::from_ref(&creating),
+            &Pass::default(),
+            now,
+        );
+        assert_eq!(
+            s.container_statuses.unwrap()[0].container_id.as_deref(),
+            Some("zun://z1")
+        );
+        let mut failed = zc("z1", Role::Main, "c", zs::ERROR, None);
+        failed.status_reason = Some("A network with UUID x already exists.".into());
+        assert_eq!(
+            decide(&p, std::slice::from_ref(&failed), now),
+            vec![Action::Replace {
+                id: "z1".into(),
+                key: (Role::Main, "c".into())
+            }],
+            "{policy}"
+        );
+        let s = step(&mut p, std::slice::from_ref(&failed), &Pass::default(), now);
+        let cs = &s.container_statuses.as_ref().unwrap()[0];
+        assert_eq!(
+            cs.container_id, None,
+            "an id would make its deletion a failure"
+        );
+        assert!(
+            state(&s, 0)
+                .waiting
+                .unwrap()
+                .message
+                .unwrap()
+                .contains("already exists"),
+            "{s:?}"
+        );
+        // Going, then gone: made again, and the pod has not failed.
+        let mut going = failed.clone();
+        going.status = zs::DELETING.into();
+        let s = step(&mut p, std::slice::from_ref(&going), &Pass::default(), now);
+        assert_eq!(s.container_statuses.unwrap()[0].container_id, None);
+        assert!(decide(&p, std::slice::from_ref(&going), now).is_empty());
+        assert_eq!(
+            decide(&p, &[], now),
+            vec![Action::CreateMain(vec!["c".into()])],
+            "{policy}"
+        );
+    }
+    // An init container in Error is replaced before anything after it runs.
+    let p = pod("Always", &["a"], &["c"]);
+    let failed = zc("za", Role::Init, "a", zs::ERROR, None);
+    assert_eq!(
+        decide(&p, &[failed], now),
+        vec![Action::Replace {
+            id: "za".into(),
+            key: (Role::Init, "a".into())
+        }]
+    );
+}
+
+#[test]
+fn a_running_container_deleted_outside_is_still_reported() {
+    // The Replace exception is narrow: a running container whose deletion someone else
+    // started keeps its recorded id, so its disappearance still fails the pod.
+    let now = t("2026-12-01T05:00:00Z");
+    let mut p = pod("Always", &[], &["c"]);
+    let run = zc("z1", Role::Main, "c", zs::RUNNING, Some("Up"));
+    step(&mut p, std::slice::from_ref(&run), &Pass::default(), now);
+    let mut going = run.clone();
+    going.status = zs::DELETING.into();
+    let s = step(&mut p, std::slice::from_ref(&going), &Pass::default(), now);
+    assert_eq!(
+        s.container_statuses.unwrap()[0].container_id.as_deref(),
+        Some("zun://z1")
+    );
+    assert!(matches!(&decide(&p, &[], now)[..], [Action::Fail(..)]));
+}
