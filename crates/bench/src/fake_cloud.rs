@@ -113,6 +113,14 @@ fn render_pacing(t: &PacingTotals, out: &mut String) {
     }
 }
 
+/// The time of one request of an operation a paced table does not name: the table's median
+/// request time (the upper one of an even count), in ms; 0 for an empty table.
+pub fn default_ms(table: &BTreeMap<String, Vec<f64>>) -> f64 {
+    let mut all: Vec<f64> = table.values().flatten().copied().collect();
+    all.sort_by(f64::total_cmp);
+    all.get(all.len() / 2).copied().unwrap_or(0.0)
+}
+
 /// Pacing from a `--fake-cloud-service-times` file (JSON: `"service.operation"` → the
 /// service time in ms of each HTTP request one call sends), at the client's limits;
 /// operations the file does not name take one request of the median listed time.
@@ -125,9 +133,7 @@ pub fn pacing_from(
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     let ms: BTreeMap<String, Vec<f64>> =
         serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
-    let mut all: Vec<f64> = ms.values().flatten().copied().collect();
-    all.sort_by(f64::total_cmp);
-    let default = all.get(all.len() / 2).copied().unwrap_or(0.0);
+    let default = default_ms(&ms);
     let to = |v: f64| Duration::from_secs_f64(v.max(0.0) / 1000.0);
     let times: ServiceTimes = ms
         .into_iter()

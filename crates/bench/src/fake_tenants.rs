@@ -359,8 +359,6 @@ fn prepare_paced(bench: &Bench, source: &Path) -> anyhow::Result<(PathBuf, Paced
         serde_json::from_str(&text).with_context(|| format!("parsing {}", source.display()))?;
     let (table, source_projects) =
         paced_table(&report).with_context(|| format!("{}", source.display()))?;
-    let mut all: Vec<f64> = table.values().flatten().copied().collect();
-    all.sort_by(f64::total_cmp);
     let dir = e2e::operator::log_dir(&bench.binary);
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let path = dir.join(format!("bench-{}-service-times.json", bench.run));
@@ -372,7 +370,7 @@ fn prepare_paced(bench: &Bench, source: &Path) -> anyhow::Result<(PathBuf, Paced
             source: source.display().to_string(),
             source_projects,
             operations: table.len(),
-            default_ms: all.get(all.len() / 2).copied().unwrap_or(0.0),
+            default_ms: fake_cloud::default_ms(&table),
             ..Default::default()
         },
     ))
