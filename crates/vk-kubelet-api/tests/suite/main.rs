@@ -1,0 +1,7 @@
+//! The crate's integration tests as one test binary: each module was a test binary of its own
+//! (they linked the whole workspace each). `scripts/run-tests.py` runs each module in a process
+//! of its own, as before; by hand: `cargo test -p vk-kubelet-api --test suite MODULE::`.
+
+mod kubectl_spdy;
+mod server;
+mod serving_cert;

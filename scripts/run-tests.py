@@ -1,0 +1,244 @@
+#!/usr/bin/env python3
+"""Runs the workspace's test binaries in lanes side by side (scripts/test calls it).
+
+`cargo test --workspace` runs its ~90 test binaries one after another; most of them wait on
+services (the test cloud, Zun, booting OpenStack processes), so one core idles while another
+waits. Here the binaries are grouped in lanes by what they share: inside a lane they run one
+after another, exactly as cargo runs them, and the lanes run side by side. Binaries that touch
+what every other test uses (restarting the test cloud) run alone, after the lanes.
+
+Each binary runs as cargo runs it: from its package's directory with cargo's environment
+variables, with `--test-threads` and any extra arguments. Its output is printed whole when it
+ends (never interleaved), followed by a summary per binary with its wall time, slowest first,
+and one closing line `N passed, N failed`. Exit status 1 when a test failed or a binary could
+not run.
+
+  scripts/run-tests.py [--lanes N] [--list] [--only SUBSTRING] [-- ARGS for every binary]
+"""
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+
+# Lanes, first match wins: (lane, regex on "package/target"). A binary no pattern names runs in
+# the "unit" lane. Lanes must not share a scarce resource with another lane: Zun's per-project
+# quotas (security groups, ports) are the one that bit us (docs/ci.md).
+LANES = [
+    # Restarts the test cloud's Keystone and Neutron under everyone: alone, after the lanes.
+    ("exclusive", r"^openstack-operator/e2e_faults_restart$"),
+    # Real Zun containers in the test cloud's tenant projects.
+    ("zun", r"^openstack-operator/(e2e_virtual_kubelet|e2e_kubelet_api|e2e_vk_.*)$"),
+    ("zun", r"^openstack/container$"),
+    ("zun", r"^vk-zun/emulator$"),
+    # Booted OpenStack processes from rendered configuration, and the control plane end to end.
+    ("control-plane", r"^controlplane-render/.*_boot$"),
+    ("control-plane", r"^openstack-operator/(e2e_control_plane.*|e2e_external_services|service_images|examples_on_rendered_cloud)$"),
+    ("control-plane", r"^external-checks/"),
+    # The resource operator end to end and the OpenStack port against the test cloud.
+    ("resource", r"^openstack-operator/e2e_"),
+    ("resource", r"^openstack/"),
+    ("resource", r"^fault-proxy/real_cloud$"),
+]
+
+
+def lane_of(key):
+    for lane, pattern in LANES:
+        if re.search(pattern, key):
+            return lane
+    return "unit"
+
+
+def build(extra_cargo_args):
+    """Builds every test target; returns [(package, target, kind, executable, manifest_dir)]."""
+    cmd = ["cargo", "test", "--workspace", "--no-run", "--message-format=json-render-diagnostics"]
+    cmd += extra_cargo_args
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
+    if proc.returncode != 0:
+        sys.exit(f"run-tests: building the test binaries failed ({' '.join(cmd)})")
+    out = []
+    for line in proc.stdout.splitlines():
+        try:
+            msg = json.loads(line)
+        except ValueError:
+            continue
+        if msg.get("reason") != "compiler-artifact" or not msg.get("executable"):
+            continue
+        if not msg.get("profile", {}).get("test"):
+            continue
+        target = msg["target"]
+        manifest = msg["manifest_path"]
+        package = package_name(msg["package_id"], manifest)
+        out.append((package, target["name"], target["kind"][0], msg["executable"], os.path.dirname(manifest)))
+    return out
+
+
+def package_name(package_id, manifest):
+    # path+file:///…/crates/api#0.1.0 or path+file:///…/crates/kube-emulator#name@0.1.0
+    m = re.search(r"#([A-Za-z0-9_-]+)@", package_id)
+    if m:
+        return m.group(1)
+    return os.path.basename(os.path.dirname(manifest))
+
+
+def split_modules(binaries):
+    """A crate's tests/suite/ binary holds one module per former test file: each module becomes a
+    job of its own (run with the filter `MODULE::`), so it keeps a process, and its statics, to itself."""
+    jobs = []
+    for package, target, kind, exe, manifest_dir in binaries:
+        if kind != "test" or target != "suite":
+            jobs.append((package, target, kind, exe, manifest_dir, None))
+            continue
+        listing = subprocess.run([exe, "--list"], cwd=manifest_dir, env=cargo_env(manifest_dir, package),
+                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        modules = sorted({line.split("::")[0] for line in listing.stdout.splitlines()
+                          if line.endswith(": test") and "::" in line})
+        if listing.returncode != 0 or not modules:
+            jobs.append((package, target, kind, exe, manifest_dir, None))
+            continue
+        for m in modules:
+            jobs.append((package, m, kind, exe, manifest_dir, m + "::"))
+    return jobs
+
+
+def cargo_env(manifest_dir, package):
+    env = dict(os.environ)
+    env["CARGO_MANIFEST_DIR"] = manifest_dir
+    env["CARGO_MANIFEST_PATH"] = os.path.join(manifest_dir, "Cargo.toml")
+    env["CARGO_PKG_NAME"] = package
+    env["CARGO_CRATE_NAME"] = package.replace("-", "_")
+    env.setdefault("CARGO", "cargo")
+    env["RUST_BACKTRACE"] = env.get("RUST_BACKTRACE", "1")
+    return env
+
+
+RESULT = re.compile(r"^test result: (\w+)\. (\d+) passed; (\d+) failed; (\d+) ignored")
+
+
+class Runner:
+    def __init__(self, args, log_dir):
+        self.args = args
+        self.log_dir = log_dir
+        self.lock = threading.Lock()
+        self.results = []  # (lane, key, seconds, passed, failed, ignored, ok)
+        self.t0 = time.monotonic()
+
+    def run_binary(self, lane, package, target, kind, exe, manifest_dir, module_filter):
+        key = f"{package}/{target}" if kind != "lib" else f"{package}/lib"
+        log_path = os.path.join(self.log_dir, key.replace("/", "--") + ".log")
+        cmd = [exe, f"--test-threads={self.args.test_threads}"] + self.args.rest
+        if module_filter:
+            cmd.append(module_filter)
+        start = time.monotonic()
+        with open(log_path, "w") as log:
+            rc = subprocess.call(cmd, cwd=manifest_dir, env=cargo_env(manifest_dir, package),
+                                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        took = time.monotonic() - start
+        passed = failed = ignored = 0
+        with open(log_path, errors="replace") as log:
+            text = log.read()
+        for line in text.splitlines():
+            m = RESULT.match(line)
+            if m:
+                passed += int(m.group(2))
+                failed += int(m.group(3))
+                ignored += int(m.group(4))
+        ok = rc == 0
+        if not ok and failed == 0:
+            failed = 1  # the binary itself failed (crashed, or a harness error)
+        with self.lock:
+            self.results.append((lane, key, took, passed, failed, ignored, ok))
+            stamp = time.monotonic() - self.t0
+            print(f"\n==== [{stamp:5.0f}s] {lane}: {key} ({os.path.basename(exe)}) "
+                  f"{'ok' if ok else 'FAILED'}: {passed} passed, {failed} failed in {took:.0f}s", flush=True)
+            sys.stdout.write(text)
+            sys.stdout.flush()
+
+    def run_lane(self, lane, binaries):
+        for b in binaries:
+            self.run_binary(lane, *b)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--test-threads", type=int, default=int(os.environ.get("TEST_THREADS", "4")))
+    p.add_argument("--list", action="store_true", help="print the lanes and exit")
+    p.add_argument("--only", help="run only binaries whose package/target contains this")
+    p.add_argument("--serial", action="store_true", help="one lane at a time (for measuring)")
+    p.add_argument("rest", nargs="*", help="arguments for every test binary (after --)")
+    args = p.parse_args()
+
+    target_dir = os.environ.get("CARGO_TARGET_DIR", "target")
+    log_dir = os.path.join(target_dir, "test-logs")
+    os.makedirs(log_dir, exist_ok=True)
+
+    binaries = split_modules(build([]))
+    lanes = {}
+    for b in binaries:
+        package, target, kind = b[0], b[1], b[2]
+        key = f"{package}/{target}"
+        if args.only and args.only not in key:
+            continue
+        lanes.setdefault(lane_of(key), []).append(b)
+    if args.list:
+        for lane, bs in sorted(lanes.items()):
+            print(f"{lane}: " + " ".join(f"{b[0]}/{b[1]}" for b in bs))
+        return 0
+
+    runner = Runner(args, log_dir)
+    exclusive = lanes.pop("exclusive", [])
+    # The longest lanes start first; the unit lane is short and CPU-light.
+    order = ["resource", "control-plane", "zun", "unit"]
+    lane_names = sorted(lanes, key=lambda n: order.index(n) if n in order else len(order))
+    print(f"run-tests: {len(binaries)} test binaries in lanes "
+          + ", ".join(f"{n} ({len(lanes[n])})" for n in lane_names)
+          + (f", then alone: {', '.join(b[1] for b in exclusive)}" if exclusive else ""), flush=True)
+    threads = [threading.Thread(target=runner.run_lane, args=(n, lanes[n])) for n in lane_names]
+    if args.serial:
+        for t in threads:
+            t.start()
+            t.join()
+    else:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    runner.run_lane("exclusive", exclusive)
+
+    # Doc tests are not test binaries; cargo builds and runs them itself.
+    start = time.monotonic()
+    doc = subprocess.run(["cargo", "test", "--workspace", "--doc", "--", f"--test-threads={args.test_threads}"],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    took = time.monotonic() - start
+    passed = sum(int(m.group(2)) for m in map(RESULT.match, doc.stdout.splitlines()) if m)
+    failed = sum(int(m.group(3)) for m in map(RESULT.match, doc.stdout.splitlines()) if m)
+    if doc.returncode != 0 and failed == 0:
+        failed = 1
+    runner.results.append(("doc", "doc-tests", took, passed, failed, 0, doc.returncode == 0))
+    print(f"\n==== doc-tests {'ok' if doc.returncode == 0 else 'FAILED'} in {took:.0f}s", flush=True)
+    sys.stdout.write(doc.stdout)
+
+    total = time.monotonic() - runner.t0
+    print("\n==== test binaries by wall time (lane, binary, seconds, passed, failed)")
+    for lane, key, took, passed, failed, ignored, ok in sorted(runner.results, key=lambda r: -r[2]):
+        print(f"{lane:14} {key:60} {took:7.1f} {passed:5} {failed:3}{'' if ok else '  FAILED'}")
+    per_lane = {}
+    for r in runner.results:
+        per_lane[r[0]] = per_lane.get(r[0], 0) + r[2]
+    print("lanes: " + ", ".join(f"{k} {v:.0f}s" for k, v in sorted(per_lane.items(), key=lambda kv: -kv[1]))
+          + f"; wall {total:.0f}s")
+    passed = sum(r[3] for r in runner.results)
+    failed = sum(r[4] for r in runner.results)
+    failing = [r[1] for r in runner.results if not r[6]]
+    if failing:
+        print("failed binaries: " + ", ".join(failing))
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
