@@ -1,7 +1,8 @@
 //! The docs name only what exists: every `cargo test -p CRATE --test NAME` a test target of
 //! that crate, every `scripts/X` a file of the repository, every flag after
 //! `openstack-operator <subcommand>` a flag of that subcommand (from the command line's own
-//! definition, [`crate::cli::command`]), and every row of README.md's configuration table a
+//! definition, [`crate::cli::command`]), every `--flag` alone in a code span a flag of one of
+//! its subcommands or of another tool the docs name, and every row of README.md's configuration table a
 //! flag and environment variable of `run` with the default it states.
 
 use std::collections::BTreeSet;
@@ -172,8 +173,8 @@ fn unknown_flags(file: &str, text: &str, cli: &[(String, BTreeSet<String>)]) -> 
             let Some((sub, flags)) = w.get(j).and_then(|s| cli.iter().find(|(n, _)| n == s)) else {
                 continue;
             };
-            for arg in &w[j + 1..] {
-                if ["|", "&&", ";", "#", ">", "2>&1"].contains(arg) || arg.starts_with('#') {
+            for arg in w[j + 1..].iter().map(|a| a.trim_matches('`')) {
+                if ["|", "&&", ";", "#", ">", "2>&1"].contains(&arg) || arg.starts_with('#') {
                     break;
                 }
                 if let Some(flag) = arg
@@ -186,6 +187,54 @@ fn unknown_flags(file: &str, text: &str, cli: &[(String, BTreeSet<String>)]) -> 
                     ));
                 }
             }
+        }
+    }
+    problems
+}
+
+/// Flags the docs name in a code span of their own (`--flag`) that belong to other tools.
+const OTHER_TOOLS_FLAGS: &[&str] = &[
+    "--test",                            // cargo
+    "--set",                             // helm
+    "--set-file",                        // helm
+    "--previous",                        // kubectl logs
+    "--anonymous-auth",                  // kube-apiserver, kubelet
+    "--kubelet-certificate-authority",   // kube-apiserver
+    "--kubelet-preferred-address-types", // kube-apiserver
+    "--keystone-user",                   // keystone-manage
+    "--keystone-group",                  // keystone-manage
+    "--config-file",                     // oslo.config services
+    "--https-socket",                    // uwsgi
+    "--check",                           // scripts/option-schemas
+    "--migrate",                         // neutron-db-manage, nova-manage
+    "--uploaded-prior-to",               // pip
+    "--purge",                           // scripts/test-cloud down
+    "--provider-physical-network",       // openstack network create
+];
+
+/// Every code span that is a flag alone (`--flag`, `--flag value`) and is neither a flag of
+/// one of the binary's subcommands nor of another tool the docs name.
+fn unknown_bare_flags(file: &str, text: &str, cli: &[(String, BTreeSet<String>)]) -> Vec<String> {
+    let ours: BTreeSet<&str> = cli
+        .iter()
+        .flat_map(|(_, f)| f.iter().map(String::as_str))
+        .chain(["--help", "--version"])
+        .collect();
+    let mut problems = Vec::new();
+    for span in text
+        .lines()
+        .flat_map(|l| l.split('`').skip(1).step_by(2))
+        .filter(|s| s.starts_with("--") && s.len() > 2)
+    {
+        let flag = span
+            .split([' ', '=', ':'])
+            .next()
+            .unwrap_or(span)
+            .trim_end_matches(['/', ',']);
+        if !ours.contains(flag) && !OTHER_TOOLS_FLAGS.contains(&flag) {
+            problems.push(format!(
+                "{file}: `{flag}` is no flag of openstack-operator (nor of another tool listed in OTHER_TOOLS_FLAGS)"
+            ));
         }
     }
     problems
@@ -271,6 +320,10 @@ fn the_docs_name_only_tests_scripts_and_flags_that_exist() {
         problems.extend(missing_tests(&file, &text));
         problems.extend(missing_scripts(&file, &text));
         problems.extend(unknown_flags(&file, &text, &cli));
+        // performance.md is about the bench command's flags (`crates/bench`).
+        if file != "docs/performance.md" {
+            problems.extend(unknown_bare_flags(&file, &text, &cli));
+        }
         if file == "README.md" {
             problems.extend(configuration_table(&text));
         }
@@ -288,6 +341,11 @@ fn the_check_sees_a_wrong_test_script_or_flag() {
     let mut found = missing_tests("x.md", text);
     found.extend(missing_scripts("x.md", text));
     found.extend(unknown_flags("x.md", text, &cli));
+    found.extend(unknown_bare_flags(
+        "x.md",
+        "`--tenants` and `--teanats`, `--set x=1`",
+        &cli,
+    ));
     assert_eq!(
         found,
         vec![
@@ -295,6 +353,7 @@ fn the_check_sees_a_wrong_test_script_or_flag() {
             "x.md: scripts/nope does not exist",
             "x.md: `openstack-operator run --nope`: run has no flag --nope",
             "x.md: `openstack-operator virtual-kubelet --bogus`: virtual-kubelet has no flag --bogus",
+            "x.md: `--teanats` is no flag of openstack-operator (nor of another tool listed in OTHER_TOOLS_FLAGS)",
         ]
     );
     assert_eq!(
