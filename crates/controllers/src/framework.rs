@@ -255,6 +255,29 @@ fn touch_sync_time<S: CommonStatus>(before: &S, status: &mut S, resync: Duration
     }
 }
 
+/// How a pass that ended in an error is reported: its Event and the level of its log line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FailureReport {
+    /// Warning for a failure, Normal for a wait (the log line follows: WARN or INFO).
+    pub event_type: EventType,
+    /// The Event's reason.
+    pub reason: &'static str,
+}
+
+/// Classifies a failed pass: waiting for something the spec refers to (a domain, a project
+/// not Ready yet) is no failure, so it is a Normal `WaitingForDependency`; a bad spec is a
+/// Warning `InvalidSpec`; anything else a Warning `CreateFailed` on an object never
+/// reconciled before (`first_pass`), `UpdateFailed` after.
+pub fn failure_report(e: &ReconcileError, first_pass: bool) -> FailureReport {
+    let (event_type, reason) = match e {
+        ReconcileError::DependencyMissing(_) => (EventType::Normal, "WaitingForDependency"),
+        ReconcileError::InvalidSpec(_) => (EventType::Warning, "InvalidSpec"),
+        _ if first_pass => (EventType::Warning, "CreateFailed"),
+        _ => (EventType::Warning, "UpdateFailed"),
+    };
+    FailureReport { event_type, reason }
+}
+
 async fn apply_one<K: Managed>(
     obj: Arc<K>,
     ctx: &Context,
@@ -342,34 +365,29 @@ async fn apply_one<K: Managed>(
                 generation,
             );
             *status.observed_generation_mut() = generation;
-            // One Warning per distinct failure, not one per retry.
+            // One Event per distinct failure, not one per retry.
             let seen = before
                 .clone()
                 .conditions_mut()
                 .iter()
                 .any(|c| c.type_ == "Ready" && c.message.as_deref() == Some(message.as_str()));
+            let report = failure_report(e, before.clone().phase_mut().is_none());
             if !seen {
-                let op = if before.clone().phase_mut().is_none() {
-                    "CreateFailed"
-                } else {
-                    "UpdateFailed"
-                };
-                let reason = if matches!(e, ReconcileError::InvalidSpec(_)) {
-                    "InvalidSpec"
-                } else {
-                    op
-                };
                 publish(
                     ctx,
                     &*obj,
-                    EventType::Warning,
-                    reason,
+                    report.event_type,
+                    report.reason,
                     "Reconcile",
                     message.clone(),
                 )
                 .await;
             }
-            warn!(error = %message, reason = e.reason(), "reconcile failed");
+            if report.event_type == EventType::Warning {
+                warn!(error = %message, reason = e.reason(), "reconcile failed");
+            } else {
+                info!(reason = e.reason(), "{message}");
+            }
             let base = match &e {
                 ReconcileError::DependencyMissing(_) => ctx.config.dependency_retry,
                 e => e.retry_after(ctx.config.resync),
@@ -677,6 +695,41 @@ pub async fn run_with<K>(
 mod tests {
     use super::*;
     use api::{OpenstackProject, OpenstackProjectStatus};
+
+    #[test]
+    fn a_missing_dependency_is_a_normal_wait_not_a_warning() {
+        let wait = ReconcileError::DependencyMissing("OpenstackDomain demo to be Ready".into());
+        for first_pass in [true, false] {
+            assert_eq!(
+                failure_report(&wait, first_pass),
+                FailureReport {
+                    event_type: EventType::Normal,
+                    reason: "WaitingForDependency"
+                }
+            );
+        }
+    }
+
+    #[test]
+    fn failures_are_warnings_named_after_the_operation() {
+        let e = ReconcileError::NotOwned("project x belongs to another cluster".into());
+        assert_eq!(
+            failure_report(&e, true),
+            FailureReport {
+                event_type: EventType::Warning,
+                reason: "CreateFailed"
+            }
+        );
+        assert_eq!(failure_report(&e, false).reason, "UpdateFailed");
+        let bad = ReconcileError::invalid("spec.name", "must not be empty");
+        assert_eq!(
+            failure_report(&bad, false),
+            FailureReport {
+                event_type: EventType::Warning,
+                reason: "InvalidSpec"
+            }
+        );
+    }
 
     fn project(generation: i64, status: Option<(Phase, i64)>, deleting: bool) -> OpenstackProject {
         let mut p: OpenstackProject = serde_json::from_value(serde_json::json!({

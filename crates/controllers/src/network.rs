@@ -330,6 +330,18 @@ async fn delete_our_subnets(ctx: &Context, network_id: &str, owner: &Owner) -> R
     Ok(())
 }
 
+/// The Ready condition after a pass: `Created` when this pass created the network (as its
+/// Event says), `Updated` when it changed an existing one, `InSync` otherwise.
+fn ready(network_id: &str, created: bool, changed: bool) -> Progress {
+    if created {
+        Progress::ready("Created", format!("network {network_id} created"))
+    } else if changed {
+        Progress::ready("Updated", format!("network {network_id} reconciled"))
+    } else {
+        Progress::ready("InSync", "network matches the spec")
+    }
+}
+
 #[async_trait]
 impl Managed for OpenstackNetwork {
     type Status = OpenstackNetworkStatus;
@@ -352,9 +364,11 @@ impl Managed for OpenstackNetwork {
         let neutron = &ctx.cloud.network;
         let (found, take) = find_network(ctx, self, &owner, status).await?;
         let mut changed = false;
+        let mut created = false;
         let net = match found {
             None => {
                 let n = create_recorded(ctx, self, &owner, status).await?;
+                created = true;
                 status.adopted = Some(false);
                 status.subnets.clear();
                 publish(
@@ -495,14 +509,7 @@ impl Managed for OpenstackNetwork {
                 subnet_id: ids.get(&s.name).cloned(),
             })
             .collect();
-        if changed {
-            Ok(Progress::ready(
-                "Updated",
-                format!("network {} reconciled", net.id),
-            ))
-        } else {
-            Ok(Progress::ready("InSync", "network matches the spec"))
-        }
+        Ok(ready(&net.id, created, changed))
     }
 
     async fn cleanup(&self, ctx: &Context, status: &mut Self::Status) -> Result<()> {
@@ -568,6 +575,21 @@ impl Managed for OpenstackNetwork {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn reason(p: &Progress) -> &str {
+        match p {
+            Progress::Ready { reason, .. } => reason,
+            other => panic!("not Ready: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_network_created_in_this_pass_is_ready_as_created_like_its_event() {
+        // The creating pass also creates subnets, so `changed` is set as well.
+        assert_eq!(reason(&ready("n1", true, true)), "Created");
+        assert_eq!(reason(&ready("n1", false, true)), "Updated");
+        assert_eq!(reason(&ready("n1", false, false)), "InSync");
+    }
 
     fn owner() -> Owner {
         Owner {

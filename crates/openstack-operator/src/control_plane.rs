@@ -23,9 +23,9 @@ use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
+use crate::logging::init_logging_with;
 use crate::run::{
-    LogFormat, healthz, init_logging_with, instance_name, metrics, serve, shutdown_on_signal,
-    wait_for_crd,
+    LogFormat, healthz, instance_name, metrics, serve, shutdown_on_signal, wait_for_crd,
 };
 
 /// How long stopping controllers may take before they are aborted.

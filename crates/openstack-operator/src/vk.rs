@@ -19,7 +19,8 @@ use vk_runtime::node::Identity;
 use vk_runtime::{NodeConfig, OnShutdown};
 use vk_zun::{Config, UnlimitedCapacity, ZunProvider};
 
-use crate::run::{LogFormat, init_logging_with, shutdown_on_signal};
+use crate::logging::init_logging_with;
+use crate::run::{LogFormat, shutdown_on_signal};
 
 /// What to do with the Node when the process stops.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
