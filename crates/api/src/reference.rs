@@ -1,13 +1,13 @@
 //! The CRD reference (`docs/crd-reference.md`), generated from the CRD schemas so it can never
 //! disagree with them. A test fails when the committed file differs; regenerate it with
-//! `UPDATE_REFERENCE=1 cargo test -p api --test reference`.
+//! `UPDATE_REFERENCE=1 cargo test -p api --test suite reference::`.
 
 use serde_json::Value;
 
 use crate::all_crds;
 
 /// The command that rewrites `docs/crd-reference.md`.
-pub const REGENERATE: &str = "UPDATE_REFERENCE=1 cargo test -p api --test reference";
+pub const REGENERATE: &str = "UPDATE_REFERENCE=1 cargo test -p api --test suite reference::";
 
 /// One documented field.
 #[derive(Debug, Clone, PartialEq)]

@@ -36,7 +36,16 @@ fn docs() -> Vec<(String, String)> {
 /// Words of a text, with the punctuation of prose and Markdown around them removed.
 fn words(text: &str) -> Vec<String> {
     text.split(|c: char| c.is_whitespace() || "`()[],;|\"'".contains(c))
-        .map(|w| w.trim_end_matches(['.', ':']).to_string())
+        // A sentence's `.` or `:` goes; a test filter's `MODULE::` stays.
+        .map(|w| {
+            let w = w.trim_end_matches('.');
+            if w.ends_with("::") {
+                w
+            } else {
+                w.trim_end_matches(':')
+            }
+            .to_string()
+        })
         .filter(|w| !w.is_empty())
         .collect()
 }
@@ -88,7 +97,20 @@ fn missing_tests(file: &str, text: &str) -> Vec<String> {
                     Some(t) if !t.contains(next) => problems.push(format!(
                         "{file}: `-p {k} --test {next}`: crates/{k} has no test {next} (tests/{next}.rs)"
                     )),
-                    Some(_) => {}
+                    // `--test suite MODULE::`: a module of the crate's one test binary.
+                    Some(_) => {
+                        if let Some(module) = w.get(i + 2).and_then(|m| m.strip_suffix("::")) {
+                            let dir = root().join("crates").join(k).join("tests").join(next);
+                            let module = module.split("::").next().unwrap_or(module);
+                            if !dir.join(format!("{module}.rs")).is_file()
+                                && !dir.join(module).join("mod.rs").is_file()
+                            {
+                                problems.push(format!(
+                                    "{file}: `-p {k} --test {next} {module}::`: crates/{k}/tests/{next} has no module {module}"
+                                ));
+                            }
+                        }
+                    }
                 },
             },
             _ => {}
@@ -334,7 +356,8 @@ fn the_docs_name_only_tests_scripts_and_flags_that_exist() {
 #[test]
 fn the_check_sees_a_wrong_test_script_or_flag() {
     let cli = cli_flags();
-    let text = "Run `cargo test -p openstack-operator --test e2e_project` and (`--test e2e_nope`), \
+    let text = "Run `cargo test -p openstack-operator --test suite e2e_project::` and (`--test e2e_nope`), \
+                `--test suite e2e_nope::`, \
                 then `scripts/demo vk` and `scripts/nope`; `openstack-operator crds \
                 --virtual-kubelet-out-dir x` but not `openstack-operator run --nope=1`.\n\
                 ```sh\nopenstack-operator virtual-kubelet \\\n  --tenants --bogus\n```\n";
@@ -350,6 +373,7 @@ fn the_check_sees_a_wrong_test_script_or_flag() {
         found,
         vec![
             "x.md: `-p openstack-operator --test e2e_nope`: crates/openstack-operator has no test e2e_nope (tests/e2e_nope.rs)",
+            "x.md: `-p openstack-operator --test suite e2e_nope::`: crates/openstack-operator/tests/suite has no module e2e_nope",
             "x.md: scripts/nope does not exist",
             "x.md: `openstack-operator run --nope`: run has no flag --nope",
             "x.md: `openstack-operator virtual-kubelet --bogus`: virtual-kubelet has no flag --bogus",
@@ -357,7 +381,7 @@ fn the_check_sees_a_wrong_test_script_or_flag() {
         ]
     );
     assert_eq!(
-        missing_tests("y.md", "`--test e2e_project`"),
-        vec!["y.md: `--test e2e_project` without a `-p CRATE` before it"]
+        missing_tests("y.md", "`--test suite`"),
+        vec!["y.md: `--test suite` without a `-p CRATE` before it"]
     );
 }

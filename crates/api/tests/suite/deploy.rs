@@ -1121,7 +1121,8 @@ fn crd_copies_equal_deploy_crds() {
                 .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
                 .collect()
         };
-        let hint = "copy them with `DEPLOY_SYNC_CRDS=1 cargo test -p api --test deploy crd_copies`";
+        let hint =
+            "copy them with `DEPLOY_SYNC_CRDS=1 cargo test -p api --test suite deploy::crd_copies`";
         assert_eq!(
             names(&src),
             names(&dst),
@@ -2016,7 +2017,7 @@ fn cp_crd_template(crd: &str) -> String {
 fn control_plane_crd_copies_equal_deploy_crds_controlplane() {
     let src = repo().join("deploy/crds-controlplane");
     let sync = std::env::var_os("DEPLOY_SYNC_CRDS").is_some();
-    let hint = "copy them with `DEPLOY_SYNC_CRDS=1 cargo test -p api --test deploy control_plane_crd_copies`";
+    let hint = "copy them with `DEPLOY_SYNC_CRDS=1 cargo test -p api --test suite deploy::control_plane_crd_copies`";
     let names: Vec<String> = yaml_files(&src)
         .iter()
         .map(|p| p.file_stem().unwrap().to_string_lossy().into_owned())

@@ -303,7 +303,7 @@ fn committed_bundle_is_the_generated_one() {
     stale.extend(committed.difference(&generated).cloned());
     assert!(
         stale.is_empty(),
-        "deploy/olm/bundle is stale in {stale:?}: run UPDATE_OLM_BUNDLE=1 cargo test -p api --test olm_bundle"
+        "deploy/olm/bundle is stale in {stale:?}: run UPDATE_OLM_BUNDLE=1 cargo test -p api --test suite olm_bundle::"
     );
 }
 

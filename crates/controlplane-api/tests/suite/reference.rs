@@ -3,7 +3,8 @@
 
 use std::path::PathBuf;
 
-const REGENERATE: &str = "UPDATE_REFERENCE=1 cargo test -p controlplane-api --test reference";
+const REGENERATE: &str =
+    "UPDATE_REFERENCE=1 cargo test -p controlplane-api --test suite reference::";
 
 fn generated() -> String {
     let crds: Vec<serde_json::Value> = controlplane_api::all_crds()
