@@ -1,8 +1,8 @@
 //! A stand-in for kube-apiserver's pass-through proxy to kubelets, for kubectl: API requests
 //! go to the test's Kubernetes API (the emulator), `pods/{pod}/exec|attach|portforward` are
 //! rewritten to the kubelet's paths (`/exec/{ns}/{pod}/{container}?…`, `/portForward/{ns}/{pod}`)
-//! with a bearer token the kubelet accepts, and the upgrade is passed through (bytes both ways
-//! after the 101), as an API server that does not translate streams does. Tests run the real
+//! with a bearer token the kubelet accepts, and the upgrade (SPDY or WebSocket) is passed
+//! through (bytes both ways after the 101), as an API server that does not translate streams does. Tests run the real
 //! kubectl through it against a kubelet API.
 
 use std::path::{Path, PathBuf};
@@ -129,7 +129,11 @@ async fn upgrade(p: Proxy, mut req: Request, target: String) -> anyhow::Result<R
     );
     for (k, v) in req.headers() {
         let k = k.as_str();
-        if matches!(k, "connection" | "upgrade" | "x-stream-protocol-version") {
+        // SPDY's and the WebSocket handshake's headers (a client's
+        // `v5.channel.k8s.io` WebSocket is passed through as it is).
+        if matches!(k, "connection" | "upgrade" | "x-stream-protocol-version")
+            || k.starts_with("sec-websocket-")
+        {
             head.push_str(&format!("{k}: {}\r\n", v.to_str()?));
         }
     }

@@ -75,8 +75,14 @@ pub struct ExecResult {
 
 /// Bytes from a live session (a TTY: stdout and stderr are one stream).
 pub type SessionOutput = Pin<Box<dyn Stream<Item = Result<Bytes, KubeletError>> + Send>>;
-/// Bytes to a live session's stdin.
+/// Bytes to a live session's stdin. Closing it is the end of stdin: the
+/// backend makes the process see it (a pipe closed, a TTY's Ctrl-D) without
+/// ending the session, whose output still comes.
 pub type SessionInput = Pin<Box<dyn Sink<Bytes, Error = KubeletError> + Send>>;
+
+/// A session's exit code, set by the backend before its output ends (left
+/// unset when the backend cannot know it).
+pub type ExitCode = std::sync::Arc<std::sync::OnceLock<i32>>;
 
 /// Resizes a session's terminal to `(width, height)` (the kubelet's
 /// `TerminalSize`); answers once the backend has applied it.
@@ -91,10 +97,12 @@ pub struct Session {
     pub output: SessionOutput,
     /// Its stdin.
     pub input: SessionInput,
-    /// Whether the session is a TTY (stdin end is sent as Ctrl-D).
+    /// Whether the session is a TTY (stdout and stderr are one stream).
     pub tty: bool,
     /// How to resize its terminal, if it has one the backend can resize.
     pub resize: Option<Resizer>,
+    /// The process's exit code, once its output has ended.
+    pub exit_code: Option<ExitCode>,
 }
 
 /// Per-container operations of the backend. `pod` is bound to this node and

@@ -585,6 +585,16 @@ const ERROR: u8 = 3;
 const RESIZE: u8 = crate::channel::RESIZE_CHANNEL;
 const CLOSE: u8 = 255;
 
+/// The end of a stream, with the status the kubelet's WebSocket sends
+/// (1000, normal): kubectl's v5 client takes a close without a status (1005)
+/// as an error of its error stream and exits 1 whatever the command's code.
+pub(crate) fn normal_close() -> Message {
+    Message::Close(Some(axum::extract::ws::CloseFrame {
+        code: axum::extract::ws::close_code::NORMAL,
+        reason: "".into(),
+    }))
+}
+
 fn frame(channel: u8, data: &[u8]) -> Message {
     let mut v = Vec::with_capacity(data.len() + 1);
     v.push(channel);
@@ -643,7 +653,7 @@ async fn run_to_completion(
     socket
         .send(frame(ERROR, status.to_string().as_bytes()))
         .await?;
-    socket.send(Message::Close(None)).await?;
+    socket.send(normal_close()).await?;
     Ok(())
 }
 
@@ -656,8 +666,9 @@ async fn pump(
     let Session {
         mut output,
         mut input,
-        tty,
         resize,
+        exit_code,
+        ..
     } = session;
     let (mut ws_tx, mut ws_rx) = socket.split();
     let out_channel = STDOUT;
@@ -670,11 +681,9 @@ async fn pump(
                 {
                     break;
                 }
+                // End of stdin (v5's close signal): the backend makes the
+                // process see it; the session goes on until its output ends.
                 Some(&CLOSE) if v5 && b.get(1) == Some(&STDIN) => {
-                    // End of stdin: a TTY sees Ctrl-D, a pipe is closed.
-                    if tty {
-                        let _ = input.send(Bytes::from_static(b"\x04")).await;
-                    }
                     let _ = input.close().await;
                 }
                 // Applied before the stdin that follows it, so what the
@@ -706,19 +715,19 @@ async fn pump(
                             internal_status(&e.message).to_string().as_bytes(),
                         ))
                         .await?;
-                    let _ = ws_tx.send(Message::Close(None)).await;
+                    let _ = ws_tx.send(normal_close()).await;
                     return Ok(());
                 }
             }
         }
-        // The backend's interactive sessions report no exit code.
+        let code = exit_code.as_ref().and_then(|c| c.get().copied());
         ws_tx
             .send(frame(
                 ERROR,
-                exit_status(None, &q.command).to_string().as_bytes(),
+                exit_status(code, &q.command).to_string().as_bytes(),
             ))
             .await?;
-        let _ = ws_tx.send(Message::Close(None)).await;
+        let _ = ws_tx.send(normal_close()).await;
         Ok::<(), axum::Error>(())
     };
     tokio::select! {

@@ -1,24 +1,30 @@
 //! The kubelet API's [`Backend`] on Zun: each pod container is a plain Zun
 //! container (named by [`labels::zun_name`], labelled with the pod's uid and
 //! container name), so logs, exec, stats and top are Zun's own endpoints;
-//! interactive exec and attach go through zun-wsproxy's WebSocket (their
-//! terminal resized through Zun's `execute_resize` and `resize`), and
-//! port-forward is a relay in the container ([`port_forward`]).
+//! exec with stdin and attach go through zun-wsproxy's WebSocket (their
+//! terminal resized through Zun's `execute_resize` and `resize`; exec's
+//! command under the wrapper of [`exec_session`], which gives it its
+//! end-of-input and the node its exit code), and port-forward is a relay in
+//! the container ([`port_forward`]).
 
 use std::collections::BTreeMap;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use futures::{SinkExt, StreamExt};
+use futures::{Sink, SinkExt, StreamExt};
 use k8s_openapi::api::core::v1::Pod;
 use openstack::container::{Container, LogOptions, ZunContainer};
-use tokio_tungstenite::tungstenite::Message;
-use vk_kubelet_api::backend::{Backend, ExecResult, KubeletError, Resizer, Session};
+use tokio_tungstenite::tungstenite::{self, Message};
+use vk_kubelet_api::backend::{
+    Backend, ExecResult, ExitCode, KubeletError, Resizer, Session, SessionInput, SessionOutput,
+};
 use vk_kubelet_api::query::LogQuery;
 use vk_kubelet_api::summary::{ContainerSample, PodSample};
 
+use crate::exec_session::{self, ExitReader, Mode, Preamble, StdinEncoder, WrapperError};
 use crate::labels;
 use crate::port_forward;
 
@@ -41,6 +47,69 @@ impl ZunKubelet {
             pod.metadata.uid.clone().unwrap_or_default(),
         );
         l
+    }
+
+    /// Starts `command` in the Zun container `uuid` under the wrapper of
+    /// `mode` ([`exec_session`]): the session once the wrapper is ready (its
+    /// output the command's, its exit code and, for [`Mode::NoStdin`], its
+    /// stderr set when that ends), or why the wrapper did not start the command.
+    async fn wrapped(
+        &self,
+        uuid: &str,
+        container: &str,
+        command: &[String],
+        mode: Mode,
+    ) -> Result<Result<(Session, Stderr), WrapperError>, KubeletError> {
+        let nonce = exec_session::nonce();
+        let argv = exec_session::wrapper_command(command, mode, &nonce);
+        let s = self
+            .zun
+            .exec_interactive(uuid, &argv)
+            .await
+            .map_err(|e| refused("exec", container, e))?;
+        let resize = self.exec_resizer(uuid, s.exec_id.clone());
+        let (tx, mut output) = open(&s.url, container).await?;
+        let mut preamble = Preamble::default();
+        let first = loop {
+            let next = tokio::time::timeout(WRAPPER_START, output.next())
+                .await
+                .map_err(|_| {
+                    KubeletError::internal(format!(
+                        "exec in container {container:?}: the command did not start within {}s",
+                        WRAPPER_START.as_secs()
+                    ))
+                })?;
+            match next {
+                None => return Ok(Err(preamble.finish())),
+                Some(chunk) => match preamble.feed(&chunk?) {
+                    Ok(Some(rest)) => break rest,
+                    Ok(None) => {}
+                    Err(e) => return Ok(Err(e)),
+                },
+            }
+        };
+        let exit_code = ExitCode::default();
+        let stderr = Stderr::default();
+        let ended = (exit_code.clone(), stderr.clone());
+        let session = Session {
+            output: exit_stream(first, output, ExitReader::new(&nonce), ended),
+            input: input_task(tx, StdinEncoder::new(mode), OnClose::Eof),
+            tty: mode == Mode::Tty,
+            resize,
+            exit_code: Some(exit_code),
+        };
+        Ok(Ok((session, stderr)))
+    }
+
+    /// Resizes the TTY of the interactive exec `exec_id` in `uuid`.
+    fn exec_resizer(&self, uuid: &str, exec_id: Option<String>) -> Option<Resizer> {
+        exec_id.map(|exec_id| {
+            let (zun, uuid) = (self.zun.clone(), uuid.to_string());
+            resizer(move |w, h| {
+                let (zun, uuid, exec_id) = (zun.clone(), uuid.clone(), exec_id.clone());
+                async move { zun.exec_resize(&uuid, &exec_id, w, h).await }
+            })
+        })
     }
 
     /// The pod container's Zun container (the newest, if a re-create left two).
@@ -182,6 +251,37 @@ impl Backend for ZunKubelet {
         command: &[String],
     ) -> Result<ExecResult, KubeletError> {
         let c = self.find(pod, container).await?;
+        // Through the wrapper when it can run: the output byte for byte and no
+        // time limit; else Zun's execute (text, 5 s by default).
+        match self
+            .wrapped(&c.uuid, container, command, Mode::NoStdin)
+            .await
+        {
+            Ok(Ok((s, stderr))) => {
+                let Session {
+                    mut output,
+                    input,
+                    exit_code,
+                    ..
+                } = s;
+                drop(input);
+                let mut stdout = Vec::new();
+                while let Some(chunk) = output.next().await {
+                    stdout.extend_from_slice(&chunk?);
+                }
+                return Ok(ExecResult {
+                    stdout,
+                    stderr: stderr.get().cloned().unwrap_or_default(),
+                    exit_code: exit_code.and_then(|c| c.get().copied()),
+                });
+            }
+            Ok(Err(e)) => {
+                tracing::debug!(container, error = %e, "exec wrapper did not start; Zun's execute");
+            }
+            Err(e) => {
+                tracing::debug!(container, error = %e, "exec wrapper not reached; Zun's execute");
+            }
+        }
         let out = self
             .zun
             .exec(&c.uuid, command)
@@ -200,22 +300,35 @@ impl Backend for ZunKubelet {
         pod: &Pod,
         container: &str,
         command: &[String],
-        _tty: bool,
+        tty: bool,
     ) -> Result<Session, KubeletError> {
         let c = self.find(pod, container).await?;
-        let s = self
-            .zun
-            .exec_interactive(&c.uuid, command)
-            .await
-            .map_err(|e| refused("exec", container, e))?;
-        let resize = s.exec_id.clone().map(|exec_id| {
-            let (zun, uuid) = (self.zun.clone(), c.uuid.clone());
-            resizer(move |w, h| {
-                let (zun, uuid, exec_id) = (zun.clone(), uuid.clone(), exec_id.clone());
-                async move { zun.exec_resize(&uuid, &exec_id, w, h).await }
-            })
-        });
-        connect(&s.url, container, resize).await
+        let mode = if tty { Mode::Tty } else { Mode::Pipe };
+        match self.wrapped(&c.uuid, container, command, mode).await? {
+            Ok((s, _)) => Ok(s),
+            // An image without `sh` still gets a terminal session, as before
+            // the wrapper (no exit code then).
+            Err(e) if e.no_shell() && mode == Mode::Tty => {
+                tracing::debug!(container, "no sh in the image: exec -t without the wrapper");
+                let s = self
+                    .zun
+                    .exec_interactive(&c.uuid, command)
+                    .await
+                    .map_err(|e| refused("exec", container, e))?;
+                let resize = self.exec_resizer(&c.uuid, s.exec_id.clone());
+                let (tx, output) = open(&s.url, container).await?;
+                Ok(Session {
+                    output,
+                    input: input_task(tx, StdinEncoder::new(Mode::Tty), OnClose::Eof),
+                    tty: true,
+                    resize,
+                    exit_code: None,
+                })
+            }
+            Err(e) => Err(KubeletError::bad_request(format!(
+                "exec in container {container:?}: {e}"
+            ))),
+        }
     }
 
     async fn attach(&self, pod: &Pod, container: &str) -> Result<Session, KubeletError> {
@@ -240,7 +353,17 @@ impl Backend for ZunKubelet {
                 async move { zun.resize_tty(&uuid, w, h).await }
             })
         });
-        connect(&s.url, container, resize).await
+        let (tx, output) = open(&s.url, container).await?;
+        // The end of stdin on a TTY is a Ctrl-D; Docker's attach has no other
+        // way to close a container's stdin than to end the attach.
+        let on_close = if tty { OnClose::Eof } else { OnClose::Close };
+        Ok(Session {
+            output,
+            input: input_task(tx, StdinEncoder::new(Mode::Tty), on_close),
+            tty,
+            resize,
+            exit_code: None,
+        })
     }
 
     async fn stats(&self, pods: &[Pod]) -> Result<Vec<PodSample>, KubeletError> {
@@ -361,13 +484,14 @@ pub fn session_error(cause: &str, seen_output: bool) -> KubeletError {
     }
 }
 
-/// A session on zun-wsproxy (always a TTY: Zun starts interactive execs
-/// with `tty=True`).
-async fn connect(
-    url: &str,
-    container: &str,
-    resize: Option<Resizer>,
-) -> Result<Session, KubeletError> {
+/// How long the exec wrapper has to print its ready marker.
+const WRAPPER_START: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// The write half of a zun-wsproxy connection.
+type WsSink = Pin<Box<dyn Sink<Message, Error = tungstenite::Error> + Send>>;
+
+/// A zun-wsproxy connection: its write half and the bytes it brings.
+async fn open(url: &str, container: &str) -> Result<(WsSink, SessionOutput), KubeletError> {
     let (ws, _) = tokio_tungstenite::connect_async(url).await.map_err(|e| {
         KubeletError::internal(format!(
             "connecting to zun-wsproxy for container {container:?}: {e}"
@@ -395,14 +519,110 @@ async fn connect(
             }
         }
     });
+    Ok((Box::pin(tx), Box::pin(output)))
+}
+
+/// What closing a session's stdin does to its zun-wsproxy connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum OnClose {
+    /// Send the end of stdin (Ctrl-D) and keep the connection: closing it
+    /// would end the exec and lose the output still to come.
+    Eof,
+    /// Close the connection (there is no other end of stdin).
+    Close,
+}
+
+/// The session's stdin: what the client sends, encoded for the wrapper, in
+/// order; its end as `on_close` says.
+fn input_task(mut tx: WsSink, enc: StdinEncoder, on_close: OnClose) -> SessionInput {
+    let (in_tx, mut in_rx) = futures::channel::mpsc::channel::<Bytes>(8);
+    tokio::spawn(async move {
+        while let Some(b) = in_rx.next().await {
+            let data = enc.encode(&b);
+            if data.is_empty() {
+                continue;
+            }
+            if tx.send(Message::Binary(data.into())).await.is_err() {
+                return;
+            }
+        }
+        match on_close {
+            OnClose::Eof => {
+                let _ = tx
+                    .send(Message::Binary(Bytes::from_static(enc.eof())))
+                    .await;
+            }
+            OnClose::Close => {
+                let _ = tx.close().await;
+            }
+        }
+    });
+    Box::pin(in_tx.sink_map_err(|e| KubeletError::internal(format!("stdin: {e}"))))
+}
+
+/// The stderr an exec wrapper sent in its exit marker.
+type Stderr = Arc<std::sync::OnceLock<Vec<u8>>>;
+
+/// The command's output after the wrapper's ready marker (`first`, then
+/// `rest`), without the exit marker, which sets the exit code and stderr of
+/// `ended` and ends it.
+fn exit_stream(
+    first: Vec<u8>,
+    rest: SessionOutput,
+    reader: ExitReader,
+    ended: (ExitCode, Stderr),
+) -> SessionOutput {
+    let head = futures::stream::iter([Ok(Bytes::from(first))]);
+    let all = head.chain(rest);
+    let s = futures::stream::unfold(
+        (all, reader, ended, false),
+        |(mut all, mut reader, code, ended)| async move {
+            if ended {
+                return None;
+            }
+            loop {
+                match all.next().await {
+                    Some(Ok(chunk)) => {
+                        let data = reader.feed(&chunk);
+                        if let Some(c) = reader.code() {
+                            let _ = code.0.set(c);
+                            let _ = code.1.set(reader.stderr().to_vec());
+                            return Some((Ok(Bytes::from(data)), (all, reader, code, true)));
+                        }
+                        if !data.is_empty() {
+                            return Some((Ok(Bytes::from(data)), (all, reader, code, false)));
+                        }
+                    }
+                    Some(Err(e)) => return Some((Err(e), (all, reader, code, true))),
+                    None => {
+                        let held = reader.finish();
+                        return (!held.is_empty())
+                            .then(|| (Ok(Bytes::from(held)), (all, reader, code, true)));
+                    }
+                }
+            }
+        },
+    );
+    Box::pin(s.filter(|r| futures::future::ready(!matches!(r, Ok(b) if b.is_empty()))))
+}
+
+/// A session on zun-wsproxy whose stdin goes straight to it (port-forward's
+/// relay: always a TTY, Zun starts interactive execs with `tty=True`).
+async fn connect(
+    url: &str,
+    container: &str,
+    resize: Option<Resizer>,
+) -> Result<Session, KubeletError> {
+    let (tx, output) = open(url, container).await?;
     let input = tx
         .sink_map_err(|e| KubeletError::internal(format!("zun-wsproxy: {e}")))
         .with(|b: Bytes| async move { Ok::<_, KubeletError>(Message::Binary(b)) });
     Ok(Session {
-        output: Box::pin(output),
+        output,
         input: Box::pin(input),
         tty: true,
         resize,
+        exit_code: None,
     })
 }
 

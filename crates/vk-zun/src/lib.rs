@@ -6,7 +6,8 @@
 //! - [`provider`]: the [`vk_runtime::provider::Provider`] on the Zun port:
 //!   one list per pass, the actions, the node's capacity from the quota.
 //! - [`kubelet`]: the kubelet API's backend (logs, exec, attach, stats);
-//!   [`port_forward`]: its port-forward relay in the container.
+//!   [`exec_session`]: exec with stdin (end-of-input, exit code) through a
+//!   wrapper (pure); [`port_forward`]: its port-forward relay in the container.
 //! - [`downward`]: env `fieldRef`/`resourceFieldRef` as the kubelet resolves them (pure).
 //! - [`network`]: the pod's Neutron network (annotation, `OpenstackProject`, flag).
 //! - [`pod_port`]: the pod's own Neutron port (name, find-before-create, sweep).
@@ -22,6 +23,7 @@
 
 pub mod downward;
 pub mod events;
+pub mod exec_session;
 pub mod kubelet;
 pub mod labels;
 pub mod netpol;

@@ -215,6 +215,7 @@ pub async fn relay(mut session: Session, port: u16) -> Result<Session, KubeletEr
         input: session.input,
         tty: false,
         resize: None,
+        exit_code: None,
     })
 }
 
@@ -347,6 +348,7 @@ mod tests {
             input: Box::pin(sink),
             tty: true,
             resize: None,
+            exit_code: None,
         };
         let s = relay(s, 80).await.unwrap();
         assert!(!s.tty);
@@ -365,6 +367,7 @@ mod tests {
             ),
             tty: true,
             resize: None,
+            exit_code: None,
         };
         let s = relay(s, 80).await.unwrap();
         let got: Vec<_> = s.output.collect().await;

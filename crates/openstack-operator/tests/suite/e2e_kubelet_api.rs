@@ -866,9 +866,7 @@ async fn streams_body(c: &Case) -> anyhow::Result<()> {
     );
     a.abort();
 
-    // `kubectl attach -it` to a `tty: true` shell is not proven here: in the one run made,
-    // the container was no longer running when the resize reached Zun (Docker 409 "is not
-    // running") and only the terminal's echo came back; see docs/virtual-kubelet.md.
+    // `kubectl attach -it` to a `tty: true` shell: `stdin_eof_cp_and_scripts_…` below.
     Ok(())
 }
 
@@ -879,10 +877,22 @@ async fn kubectl_spdy(
     args: &[&str],
     stdin: &[u8],
 ) -> anyhow::Result<std::process::Output> {
+    kubectl_with(kubeconfig, ns, args, stdin, false).await
+}
+
+/// The real kubectl over SPDY or, with `websockets`, its WebSocket (`v5.channel.k8s.io`).
+async fn kubectl_with(
+    kubeconfig: &Path,
+    ns: &str,
+    args: &[&str],
+    stdin: &[u8],
+    websockets: bool,
+) -> anyhow::Result<std::process::Output> {
+    let ws = if websockets { "true" } else { "false" };
     let mut child = tokio::process::Command::new("kubectl")
         .env("KUBECONFIG", kubeconfig)
-        .env("KUBECTL_REMOTE_COMMAND_WEBSOCKETS", "false")
-        .env("KUBECTL_PORT_FORWARD_WEBSOCKETS", "false")
+        .env("KUBECTL_REMOTE_COMMAND_WEBSOCKETS", ws)
+        .env("KUBECTL_PORT_FORWARD_WEBSOCKETS", ws)
         .arg("-n")
         .arg(ns)
         .args(args)
@@ -1063,5 +1073,373 @@ async fn spdy_body(c: &Case) -> anyhow::Result<()> {
     );
     eprintln!("kubectl port-forward over SPDY: {:?}", started.elapsed());
     let _ = pf.kill().await;
+    Ok(())
+}
+
+/// 1 MiB of every byte value in a scrambled order (xorshift), Ctrl-C, Ctrl-D, CR and NUL
+/// among them: what a TTY would take as signals, line editing or the end of input.
+fn binary_mib() -> Vec<u8> {
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut v: Vec<u8> = (0..=255u8).collect();
+    while v.len() < 1 << 20 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        v.push((x >> 24) as u8);
+    }
+    v
+}
+
+/// Runs `cmd` in `pod` through `api` (kube-rs's `AttachedProcess`, WebSocket
+/// `v5.channel.k8s.io`), writes `stdin` and closes it (v5's close signal), and gives what
+/// it printed and the node's status.
+async fn run_ws(
+    api: &kube::Api<Pod>,
+    pod: &str,
+    cmd: &[&str],
+    stdin: Option<&[u8]>,
+) -> anyhow::Result<(
+    Vec<u8>,
+    k8s_openapi::apimachinery::pkg::apis::meta::v1::Status,
+)> {
+    let ap = AttachParams::default()
+        .container("c")
+        .stdin(stdin.is_some())
+        .stderr(false);
+    let mut p = api.exec(pod, cmd.to_vec(), &ap).await?;
+    let mut out = p.stdout().context("stdout")?;
+    let writer = stdin.map(|data| {
+        let mut w = p.stdin().expect("stdin asked for");
+        let data = data.to_vec();
+        tokio::spawn(async move {
+            w.write_all(&data).await?;
+            w.shutdown().await?;
+            // Dropping the writer is the end of stdin.
+            drop(w);
+            anyhow::Ok(())
+        })
+    });
+    let mut got = Vec::new();
+    tokio::time::timeout(STREAM, out.read_to_end(&mut got))
+        .await
+        .with_context(|| format!("the output of {cmd:?} to end"))??;
+    if let Some(w) = writer {
+        w.await??;
+    }
+    let status = tokio::time::timeout(STREAM, p.take_status().context("status")?)
+        .await
+        .context("the status")?
+        .context("a status")?;
+    Ok((got, status))
+}
+
+/// The exit code in a node's status (0 for Success).
+fn exit_code(s: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Status) -> Option<i32> {
+    if s.status.as_deref() == Some("Success") {
+        return Some(0);
+    }
+    s.details
+        .as_ref()?
+        .causes
+        .as_ref()?
+        .iter()
+        .find(|c| c.reason.as_deref() == Some("ExitCode"))?
+        .message
+        .as_ref()?
+        .parse()
+        .ok()
+}
+
+/// Three files (one binary) in `dir/in`.
+fn three_files(dir: &Path) -> anyhow::Result<Vec<(String, Vec<u8>)>> {
+    let files = vec![
+        ("a.txt".to_string(), b"first file\n".to_vec()),
+        ("b.txt".to_string(), b"second\nwith two lines\n".to_vec()),
+        ("c.bin".to_string(), binary_mib()[..3000].to_vec()),
+    ];
+    std::fs::create_dir_all(dir.join("in"))?;
+    for (n, data) in &files {
+        std::fs::write(dir.join("in").join(n), data)?;
+    }
+    Ok(files)
+}
+
+fn same_files(dir: &Path, files: &[(String, Vec<u8>)]) -> anyhow::Result<()> {
+    for (n, data) in files {
+        let got = std::fs::read(dir.join(n)).with_context(|| format!("{n} in {dir:?}"))?;
+        assert!(
+            got == *data,
+            "{n}: {} bytes, want {}",
+            got.len(),
+            data.len()
+        );
+    }
+    Ok(())
+}
+
+/// A local `tar` (what kubectl cp does in Go) over `data`.
+fn local_tar(args: &[&str], dir: &Path, stdin: &[u8]) -> anyhow::Result<Vec<u8>> {
+    use std::io::Write as _;
+    let mut c = std::process::Command::new("tar")
+        .args(args)
+        .current_dir(dir)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .context("tar")?;
+    c.stdin.take().context("stdin")?.write_all(stdin)?;
+    let out = c.wait_with_output()?;
+    anyhow::ensure!(out.status.success(), "tar {args:?}: {:?}", out.status);
+    Ok(out.stdout)
+}
+
+#[tokio::test]
+async fn stdin_eof_cp_and_scripts_over_websocket_and_spdy_and_attach_tty() -> anyhow::Result<()> {
+    let Some(c) = case("kapi-stdin").await? else {
+        return Ok(());
+    };
+    // Clean up whatever the body did, also when it failed or panicked.
+    c.guarded(stdin_body(&c)).await
+}
+
+async fn stdin_body(c: &Case) -> anyhow::Result<()> {
+    let Some((vk, pki)) = start_node(c)? else {
+        return Ok(());
+    };
+    let _docker = DockerTcp::ensure()?;
+    c.create(
+        "box",
+        json!({"containers": [{"name": "c", "image": "busybox", "command": ["sleep", "3600"]}]}),
+    )
+    .await?;
+    c.create(
+        "term",
+        // Two words: a one-word `command` gets the image's CMD appended (`sh sh`).
+        json!({"containers": [{"name": "c", "image": "busybox", "stdin": true, "tty": true,
+            "command": ["sh", "-i"]}]}),
+    )
+    .await?;
+    for pod in ["box", "term"] {
+        c.wait_pod(pod, "the pod to run", &vk, |s| phase(s) == "Running")
+            .await?;
+    }
+    let kubelet: std::net::SocketAddr = format!("127.0.0.1:{}", vk.kubelet_port).parse()?;
+    let kubeconfig = kube_emulator::kubelet_proxy::start(
+        c.client.clone(),
+        kubelet,
+        pki.ca_der.clone(),
+        APISERVER_TOKEN,
+        &pki.dir,
+    )
+    .await?;
+    // kube-rs through the API server stand-in: its WebSocket (v5) is passed to the node.
+    let kc = kube::config::Kubeconfig::read_from(&kubeconfig)?;
+    let proxied =
+        Client::try_from(kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?)?;
+    let pods: kube::Api<Pod> = kube::Api::namespaced(proxied, &c.ns);
+    let mib = binary_mib();
+
+    // `cat` and `wc -c` see 1 MiB of binary stdin and its end, byte for byte.
+    let started = std::time::Instant::now();
+    let (out, status) = run_ws(&pods, "box", &["cat"], Some(&mib))
+        .await
+        .with_context(|| vk.log_tail())?;
+    eprintln!(
+        "exec -i cat, 1 MiB both ways over v5: {:?}",
+        started.elapsed()
+    );
+    assert!(
+        out == mib,
+        "cat gave {} bytes, want {} (first difference at {:?}); {status:?}",
+        out.len(),
+        mib.len(),
+        out.iter().zip(&mib).position(|(a, b)| a != b)
+    );
+    assert_eq!(exit_code(&status), Some(0), "{status:?}");
+    let (out, status) = run_ws(&pods, "box", &["wc", "-c"], Some(&mib)).await?;
+    assert_eq!(
+        String::from_utf8_lossy(&out).trim(),
+        "1048576",
+        "{status:?}"
+    );
+    // The exit code of a command with stdin comes back.
+    let (out, status) = run_ws(
+        &pods,
+        "box",
+        &["sh", "-c", "read l; echo got:$l; exit 4"],
+        Some(b"x\n"),
+    )
+    .await?;
+    assert_eq!(out, b"got:x\n");
+    assert_eq!(exit_code(&status), Some(4), "{status:?}");
+
+    // `kubectl exec -i box -- sh < script`.
+    let script = b"echo one\nx=$((6*7))\necho \"$x\" >&2\nexit 5\n";
+    let (out, status) = run_ws(&pods, "box", &["sh"], Some(script)).await?;
+    assert_eq!(out, b"one\n42\n", "stderr is merged into stdout");
+    assert_eq!(exit_code(&status), Some(5), "{status:?}");
+
+    // `kubectl cp` both ways, as kubectl does it: tar over exec stdin into the pod, tar over
+    // exec stdout out of it.
+    let tmp = tempfile::tempdir()?;
+    let files = three_files(tmp.path())?;
+    let archive = local_tar(&["cf", "-", "in"], tmp.path(), b"")?;
+    let (_, status) = run_ws(&pods, "box", &["mkdir", "-p", "/data"], None).await?;
+    assert_eq!(exit_code(&status), Some(0), "{status:?}");
+    let (out, status) = run_ws(
+        &pods,
+        "box",
+        &["tar", "-xmf", "-", "-C", "/data"],
+        Some(&archive),
+    )
+    .await?;
+    assert_eq!(exit_code(&status), Some(0), "{status:?} {out:?}");
+    let (out, status) =
+        run_ws(&pods, "box", &["tar", "cf", "-", "-C", "/data", "in"], None).await?;
+    assert_eq!(exit_code(&status), Some(0), "{status:?}");
+    let back = tempfile::tempdir()?;
+    local_tar(&["xf", "-"], back.path(), &out)?;
+    same_files(&back.path().join("in"), &files)?;
+
+    // The same over SPDY: the real kubectl through the stand-in (stdin's end is the SPDY
+    // stream's half-close).
+    let out = kubectl_spdy(
+        &kubeconfig,
+        &c.ns,
+        &["exec", "-i", "box", "--", "wc", "-c"],
+        &mib,
+    )
+    .await?;
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "1048576",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = kubectl_spdy(
+        &kubeconfig,
+        &c.ns,
+        &["exec", "-i", "box", "--", "sh"],
+        script,
+    )
+    .await?;
+    assert_eq!(out.stdout, b"one\n42\n");
+    assert_eq!(
+        out.status.code(),
+        Some(5),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = kubectl_spdy(
+        &kubeconfig,
+        &c.ns,
+        &["exec", "-i", "box", "--", "cat"],
+        &mib,
+    )
+    .await?;
+    assert!(
+        out.stdout == mib,
+        "kubectl exec -i cat: {} bytes",
+        out.stdout.len()
+    );
+    let src = tmp.path().join("in");
+    let out = kubectl_spdy(
+        &kubeconfig,
+        &c.ns,
+        &["cp", &src.display().to_string(), "box:/data/spdy"],
+        b"",
+    )
+    .await?;
+    assert!(
+        out.status.success(),
+        "kubectl cp in: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dest = tmp.path().join("out");
+    let out = kubectl_spdy(
+        &kubeconfig,
+        &c.ns,
+        &["cp", "box:/data/spdy", &dest.display().to_string()],
+        b"",
+    )
+    .await?;
+    eprintln!(
+        "kubectl cp box:/data/spdy OUT (SPDY): exit {:?}, stdout {:?}, stderr {:?}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success(),
+        "kubectl cp out: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    same_files(&dest, &files)?;
+    // kubectl's own WebSocket (v5, its close signal) passed through to the node.
+    let out = kubectl_with(
+        &kubeconfig,
+        &c.ns,
+        &["exec", "-i", "box", "--", "cat"],
+        &mib,
+        true,
+    )
+    .await?;
+    assert!(
+        out.stdout == mib,
+        "kubectl exec -i cat over WebSocket: {} bytes, {}",
+        out.stdout.len(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = kubectl_with(
+        &kubeconfig,
+        &c.ns,
+        &["exec", "-i", "box", "--", "sh"],
+        script,
+        true,
+    )
+    .await?;
+    assert_eq!(
+        (out.stdout.as_slice(), out.status.code()),
+        (&b"one\n42\n"[..], Some(5)),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let ws_dest = tmp.path().join("out-ws");
+    let out = kubectl_with(
+        &kubeconfig,
+        &c.ns,
+        &["cp", "box:/data/spdy", &ws_dest.display().to_string()],
+        b"",
+        true,
+    )
+    .await?;
+    assert!(
+        out.status.success(),
+        "kubectl cp out (WebSocket): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    same_files(&ws_dest, &files)?;
+
+    // `kubectl attach -it term` to a `tty: true` shell: what is typed is echoed and run.
+    let ap = AttachParams::interactive_tty().container("c");
+    let mut a = pods
+        .attach("term", &ap)
+        .await
+        .with_context(|| vk.log_tail())?;
+    let mut stdin = a.stdin().context("stdin")?;
+    let mut stdout = a.stdout().context("stdout")?;
+    stdin.write_all(b"echo typed-$((40+2))\n").await?;
+    let mut seen = String::new();
+    assert!(
+        read_until(&mut stdout, "typed-42", &mut seen)
+            .await
+            .with_context(|| vk.log_tail())?,
+        "{seen:?}"
+    );
+    assert!(
+        seen.contains("echo typed-$((40+2))"),
+        "the terminal's echo: {seen:?}"
+    );
+    a.abort();
     Ok(())
 }

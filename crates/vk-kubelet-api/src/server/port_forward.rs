@@ -158,7 +158,7 @@ async fn forward(api: Arc<KubeletApi>, pod: Pod, ports: Vec<u16>, socket: WebSoc
         let mut out_tx = out_tx;
         async move {
             futures::future::join_all(conns).await;
-            let _ = out_tx.send(Message::Close(None)).await;
+            let _ = out_tx.send(super::normal_close()).await;
         }
     };
     let writer = async move {

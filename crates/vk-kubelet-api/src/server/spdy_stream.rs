@@ -247,14 +247,15 @@ async fn exec_session(
         Started::Session(s) => (Some(s), false),
         Started::Run => (None, true),
     };
-    let (input, output, tty, resizer) = match session {
+    let (input, output, resizer, exit_code) = match session {
         Some(Session {
             output,
             input,
-            tty,
             resize,
-        }) => (Some(input), Some(output), tty, resize),
-        None => (None, None, false, None),
+            exit_code,
+            ..
+        }) => (Some(input), Some(output), resize, exit_code),
+        None => (None, None, None, None),
     };
     let (ready_tx, ready_rx) = oneshot::channel::<ExecStreams>();
     // The client's frames: stream openings, stdin, resizes and pings.
@@ -319,10 +320,8 @@ async fn exec_session(
                                 if !data.is_empty() && i.send(data).await.is_err() {
                                     input = None;
                                 } else if flags & FLAG_FIN != 0 {
-                                    // End of stdin: a TTY sees Ctrl-D, a pipe is closed.
-                                    if tty {
-                                        let _ = i.send(Bytes::from_static(b"\x04")).await;
-                                    }
+                                    // End of stdin (the client's half-close): the backend
+                                    // makes the process see it; its output still comes.
                                     let _ = i.close().await;
                                     input = None;
                                 }
@@ -385,7 +384,7 @@ async fn exec_session(
                     )),
                 }
             } else {
-                let mut status = exit_status(None, &q.command);
+                let mut status = None;
                 if let Some(mut output) = output {
                     let target = s.stdout.or(s.stderr);
                     while let Some(chunk) = output.next().await {
@@ -398,13 +397,16 @@ async fn exec_session(
                                 }
                             }
                             Err(e) => {
-                                status = internal_status(&e.message);
+                                status = Some(internal_status(&e.message));
                                 break;
                             }
                         }
                     }
                 }
-                status
+                status.unwrap_or_else(|| {
+                    let code = exit_code.as_ref().and_then(|c| c.get().copied());
+                    exit_status(code, &q.command)
+                })
             };
             // v4 writes the Status as JSON; older protocols only a
             // failure's message as text.

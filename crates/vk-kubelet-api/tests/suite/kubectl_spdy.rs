@@ -13,6 +13,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use bytes::Bytes;
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::{
     Container, ContainerState, ContainerStateRunning, ContainerStatus, Pod, PodSpec, PodStatus,
 };
@@ -141,15 +142,21 @@ impl Backend for Local {
         let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
             return Err(KubeletError::internal("no pipes"));
         };
-        // The child is reaped when it exits (its output ends first).
-        tokio::spawn(async move {
-            let _ = child.wait().await;
-        });
+        // The output ends once the child has exited and its code is set.
+        let code = vk_kubelet_api::backend::ExitCode::default();
+        let set = code.clone();
+        let reaped = futures::stream::once(async move {
+            if let Ok(Some(c)) = child.wait().await.map(|s| s.code()) {
+                let _ = set.set(c);
+            }
+        })
+        .filter_map(|()| async { None });
         Ok(Session {
-            output: read_stream(stdout),
+            output: Box::pin(read_stream(stdout).chain(reaped)),
             input: write_sink(stdin),
             tty,
             resize: None,
+            exit_code: Some(code),
         })
     }
     async fn attach(&self, _: &Pod, _: &str) -> Result<Session, KubeletError> {
@@ -168,6 +175,7 @@ impl Backend for Local {
             input: write_sink(w),
             tty: false,
             resize: None,
+            exit_code: None,
         })
     }
 }
@@ -294,7 +302,7 @@ async fn real_kubectl_exec_and_port_forward_over_spdy() {
             "--",
             "sh",
             "-c",
-            "while read l; do echo got:$l; done; echo bye",
+            "while read l; do echo got:$l; done; echo bye; exit 4",
         ],
         b"one\ntwo\n",
     )
@@ -304,7 +312,8 @@ async fn real_kubectl_exec_and_port_forward_over_spdy() {
         String::from_utf8_lossy(&out.stderr),
     );
     assert_eq!(so, "got:one\ngot:two\nbye\n", "stderr: {se}");
-    assert_eq!(out.status.code(), Some(0), "{se}");
+    // The backend's exit code of a session reaches the error stream's Status.
+    assert_eq!(out.status.code(), Some(4), "{se}");
 
     // Port-forward to an HTTP server, fetched with curl.
     let web = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -103,6 +103,7 @@ impl Backend for Fake {
             input: Box::pin(tx.sink_map_err(|e| KubeletError::internal(e.to_string()))),
             tty: false,
             resize: None,
+            exit_code: None,
         })
     }
     async fn stats(&self, pods: &[Pod]) -> Result<Vec<PodSample>, KubeletError> {
