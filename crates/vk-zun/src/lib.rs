@@ -33,6 +33,7 @@ pub mod prober;
 pub mod probes;
 pub mod provider;
 pub mod quantity;
+pub mod restarts;
 pub mod run_logs;
 pub mod services;
 pub mod status;
