@@ -22,6 +22,7 @@
 
 pub mod downward;
 pub mod events;
+pub mod handover;
 pub mod kubelet;
 pub mod labels;
 pub mod netpol;
