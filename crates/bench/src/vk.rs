@@ -51,6 +51,7 @@ pub struct VkOptions {
 
 /// The ownership label every Zun container of a node carries.
 const NODE_LABEL: &str = "virtual-kubelet.sunet.se/node";
+const POD_NAME_LABEL: &str = "virtual-kubelet.sunet.se/pod-name";
 /// The Zun service's label in the client metrics.
 const ZUN_SERVICE: &str = "container";
 
@@ -354,6 +355,7 @@ async fn first_request(
 async fn reaction(
     bench: &Bench,
     vk: &VirtualKubelet,
+    zun: &dyn openstack::container::Container,
     node: &str,
     samples: usize,
 ) -> anyhow::Result<VkReaction> {
@@ -388,6 +390,12 @@ async fn reaction(
             .unwrap_or(create.sent_at());
         out.first_create_ms.push(ms_since(t0, create.sent_at()));
         out.first_request_ms.push(ms_since(t0, first));
+        // When Zun first lists the container Running, and when the pod is seen Running.
+        let (zun_at, pod_at) = zun_then_pod_running(&pods, zun, node, &name)
+            .await
+            .with_context(|| vk.log_tail(20))?;
+        out.running_after_zun_ms
+            .push(pod_at.saturating_duration_since(zun_at).as_secs_f64() * 1000.0);
         // Running before the next pod, so each pod finds the node idle.
         let one = BTreeMap::from([(name.clone(), sent)]);
         let (running, failed) = wait_running(
@@ -411,13 +419,57 @@ async fn reaction(
     out.first_create_p99_ms = stats::percentile(&out.first_create_ms, 99.0).unwrap_or(f64::NAN);
     out.first_request_median_ms = stats::median(&out.first_request_ms).unwrap_or(f64::NAN);
     out.running_median_ms = stats::median(&out.running_ms).unwrap_or(f64::NAN);
+    out.running_after_zun_median_ms = stats::median(&out.running_after_zun_ms).unwrap_or(f64::NAN);
+    out.running_after_zun_p99_ms =
+        stats::percentile(&out.running_after_zun_ms, 99.0).unwrap_or(f64::NAN);
     Ok(out)
+}
+
+/// Polls Zun's list (the pod's container by its node and pod-name labels) and the pod, every
+/// 100 ms each, until both show it running: when Zun first listed it `Running`, and when the
+/// pod was first seen `Running` (at or after that).
+async fn zun_then_pod_running(
+    pods: &Api<Pod>,
+    zun: &dyn openstack::container::Container,
+    node: &str,
+    name: &str,
+) -> anyhow::Result<(Instant, Instant)> {
+    let labels = BTreeMap::from([
+        (NODE_LABEL.to_string(), node.to_string()),
+        (POD_NAME_LABEL.to_string(), name.to_string()),
+    ]);
+    let deadline = Instant::now() + Duration::from_secs(180);
+    let (mut zun_at, mut pod_at) = (None, None);
+    while Instant::now() < deadline {
+        let (listed, pod) = tokio::join!(zun.list_containers(&labels, None), pods.get(name));
+        let now = Instant::now();
+        if zun_at.is_none()
+            && listed
+                .context("listing the pod's Zun container")?
+                .iter()
+                .any(|c| c.status == openstack::container::status::RUNNING)
+        {
+            zun_at = Some(now);
+        }
+        if pod_at.is_none()
+            && phase(&pod.with_context(|| format!("reading pod {name}"))?) == "Running"
+        {
+            pod_at = Some(now);
+        }
+        if let (Some(z), Some(p)) = (zun_at, pod_at) {
+            // Seen in the same poll: the pod was no later than Zun's list.
+            return Ok((z, p.max(z)));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    anyhow::bail!("pod {name}: Zun Running {zun_at:?}, pod Running {pod_at:?} after 180 s")
 }
 
 /// The real run; its figures are written into `r` as they are measured.
 async fn real_body(
     bench: &Bench,
     vk: &VirtualKubelet,
+    tenant: &ZunTenant,
     counter: &Counter,
     opts: &VkOptions,
     r: &mut RealRun,
@@ -436,7 +488,11 @@ async fn real_body(
             "bench: vk: reaction, {} pods one at a time",
             opts.reaction_samples
         );
-        r.reaction = reaction(bench, vk, &r.node, opts.reaction_samples).await?;
+        let zun = tenant
+            .client()
+            .await
+            .context("a Zun client for the bench")?;
+        r.reaction = reaction(bench, vk, &zun, &r.node, opts.reaction_samples).await?;
         delete_pods(&pods, &bench.run, timeout).await?;
     }
 
@@ -585,7 +641,7 @@ pub async fn real(
     };
     let ok = settle(
         "vk",
-        real_body(bench, &vk, &counter, opts, &mut r),
+        real_body(bench, &vk, &tenant, &counter, opts, &mut r),
         token,
         problems,
         || Some(vk.log_tail(20)),

@@ -123,6 +123,14 @@ pub struct VkReaction {
     pub running_ms: Vec<f64>,
     /// Median of `running_ms`.
     pub running_median_ms: f64,
+    /// Per pod, ms from the bench first seeing Zun list the pod's container `Running` (its
+    /// list polled every 100 ms) until it saw the pod `Running` (polled every 100 ms): the
+    /// node's own share of the start, Zun's excluded.
+    pub running_after_zun_ms: Vec<f64>,
+    /// Median of `running_after_zun_ms`.
+    pub running_after_zun_median_ms: f64,
+    /// 99th percentile (nearest rank) of `running_after_zun_ms`.
+    pub running_after_zun_p99_ms: f64,
 }
 
 /// N pods created, Running, then deleted, against real Zun.
@@ -301,12 +309,14 @@ pub fn render(o: &mut String, v: &VkRun) {
         let x = &r.reaction;
         let _ = writeln!(
             o,
-            "  reaction ({} pods, one at a time, node otherwise idle): pod sent → its create_container sent {:.0} ms median, {:.0} ms p99; → first Zun request of the pass {:.0} ms median; → seen Running {:.0} ms median",
+            "  reaction ({} pods, one at a time, node otherwise idle): pod sent → its create_container sent {:.0} ms median, {:.0} ms p99; → first Zun request of the pass {:.0} ms median; → seen Running {:.0} ms median; Zun lists it Running → pod seen Running {:.0} ms median, {:.0} ms p99",
             x.samples,
             x.first_create_median_ms,
             x.first_create_p99_ms,
             x.first_request_median_ms,
-            x.running_median_ms
+            x.running_median_ms,
+            x.running_after_zun_median_ms,
+            x.running_after_zun_p99_ms
         );
         if !r.failed_pods.is_empty() {
             let _ = writeln!(o, "  pods that failed: {}", r.failed_pods.join("; "));

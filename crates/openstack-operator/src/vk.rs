@@ -70,6 +70,11 @@ pub struct VkArgs {
     /// Seconds between two syncs of all pods with Zun (one Zun list each).
     #[arg(long, default_value_t = 5)]
     pub poll_interval_seconds: u64,
+    /// Milliseconds between two reads of the pods in transition only (containers starting,
+    /// stopping, deleted, a restart due: one GET per container, or one list when many); 0 turns
+    /// it off, leaving them to the full syncs.
+    #[arg(long, default_value_t = 500)]
+    pub transition_poll_millis: u64,
     /// Pods whose Zun actions (create, stop, delete) run at the same time in a pass.
     #[arg(long, default_value_t = vk_zun::provider::DEFAULT_POD_CONCURRENCY)]
     pub pod_concurrency: usize,
@@ -142,6 +147,19 @@ pub struct VkArgs {
     pub log_format: LogFormat,
 }
 
+impl VkArgs {
+    /// The full sync's interval.
+    pub fn poll_interval(&self) -> Duration {
+        Duration::from_secs(self.poll_interval_seconds.max(1))
+    }
+
+    /// The transition pass's interval (`None`: off).
+    pub fn transition_poll(&self) -> Option<Duration> {
+        (self.transition_poll_millis > 0)
+            .then(|| Duration::from_millis(self.transition_poll_millis))
+    }
+}
+
 /// `kubernetes.io/arch` of this build.
 pub(crate) fn arch() -> &'static str {
     match std::env::consts::ARCH {
@@ -212,6 +230,7 @@ pub async fn run(args: VkArgs) -> anyhow::Result<()> {
     let provider = Arc::new(
         ZunProvider::new(zun, cfg, project_id.clone(), UnlimitedCapacity::default())
             .with_pod_concurrency(args.pod_concurrency)
+            .with_transition_poll(args.transition_poll(), args.poll_interval())
             .with_ports(ports, neutron),
     );
     let client = Client::try_default()

@@ -510,6 +510,7 @@ async fn reconcile(
     let provider = Arc::new(
         ZunProvider::new(zun, cfg, project_id.clone(), UnlimitedCapacity::default())
             .with_pod_concurrency(args.pod_concurrency)
+            .with_transition_poll(args.transition_poll(), args.poll_interval())
             .with_ports(ports, neutron),
     );
     let node_provider = provider.clone();

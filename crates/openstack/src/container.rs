@@ -465,6 +465,14 @@ pub trait Container: Send + Sync {
             "attach to {id}: not offered by this port"
         )))
     }
+    /// A tar archive of `path` in a container, running or stopped (Docker's get_archive
+    /// through Zun; the entries are named after `path`'s base name).
+    async fn get_archive(&self, id: &str, path: &str) -> Result<Vec<u8>> {
+        let _ = path;
+        Err(crate::error::Error::unexpected(format!(
+            "get archive from {id}: not offered by this port"
+        )))
+    }
     /// Extract a tar archive into a created, running, paused or stopped container at
     /// `path` (Docker's put_archive through Zun; files of the archive replace those there).
     async fn put_archive(&self, id: &str, path: &str, tar: &[u8]) -> Result<()> {

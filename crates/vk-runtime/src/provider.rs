@@ -173,4 +173,21 @@ pub trait Provider: Send + Sync + 'static {
         objects: &dyn Objects,
         complete: bool,
     ) -> Result<Vec<PodUpdate>, ProviderError>;
+
+    /// How often [`Provider::sync_transitions`] runs between full passes (`None`: never).
+    fn transition_interval(&self) -> Option<std::time::Duration> {
+        None
+    }
+
+    /// A short pass over the pods the provider sees in transition (containers starting,
+    /// stopping, being deleted, a restart due), reading only their backend objects; the other
+    /// pods are left to [`Provider::sync`]. Answers as `sync` does, for those pods only.
+    async fn sync_transitions(
+        &self,
+        pods: &[Pod],
+        objects: &dyn Objects,
+    ) -> Result<Vec<PodUpdate>, ProviderError> {
+        let _ = (pods, objects);
+        Ok(Vec::new())
+    }
 }

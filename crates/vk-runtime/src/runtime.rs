@@ -227,6 +227,11 @@ pub async fn run(
     status_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut poll_tick = tokio::time::interval(cfg.poll_interval);
     poll_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // Pods in transition are looked at between full passes (a far-off tick when the provider
+    // offers no such pass, so the branch stays idle).
+    let fast = provider.transition_interval();
+    let mut fast_tick = tokio::time::interval(fast.unwrap_or(Duration::from_secs(3600)));
+    fast_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => break,
@@ -245,6 +250,9 @@ pub async fn run(
                 }
             }
             _ = poll_tick.tick() => sync_once(&client, &store, provider.as_ref(), &objects).await,
+            _ = fast_tick.tick(), if fast.is_some() => {
+                sync_transitions(&client, &store, provider.as_ref(), &objects).await;
+            }
             _ = wake.notified() => {
                 // Let a burst of events settle into one pass.
                 tokio::time::sleep(Duration::from_millis(200)).await;
@@ -464,6 +472,31 @@ async fn sync_once(
             continue;
         };
         apply_update(client, pod, &u).await;
+    }
+}
+
+/// The provider's short pass over its pods in transition; updates written as in a full pass.
+async fn sync_transitions(
+    client: &Client,
+    store: &Store<Pod>,
+    provider: &dyn Provider,
+    objects: &dyn Objects,
+) {
+    if store.wait_until_ready().now_or_never_ready() {
+        let pods: Vec<Pod> = store.state().iter().map(|p| (**p).clone()).collect();
+        match provider.sync_transitions(&pods, objects).await {
+            Ok(updates) => {
+                for u in updates {
+                    if let Some(pod) = pods
+                        .iter()
+                        .find(|p| p.metadata.uid.as_deref() == Some(&u.uid))
+                    {
+                        apply_update(client, pod, &u).await;
+                    }
+                }
+            }
+            Err(e) => debug!(error = %e, "transition pass failed; the next full pass covers it"),
+        }
     }
 }
 

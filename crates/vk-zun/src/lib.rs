@@ -24,6 +24,7 @@
 pub mod downward;
 pub mod events;
 pub mod exec_session;
+pub mod handover;
 pub mod kubelet;
 pub mod labels;
 pub mod netpol;
@@ -35,6 +36,7 @@ pub mod prober;
 pub mod probes;
 pub mod provider;
 pub mod quantity;
+pub mod restarts;
 pub mod run_logs;
 pub mod services;
 pub mod status;

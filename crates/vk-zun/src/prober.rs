@@ -182,7 +182,8 @@ impl Prober {
     }
 
     /// Brings the runs in line with what Zun shows for `pod` this pass
-    /// (`restarted`: containers started again this pass, a new run each) and
+    /// (`restarted`: containers the node started again that Zun does not show running yet,
+    /// unprobed until it does, then a new run each) and
     /// answers `started`/`ready` of its containers that have probes.
     pub fn observe(
         &self,
@@ -210,8 +211,19 @@ impl Prober {
                 t.runs.remove(&key);
                 continue;
             };
-            let fresh = restarted.contains(&(Role::Main, c.name.clone()));
-            let running = z.status == zs::RUNNING || fresh;
+            // Started by the node (this pass, or a start Zun has not shown yet): not probed
+            // until Zun shows it running (a check in a container still stopped would fail and
+            // kill it), no longer being terminated, and started/ready as a new run is.
+            if restarted.contains(&(Role::Main, c.name.clone())) {
+                t.runs.remove(&key);
+                t.terminating.remove(&z.uuid);
+                if !specs.is_empty() && !deleting {
+                    let fresh = ContainerProbes::new(&specs, now);
+                    views.insert(c.name.clone(), (fresh.started(), fresh.ready()));
+                }
+                continue;
+            }
+            let running = z.status == zs::RUNNING;
             if !running {
                 t.runs.remove(&key);
                 // Stopped: a later stop (the pod's deletion after a restart) runs its hook again.
@@ -222,7 +234,7 @@ impl Prober {
                 t.runs.remove(&key);
                 continue;
             }
-            if fresh || !t.runs.contains_key(&key) {
+            if !t.runs.contains_key(&key) {
                 t.runs.insert(
                     key.clone(),
                     Run {

@@ -71,7 +71,24 @@ struct Memory {
     last_port_sweep: Option<std::time::Instant>,
     /// Stops sent, by container uuid: until when another stop is not sent (see [`stop_due`]).
     stops: HashMap<String, std::time::Instant>,
+    /// The restart memory (crash back-off, starts Zun has not shown yet) of each pod's
+    /// containers, by pod uid ([`crate::restarts`]); in memory only, as the kubelet's.
+    tracks: HashMap<String, BTreeMap<Key, crate::restarts::Track>>,
+    /// Pods in transition ([`status::in_transition`]) by uid: since when, and their Zun
+    /// containers as the last pass left them (what the transition pass reads again).
+    transitions: HashMap<String, (jiff::Timestamp, Vec<ZunContainer>)>,
 }
+
+/// How long a pod stays in the transition pass: one that takes longer (an image pulled for
+/// minutes, a long `preStop`) is left to the full passes.
+const TRANSITION_FOR: jiff::SignedDuration = jiff::SignedDuration::from_secs(60);
+
+/// Up to this many containers in transition are read with one `GET /containers/{id}` each
+/// (Zun asks Docker); more cost one list instead.
+const TRANSITION_GETS: usize = 4;
+
+/// The transition pass's interval, by default.
+pub const DEFAULT_TRANSITION_INTERVAL: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// How long after a stop's grace period a container still listed as running gets no second
 /// stop: Zun answers a stop at once and its compute marks the container `stopping` only when
@@ -108,6 +125,9 @@ pub struct ZunProvider {
     /// Probes and `preStop` hooks ([`crate::prober`]).
     prober: crate::prober::Prober,
     volumes: Mutex<volume_sync::VolumeMemory>,
+    /// The transition pass's interval (`None`: off) and the full passes' (a restart due
+    /// within it is looked at in the transition pass).
+    transition: (Option<std::time::Duration>, std::time::Duration),
 }
 
 /// Pods whose pass runs at the same time, by default.
@@ -132,7 +152,92 @@ impl ZunProvider {
             pod_concurrency: DEFAULT_POD_CONCURRENCY,
             memory: Mutex::new(Memory::default()),
             volumes: Mutex::default(),
+            transition: (
+                Some(DEFAULT_TRANSITION_INTERVAL),
+                std::time::Duration::from_secs(5),
+            ),
         }
+    }
+
+    /// Pods in transition (containers starting, stopping, deleted, a restart due) are read
+    /// again every `every` (`None`: only in the full passes, every `full`).
+    pub fn with_transition_poll(
+        mut self,
+        every: Option<std::time::Duration>,
+        full: std::time::Duration,
+    ) -> Self {
+        self.transition = (every, full);
+        self
+    }
+
+    /// The transition pass: the pods [`status::in_transition`] named at their last pass, read
+    /// again (one GET per container, or one list when there are many) and synced as in a full
+    /// pass; no other pod is looked at.
+    async fn transition_pass(
+        &self,
+        pods: &[Pod],
+        objects: &dyn Objects,
+    ) -> Result<Vec<PodUpdate>, ProviderError> {
+        let now = jiff::Timestamp::now();
+        let due: Vec<(&Pod, Vec<ZunContainer>)> = {
+            let m = self.mem();
+            pods.iter()
+                .filter_map(|p| {
+                    let (since, seen) = m.transitions.get(p.metadata.uid.as_deref()?)?;
+                    (now.duration_since(*since) < TRANSITION_FOR).then(|| (p, seen.clone()))
+                })
+                .collect()
+        };
+        if due.is_empty() {
+            return Ok(Vec::new());
+        }
+        let unavailable = |e: openstack::Error| ProviderError::Unavailable(e.to_string());
+        let n: usize = due.iter().map(|(_, seen)| seen.len()).sum();
+        let mut fresh: Vec<(&Pod, Vec<ZunContainer>)> = Vec::with_capacity(due.len());
+        if n <= TRANSITION_GETS {
+            for (pod, seen) in due {
+                let mut now_seen = Vec::with_capacity(seen.len());
+                for c in seen {
+                    match self.zun.get_container(&c.uuid).await {
+                        Ok(c) => now_seen.push(c),
+                        Err(e) if e.is_not_found() => {}
+                        Err(e) => return Err(unavailable(e)),
+                    }
+                }
+                fresh.push((pod, now_seen));
+            }
+        } else {
+            let all = self
+                .zun
+                .list_containers(&labels::ours(&self.cfg.node_name), None)
+                .await
+                .map_err(unavailable)?;
+            let all = self.refresh_stale_stops(all).await;
+            for (pod, _) in due {
+                let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+                let mine = all
+                    .iter()
+                    .filter(|c| c.labels.get(labels::POD_UID).map(String::as_str) == Some(uid))
+                    .cloned()
+                    .collect();
+                fresh.push((pod, mine));
+            }
+        }
+        let mut out = Vec::with_capacity(fresh.len());
+        for (pod, observed) in fresh {
+            let span = tracing::info_span!(
+                "sync_pod",
+                kind = "Pod",
+                namespace = pod.metadata.namespace.as_deref().unwrap_or_default(),
+                object = pod.metadata.name.as_deref().unwrap_or_default(),
+            );
+            out.push(
+                self.sync_pod(pod, observed, objects, now)
+                    .instrument(span)
+                    .await,
+            );
+        }
+        Ok(out)
     }
 
     /// Create each pod's Neutron port before its containers (when the pod's network is
@@ -678,10 +783,17 @@ impl ZunProvider {
                 pass.failure = Some((PROVIDER_FAILED.into(), e.to_string()));
             }
         }
+        let mut tracks = self.mem().tracks.get(&uid).cloned().unwrap_or_default();
+        {
+            let (by_key, _) = status::index(&observed);
+            for (k, t) in tracks.iter_mut() {
+                crate::restarts::settle(t, by_key.get(k), now);
+            }
+        }
         let actions = if pass.failure.is_some() {
             Vec::new()
         } else {
-            status::decide(pod, &observed, now)
+            status::decide(pod, &observed, &tracks, now)
         };
         let backing_off = {
             let m = self.mem();
@@ -733,6 +845,11 @@ impl ZunProvider {
                 }
                 Action::Restart { id, key } => match self.restart(&uid, &id).await {
                     Ok(()) => {
+                        if let Some(c) = observed.iter().find(|c| c.uuid == id) {
+                            let finished = status::ended_at(pod, &key, &id, now);
+                            let t = crate::restarts::restarted(tracks.get(&key), c, finished, now);
+                            tracks.insert(key.clone(), t);
+                        }
                         events.push(PodEvent {
                             type_: EventType::Normal,
                             reason: "Started".into(),
@@ -873,12 +990,38 @@ impl ZunProvider {
                 );
             }
         }
-        let views = self.prober.observe(pod, &observed, &pass.restarted, now);
+        // Containers restarted this pass or whose start Zun has not shown yet: not probed yet.
+        let mut not_yet = pass.restarted.clone();
+        not_yet.extend(
+            tracks
+                .iter()
+                .filter(|(_, t)| t.starting.is_some())
+                .map(|(k, _)| k.clone()),
+        );
+        let views = self.prober.observe(pod, &observed, &not_yet, now);
         pass.probes = views;
         for e in self.prober.take_events(&uid) {
             self.once(&uid, &mut events, e);
         }
         update.events = events;
+        let horizon = jiff::SignedDuration::try_from(self.transition.1).unwrap_or_default();
+        let moving = self.transition.0.is_some()
+            && status::in_transition(pod, &observed, &tracks, now, horizon);
+        {
+            let mut m = self.mem();
+            if deleting {
+                m.tracks.remove(&uid);
+            } else {
+                m.tracks.insert(uid.clone(), tracks.clone());
+            }
+            if moving {
+                let since = m.transitions.get(&uid).map_or(now, |t| t.0);
+                m.transitions.insert(uid.clone(), (since, observed.clone()));
+            } else {
+                m.transitions.remove(&uid);
+            }
+        }
+        pass.tracks = tracks;
         if deleting {
             update.deleted = observed.is_empty();
             if update.deleted
@@ -1068,6 +1211,18 @@ impl Provider for ZunProvider {
         }
     }
 
+    fn transition_interval(&self) -> Option<std::time::Duration> {
+        self.transition.0
+    }
+
+    async fn sync_transitions(
+        &self,
+        pods: &[Pod],
+        objects: &dyn Objects,
+    ) -> Result<Vec<PodUpdate>, ProviderError> {
+        self.transition_pass(pods, objects).await
+    }
+
     async fn sync(
         &self,
         pods: &[Pod],
@@ -1159,6 +1314,8 @@ impl Provider for ZunProvider {
             m.events.retain(|(uid, _, _)| live.contains(uid));
             m.create_failures.retain(|uid, _| live.contains(uid));
             m.pod_ports.retain(|uid, _| live.contains(uid));
+            m.tracks.retain(|uid, _| live.contains(uid));
+            m.transitions.retain(|uid, _| live.contains(uid));
             drop(m);
             self.prober.retain_pods(&live);
             crate::run_logs::global().retain_pods(&live);

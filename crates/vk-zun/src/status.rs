@@ -2,8 +2,9 @@
 //! as pure functions of the pod, what Zun reports and the time.
 //!
 //! The kubelet's rules are followed: init containers one at a time, in
-//! order; restarts per `restartPolicy` with the kubelet's back-off (10 s
-//! doubling to 5 min, the first restart at once); phase from the container
+//! order; restarts per `restartPolicy` with the kubelet's back-off
+//! ([`crate::restarts`]: the first restart at once, then 10 s doubling to
+//! 5 min, reset after a 10 min run); phase from the container
 //! states (`getPhase` in `pkg/kubelet/kubelet_pods.go`); a container whose
 //! status names a Zun container that no longer exists was deleted behind
 //! our back, which fails the pod.
@@ -18,6 +19,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use openstack::container::{ZunContainer, status as zs};
 
 use crate::labels;
+use crate::restarts::{self, Track};
 use crate::translate::Role;
 
 /// `containerID` scheme in container statuses.
@@ -127,13 +129,14 @@ fn is_deleting(pod: &Pod) -> bool {
     pod.metadata.deletion_timestamp.is_some()
 }
 
-/// The kubelet's crash back-off before restart number `n + 1`.
-pub fn backoff(restarts: i32) -> jiff::SignedDuration {
-    if restarts <= 0 {
+/// The wait before retrying a create that failed `failures` times (`CreateContainerError`):
+/// 10 s doubling to 5 min, the kubelet's container back-off.
+pub fn backoff(failures: i32) -> jiff::SignedDuration {
+    if failures <= 0 {
         return jiff::SignedDuration::ZERO;
     }
     let secs = 10i64
-        .saturating_mul(1i64 << (restarts - 1).min(10))
+        .saturating_mul(1i64 << (failures - 1).min(10))
         .min(300);
     jiff::SignedDuration::from_secs(secs)
 }
@@ -146,15 +149,28 @@ fn running(c: &ZunContainer) -> bool {
     matches!(c.status.as_str(), zs::RUNNING | zs::RESTARTING | zs::PAUSED)
 }
 
-fn last_finished(pod: &Pod, key: &Key) -> Option<jiff::Timestamp> {
-    let p = prev_status(pod, key)?;
-    let t = p
-        .state
-        .as_ref()
-        .and_then(|s| s.terminated.as_ref())
-        .or_else(|| p.last_state.as_ref().and_then(|s| s.terminated.as_ref()))?;
-    t.finished_at.as_ref().map(|t| t.0)
+/// When the run of Zun container `uuid` that Zun shows ended was first seen ended: kept in the
+/// status (`state.terminated`, or `lastState.terminated` while it waits in `CrashLoopBackOff`),
+/// else `now` (this pass sees it first). Zun has no finish time of its own.
+pub fn ended_at(pod: &Pod, key: &Key, uuid: &str, now: jiff::Timestamp) -> jiff::Timestamp {
+    let id = format!("{ID_SCHEME}{uuid}");
+    let Some(p) = prev_status(pod, key) else {
+        return now;
+    };
+    let st = p.state.as_ref();
+    let t = st.and_then(|s| s.terminated.as_ref()).or_else(|| {
+        st.and_then(|s| s.waiting.as_ref())
+            .filter(|w| w.reason.as_deref() == Some(CRASH_LOOP))
+            .and(p.last_state.as_ref())
+            .and_then(|l| l.terminated.as_ref())
+    });
+    t.filter(|t| t.container_id.as_deref() == Some(&id))
+        .and_then(|t| t.finished_at.as_ref())
+        .map_or(now, |f| f.0)
 }
+
+/// The waiting reason of a container in its crash back-off.
+pub const CRASH_LOOP: &str = "CrashLoopBackOff";
 
 fn should_restart(pod: &Pod, role: Role, code: Option<i32>) -> bool {
     match (role, restart_policy(pod)) {
@@ -166,12 +182,20 @@ fn should_restart(pod: &Pod, role: Role, code: Option<i32>) -> bool {
     }
 }
 
-fn restart_due(pod: &Pod, key: &Key, now: jiff::Timestamp) -> bool {
-    let restarts = prev_status(pod, key).map(|s| s.restart_count).unwrap_or(0);
-    match last_finished(pod, key) {
-        Some(t) => now >= t + backoff(restarts),
-        None => restarts == 0,
+/// Whether an exited container may be started again now: no start of ours is still pending in
+/// Zun, and its back-off is over ([`restarts::backing_off`]).
+fn restart_due(
+    pod: &Pod,
+    key: &Key,
+    c: &ZunContainer,
+    tracks: &BTreeMap<Key, Track>,
+    now: jiff::Timestamp,
+) -> bool {
+    let track = tracks.get(key);
+    if track.is_some_and(|t| t.starting.is_some()) {
+        return false;
     }
+    restarts::backing_off(track, ended_at(pod, key, &c.uuid, now), now).is_none()
 }
 
 /// The grace period of a pod being deleted, seconds.
@@ -187,8 +211,14 @@ pub fn grace_seconds(pod: &Pod) -> u64 {
         .max(0) as u64
 }
 
-/// What to do for one pod this pass.
-pub fn decide(pod: &Pod, observed: &[ZunContainer], now: jiff::Timestamp) -> Vec<Action> {
+/// What to do for one pod this pass; `tracks` are the node's restart memory of its containers
+/// ([`restarts::settle`]d against `observed`).
+pub fn decide(
+    pod: &Pod,
+    observed: &[ZunContainer],
+    tracks: &BTreeMap<Key, Track>,
+    now: jiff::Timestamp,
+) -> Vec<Action> {
     let (by_key, dups) = index(observed);
     let mut actions: Vec<Action> = dups
         .iter()
@@ -269,7 +299,7 @@ pub fn decide(pod: &Pod, observed: &[ZunContainer], now: jiff::Timestamp) -> Vec
         if code == Some(0) {
             continue;
         }
-        if should_restart(pod, Role::Init, code) && restart_due(pod, &key, now) {
+        if should_restart(pod, Role::Init, code) && restart_due(pod, &key, c, tracks, now) {
             actions.push(Action::Restart {
                 id: c.uuid.clone(),
                 key,
@@ -297,7 +327,7 @@ pub fn decide(pod: &Pod, observed: &[ZunContainer], now: jiff::Timestamp) -> Vec
         } else if let Some(c) = by_key.get(&key)
             && exited(c)
             && should_restart(pod, Role::Main, c.exit_code())
-            && restart_due(pod, &key, now)
+            && restart_due(pod, &key, c, tracks, now)
         {
             actions.push(Action::Restart {
                 id: c.uuid.clone(),
@@ -306,6 +336,49 @@ pub fn decide(pod: &Pod, observed: &[ZunContainer], now: jiff::Timestamp) -> Vec
         }
     }
     actions
+}
+
+/// Whether the pod is in a transition that the node looks at between full passes
+/// ([`crate::provider`]'s transition pass): a container being created, started (also a
+/// restart Zun has not shown yet), stopped or deleted (Zun's state or a `task_state`), the
+/// pod being deleted with containers left, or a restart falling due within `horizon` (the
+/// next full pass would be late for it). A pod merely running, or waiting in a long back-off,
+/// is not: its cost stays the full pass's one list.
+pub fn in_transition(
+    pod: &Pod,
+    observed: &[ZunContainer],
+    tracks: &BTreeMap<Key, Track>,
+    now: jiff::Timestamp,
+    horizon: jiff::SignedDuration,
+) -> bool {
+    if is_deleting(pod) {
+        return !observed.is_empty();
+    }
+    if is_terminal(pod) {
+        return false;
+    }
+    if tracks.values().any(|t| t.starting.is_some()) {
+        return true;
+    }
+    let busy = |c: &ZunContainer| {
+        c.task_state.is_some()
+            || matches!(
+                c.status.as_str(),
+                zs::CREATING | zs::CREATED | zs::RESTARTING | zs::DELETING
+            )
+    };
+    if observed.iter().any(busy) {
+        return true;
+    }
+    let (by_key, _) = index(observed);
+    by_key.iter().any(|(key, c)| {
+        exited(c)
+            && should_restart(pod, key.0, c.exit_code())
+            && match restarts::backing_off(tracks.get(key), ended_at(pod, key, &c.uuid, now), now) {
+                Some((until, _)) => until <= now + horizon,
+                None => true,
+            }
+    })
 }
 
 /// What happened this pass, for rendering.
@@ -323,6 +396,8 @@ pub struct Pass {
     /// `(started, ready)` of the regular containers that have probes, by name
     /// ([`crate::prober`]); the others are started and ready when running.
     pub probes: BTreeMap<String, (bool, bool)>,
+    /// The node's restart memory of the pod's containers after this pass's restarts.
+    pub tracks: BTreeMap<Key, Track>,
 }
 
 fn time(t: jiff::Timestamp) -> Time {
@@ -374,18 +449,29 @@ fn prev_terminated(prev: Option<&ContainerStatus>) -> Option<ContainerStateTermi
 fn terminated_from(
     c: &ZunContainer,
     prev: Option<&ContainerStatus>,
-    now: jiff::Timestamp,
+    finished: jiff::Timestamp,
 ) -> ContainerStateTerminated {
     let code = c.exit_code();
+    let crash_looping = prev.and_then(|p| p.state.as_ref()?.waiting.as_ref()?.reason.as_deref())
+        == Some(CRASH_LOOP);
     let started = prev_running_since(prev, &c.uuid)
         .or_else(|| prev_terminated(prev).and_then(|t| t.started_at))
+        .or_else(|| {
+            crash_looping
+                .then(|| {
+                    prev?
+                        .last_state
+                        .as_ref()?
+                        .terminated
+                        .as_ref()?
+                        .started_at
+                        .clone()
+                })
+                .flatten()
+        })
         .or_else(|| zun_time(c.created_at.as_deref()).map(time));
-    // Keep the first-seen finish time so the status does not change on
-    // every pass.
-    let finished = prev_terminated(prev)
-        .filter(|t| t.container_id.as_deref() == Some(&format!("{ID_SCHEME}{}", c.uuid)))
-        .and_then(|t| t.finished_at)
-        .unwrap_or_else(|| time(now));
+    // The first-seen finish time ([`ended_at`]), so the status does not change on every pass.
+    let finished = time(finished);
     ContainerStateTerminated {
         exit_code: code.unwrap_or(137),
         reason: Some(
@@ -416,6 +502,7 @@ fn container_status(
     now: jiff::Timestamp,
 ) -> ContainerStatus {
     let prev = prev_status(pod, key);
+    let track = pass.tracks.get(key);
     let mut restart_count = prev.map(|p| p.restart_count).unwrap_or(0);
     let mut last_state = prev.and_then(|p| p.last_state.clone());
     let id = c.map(|c| format!("{ID_SCHEME}{}", c.uuid));
@@ -439,7 +526,7 @@ fn container_status(
         Some(c) if pass.restarted.contains(key) => {
             restart_count += 1;
             last_state = Some(ContainerState {
-                terminated: Some(terminated_from(c, prev, now)),
+                terminated: Some(terminated_from(c, prev, ended_at(pod, key, &c.uuid, now))),
                 ..Default::default()
             });
             ContainerState {
@@ -455,32 +542,49 @@ fn container_status(
             }),
             ..Default::default()
         },
+        // Started by us, not yet shown so by Zun: running since the start was sent, as the
+        // kubelet shows a container its `StartContainer` started.
+        Some(c) if exited(c) && track.and_then(|t| t.starting.as_ref()).is_some() => {
+            let since = track
+                .and_then(|t| t.starting.as_ref())
+                .map(|s| time(s.since));
+            ContainerState {
+                running: Some(ContainerStateRunning {
+                    started_at: prev_running_since(prev, &c.uuid).or(since),
+                }),
+                ..Default::default()
+            }
+        }
         Some(c) if exited(c) => {
-            let t = terminated_from(c, prev, now);
-            if !is_terminal(pod)
-                && !is_deleting(pod)
-                && should_restart(pod, key.0, c.exit_code())
-                && restart_count > 0
-            {
-                let wait = backoff(restart_count);
-                last_state = Some(ContainerState {
-                    terminated: Some(t),
-                    ..Default::default()
-                });
-                waiting(
-                    "CrashLoopBackOff",
-                    Some(format!(
-                        "back-off {}s restarting failed container={} pod={}",
-                        wait.as_secs(),
-                        key.1,
-                        pod.metadata.name.as_deref().unwrap_or_default()
-                    )),
-                )
-            } else {
-                ContainerState {
-                    terminated: Some(t),
-                    ..Default::default()
+            let finished = ended_at(pod, key, &c.uuid, now);
+            let t = terminated_from(c, prev, finished);
+            let waiting_for = restarts::backing_off(track, finished, now);
+            match waiting_for {
+                Some((_, delay))
+                    if !is_terminal(pod)
+                        && !is_deleting(pod)
+                        && should_restart(pod, key.0, c.exit_code()) =>
+                {
+                    last_state = Some(ContainerState {
+                        terminated: Some(t),
+                        ..Default::default()
+                    });
+                    waiting(
+                        CRASH_LOOP,
+                        Some(format!(
+                            "back-off {}s restarting failed container={} pod={}_{}({})",
+                            delay.as_secs(),
+                            key.1,
+                            pod.metadata.name.as_deref().unwrap_or_default(),
+                            pod.metadata.namespace.as_deref().unwrap_or_default(),
+                            pod.metadata.uid.as_deref().unwrap_or_default(),
+                        )),
+                    )
                 }
+                _ => ContainerState {
+                    terminated: Some(t),
+                    ..Default::default()
+                },
             }
         }
         Some(c) if c.status == zs::ERROR => {

@@ -89,19 +89,49 @@ pub fn validate(spec: &PodSpec) -> Result<(), TranslateError> {
                     ),
                 ));
             }
-            let users: Vec<&str> = containers(spec)
+            // Init containers hand their files on (`crate::handover`); regular containers
+            // run at the same time and would each write into a copy of their own.
+            let users: Vec<(Role, String, &Container)> = containers(spec)
                 .filter(|(_, _, c)| c.volume_mounts.iter().flatten().any(|m| m.name == v.name))
-                .map(|(_, _, c)| c.name.as_str())
                 .collect();
-            if users.len() > 1 {
+            let mains: Vec<&(Role, String, &Container)> =
+                users.iter().filter(|(r, _, _)| *r == Role::Main).collect();
+            let all_read_only = mains.iter().all(|(_, _, c)| {
+                c.volume_mounts
+                    .iter()
+                    .flatten()
+                    .filter(|m| m.name == v.name)
+                    .all(|m| m.read_only == Some(true))
+            });
+            if mains.len() > 1 && !all_read_only {
                 return Err(refused(
                     format!("{at}.emptyDir"),
                     format!(
-                        "volume {:?} is mounted by containers {}: each pod container is its own Zun container, and stock Zun containers share no filesystem, so they cannot share an emptyDir",
+                        "volume {:?} is mounted by containers {}, which run at the same time: each pod container is its own Zun container and stock Zun containers share no filesystem, so what one writes never reaches the other. Init containers can hand their files to later containers (copied before each starts), and several containers can read those files when every one of them mounts the volume readOnly",
                         v.name,
-                        users.join(", ")
+                        mains
+                            .iter()
+                            .map(|(_, _, c)| c.name.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
                     ),
                 ));
+            }
+            if users.len() > 1 {
+                for (_, path, c) in &users {
+                    for (j, m) in c.volume_mounts.iter().flatten().enumerate() {
+                        if m.name == v.name && m.sub_path.as_deref().is_some_and(|s| !s.is_empty())
+                        {
+                            return Err(refused(
+                                format!("{path}.volumeMounts[{j}].subPath"),
+                                format!(
+                                    "volume {:?} is handed from container to container as a whole (stock Zun containers share no filesystem: it is copied before each starts), so a subPath of it is not supported",
+                                    v.name
+                                ),
+                            ));
+                        }
+                    }
+                }
             }
             continue;
         }

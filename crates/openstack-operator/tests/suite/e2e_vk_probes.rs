@@ -183,6 +183,179 @@ async fn liveness_body(c: &Case) -> anyhow::Result<()> {
 }
 
 #[tokio::test]
+async fn liveness_kills_restart_with_the_kubelets_back_off() -> anyhow::Result<()> {
+    let Some(c) = case("vkp-backoff").await? else {
+        return Ok(());
+    };
+    c.guarded(backoff_body(&c)).await
+}
+
+/// What the test saw of the container at one moment.
+#[derive(Debug)]
+struct Seen {
+    restarts: i32,
+    /// `running`, `waiting:<reason>:<message>` or `terminated`.
+    state: String,
+    ready: bool,
+    pod_ready: Option<String>,
+    started_at: Option<jiff::Timestamp>,
+    last_finished: Option<jiff::Timestamp>,
+}
+
+fn seen(s: &PodStatus) -> Seen {
+    let m = main_state(s);
+    let st = m.state.clone().unwrap_or_default();
+    let state = if st.running.is_some() {
+        "running".to_string()
+    } else if let Some(w) = &st.waiting {
+        format!(
+            "waiting:{}:{}",
+            w.reason.clone().unwrap_or_default(),
+            w.message.clone().unwrap_or_default()
+        )
+    } else {
+        "terminated".to_string()
+    };
+    Seen {
+        restarts: m.restart_count,
+        state,
+        ready: m.ready,
+        pod_ready: ready(s).map(str::to_string),
+        started_at: st
+            .running
+            .as_ref()
+            .and_then(|r| r.started_at.as_ref())
+            .map(|t| t.0),
+        last_finished: m
+            .last_state
+            .as_ref()
+            .and_then(|l| l.terminated.as_ref())
+            .and_then(|t| t.finished_at.as_ref())
+            .map(|t| t.0),
+    }
+}
+
+/// A container whose first three runs break their health after 3 s: killed by its liveness
+/// probe three times, it is restarted at once the first time, then after 10 s, then after
+/// 20 s of `CrashLoopBackOff` (the kubelet's `doBackOff`); the fourth run stays healthy.
+/// The pod is read every 200 ms throughout and each moment is checked against those rules.
+async fn backoff_body(c: &Case) -> anyhow::Result<()> {
+    let vk = Vk::start(&c.target, &c.z, &c.node)?;
+    let script = "n=$(cat /tmp/n 2>/dev/null || echo 0); n=$((n+1)); echo $n > /tmp/n; \
+                  echo run-$n; touch /tmp/healthy; \
+                  if [ $n -le 3 ]; then sleep 3; rm /tmp/healthy; fi; exec sleep 3600";
+    c.create(
+        "crash",
+        json!({"terminationGracePeriodSeconds": 1,
+               "containers": [{"name": "c", "image": "busybox",
+                "command": ["sh", "-c", script],
+                "livenessProbe": {"exec": {"command": ["cat", "/tmp/healthy"]},
+                    "initialDelaySeconds": 1, "periodSeconds": 1, "failureThreshold": 1}}]}),
+    )
+    .await?;
+    let mut log: Vec<Seen> = Vec::new();
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(240);
+    loop {
+        if let Some(s) = c.pods().get("crash").await?.status {
+            let now = seen(&s);
+            let done = now.restarts == 3
+                && now.state == "running"
+                && now.pod_ready.as_deref() == Some("True");
+            log.push(now);
+            if done {
+                break;
+            }
+        }
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "no third restart within 240 s; seen: {:?}\n{}",
+            log.iter().rev().take(20).collect::<Vec<_>>(),
+            vk.log_tail()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    let ctx = || format!("{log:#?}\n{}", vk.log_tail());
+    // Never a back-off before the first restart, never a restart count going back.
+    assert!(
+        log.windows(2).all(|w| w[0].restarts <= w[1].restarts),
+        "{}",
+        ctx()
+    );
+    assert!(
+        !log.iter()
+            .any(|s| s.restarts == 0 && s.state.contains("CrashLoopBackOff")),
+        "the first restart waits for nothing: {}",
+        ctx()
+    );
+    for n in 1..=3 {
+        let first = log.iter().position(|s| s.restarts == n).with_context(ctx)?;
+        let s = &log[first];
+        // At once after each restart: running, the killed run the last state; the first
+        // restart also ready and the pod Ready (no readiness probe), as on a kubelet.
+        assert_eq!(s.state, "running", "restart {n}: {}", ctx());
+        let (started, finished) = (
+            s.started_at.with_context(ctx)?,
+            s.last_finished.with_context(ctx)?,
+        );
+        let waited = started.duration_since(finished).as_secs();
+        let (lo, hi) = match n {
+            1 => (0, 10),
+            2 => (10, 20),
+            _ => (20, 40),
+        };
+        assert!(
+            waited >= lo && waited < hi,
+            "restart {n} came {waited} s after the run ended, the kubelet's rule is [{lo}, {hi}): {}",
+            ctx()
+        );
+        if n == 1 {
+            assert!(
+                s.ready && s.pod_ready.as_deref() == Some("True"),
+                "{}",
+                ctx()
+            );
+            // Until the second run is killed (it lives 3 s and more), it shows running and
+            // Ready: the asynchronous start in Zun never reads as a new crash.
+            let soon: Vec<&Seen> = log[first..]
+                .iter()
+                .take_while(|x| x.restarts == 1)
+                .take(8)
+                .collect();
+            assert!(
+                soon.iter()
+                    .all(|x| x.state == "running" && x.pod_ready.as_deref() == Some("True")),
+                "the first 1.6 s after the first restart: {soon:#?}"
+            );
+        }
+        // Between restart n-1 and n (n ≥ 2): the back-off is shown with the kubelet's delay,
+        // the container not ready and the pod not Ready.
+        if n >= 2 {
+            let delay = if n == 2 { 10 } else { 20 };
+            let waiting: Vec<&Seen> = log
+                .iter()
+                .filter(|x| x.restarts == n - 1 && x.state.starts_with("waiting"))
+                .collect();
+            assert!(
+                !waiting.is_empty(),
+                "no back-off seen before restart {n}: {}",
+                ctx()
+            );
+            for w in &waiting {
+                assert!(
+                    w.state.starts_with(&format!(
+                        "waiting:CrashLoopBackOff:back-off {delay}s restarting failed container=c pod=crash_"
+                    )),
+                    "{w:?}"
+                );
+                assert!(!w.ready && w.pod_ready.as_deref() == Some("False"), "{w:?}");
+                assert!(w.last_finished.is_some(), "{w:?}");
+            }
+        }
+    }
+    Ok(())
+}
+
+#[tokio::test]
 async fn readiness_probe_flips_the_pods_ready_condition() -> anyhow::Result<()> {
     let Some(c) = case("vkp-ready").await? else {
         return Ok(());

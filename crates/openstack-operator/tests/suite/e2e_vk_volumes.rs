@@ -186,3 +186,116 @@ async fn body(c: &Case) -> anyhow::Result<()> {
     .await?;
     Ok(())
 }
+
+#[tokio::test]
+async fn init_container_files_in_an_empty_dir_reach_the_main_container() -> anyhow::Result<()> {
+    let Some(c) = case("vk-handover").await? else {
+        return Ok(());
+    };
+    c.guarded(handover_body(&c)).await
+}
+
+/// Two init containers and the app share an emptyDir the way Kubernetes users write it: the
+/// first writes files (one in a subdirectory, one binary), the second adds one, the app reads
+/// them all at its start, at its own mount path. A sidecar sharing it live is refused by name.
+async fn handover_body(c: &Case) -> anyhow::Result<()> {
+    let vk = Vk::start(&c.target, &c.z, &c.node)?;
+    let pod = c
+        .create(
+            "handover",
+            json!({
+                "terminationGracePeriodSeconds": 2,
+                "volumes": [{"name": "work", "emptyDir": {}}],
+                "initContainers": [
+                    {"name": "fetch", "image": "busybox",
+                     "command": ["sh", "-c", "mkdir -p /out/sub && echo fetched > /out/a.txt && echo deep > /out/sub/b.txt && head -c 3000 /dev/urandom > /out/blob && md5sum /out/blob | cut -d' ' -f1 > /out/blob.md5"],
+                     "volumeMounts": [{"name": "work", "mountPath": "/out"}]},
+                    {"name": "render", "image": "busybox",
+                     "command": ["sh", "-c", "cat /in/a.txt > /in/rendered.txt && echo rendered >> /in/rendered.txt"],
+                     "volumeMounts": [{"name": "work", "mountPath": "/in"}]}],
+                "containers": [{"name": "app", "image": "busybox",
+                    // What the app saw at its start, before anything else ran in it.
+                    "command": ["sh", "-c", "cd /srv/data && cat a.txt sub/b.txt rendered.txt > /tmp/seen; md5sum blob | cut -d' ' -f1 > /tmp/blob.md5; sleep 3600"],
+                    "volumeMounts": [{"name": "work", "mountPath": "/srv/data"}]}]
+            }),
+        )
+        .await?;
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    c.wait_pod("handover", "the app after its init containers", &vk, |s| {
+        phase(s) == "Running"
+    })
+    .await?;
+    let app = c
+        .containers_of(&uid)
+        .await?
+        .into_iter()
+        .find(|z| {
+            z.labels
+                .get("virtual-kubelet.sunet.se/container")
+                .map(String::as_str)
+                == Some("app")
+        })
+        .ok_or_else(|| anyhow::anyhow!("no Zun container of the app"))?;
+    let seen = wait_for(
+        Duration::from_secs(30),
+        POLL,
+        "the app's start script",
+        async || {
+            let out = c
+                .zun
+                .exec(
+                    &app.uuid,
+                    &[
+                        "cat".into(),
+                        "/tmp/seen".into(),
+                        "/tmp/blob.md5".into(),
+                        "/srv/data/blob.md5".into(),
+                    ],
+                )
+                .await?;
+            Ok(if out.exit_code == Some(0) {
+                Check::Done(out.output)
+            } else {
+                Check::Pending(out.output)
+            })
+        },
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("{e:#}\n{}", vk.log_tail()))?;
+    let lines: Vec<&str> = seen.lines().map(str::trim).collect();
+    assert_eq!(
+        &lines[..4],
+        ["fetched", "deep", "fetched", "rendered"],
+        "the app read both init containers' files at its start: {seen:?}"
+    );
+    assert_eq!(
+        lines[4], lines[5],
+        "the binary file arrived byte for byte: {seen:?}"
+    );
+
+    // Live sharing between two running containers stays refused, naming the field.
+    c.create(
+        "sidecar",
+        json!({
+            "volumes": [{"name": "logs", "emptyDir": {}}],
+            "containers": [
+                {"name": "app", "image": "busybox", "command": ["sleep", "3600"],
+                 "volumeMounts": [{"name": "logs", "mountPath": "/var/log/app"}]},
+                {"name": "shipper", "image": "busybox", "command": ["sleep", "3600"],
+                 "volumeMounts": [{"name": "logs", "mountPath": "/logs"}]}]
+        }),
+    )
+    .await?;
+    let s = c
+        .wait_pod("sidecar", "the sidecar pod refused", &vk, |s| {
+            phase(s) == "Failed"
+        })
+        .await?;
+    let msg = s.message.clone().unwrap_or_default();
+    assert_eq!(s.reason.as_deref(), Some("ProviderFailed"), "{s:?}");
+    assert!(
+        msg.starts_with("spec.volumes[0].emptyDir: ") && msg.contains("app, shipper"),
+        "{msg}"
+    );
+    Ok(())
+}

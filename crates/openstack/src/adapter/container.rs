@@ -283,6 +283,30 @@ impl Container for ContainerAdapter {
         Ok(ZunSession { url, exec_id: None })
     }
 
+    async fn get_archive(&self, id: &str, path: &str) -> Result<Vec<u8>> {
+        use base64::Engine as _;
+        // `{"data": <base64 tar>, "stat": ...}`: zun-compute encodes the archive from API 1.25.
+        let r = Request::get(
+            S,
+            "get_archive",
+            format!("containers/{}/get_archive", seg(id)),
+        )
+        .query("path", path);
+        let v: serde_json::Value = self.core.send(&self.req(r)?).await?.json()?;
+        let data = v.get("data").and_then(|d| d.as_str()).ok_or_else(|| {
+            crate::error::Error::unexpected(format!(
+                "get_archive of {path} in {id}: Zun's answer has no \"data\" string"
+            ))
+        })?;
+        base64::engine::general_purpose::STANDARD
+            .decode(data.trim())
+            .map_err(|e| {
+                crate::error::Error::unexpected(format!(
+                    "get_archive of {path} in {id}: \"data\" is not base64: {e}"
+                ))
+            })
+    }
+
     async fn put_archive(&self, id: &str, path: &str, tar: &[u8]) -> Result<()> {
         use base64::Engine as _;
         // From API 1.25 Zun expects the archive base64-encoded in `data`

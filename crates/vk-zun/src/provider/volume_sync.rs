@@ -183,6 +183,10 @@ impl ZunProvider {
                     .insert(c.uuid.clone(), set.hash.clone());
             }
             if fresh {
+                if let Err(m) = self.hand_over(pod, key, c, observed).await {
+                    self.volume_error(uid, &[(*c, key.clone())], &m, pass, events);
+                    continue;
+                }
                 match self.zun.start_container(&c.uuid).await {
                     Ok(()) => debug!(zun = %c.uuid, "started after its volume files were written"),
                     Err(e) => {
@@ -192,6 +196,61 @@ impl ZunProvider {
             }
         }
         self.vmem().pods.entry(uid.to_string()).or_default().checked = Some(Instant::now());
+    }
+
+    /// Copies into created container `c` the `emptyDir` files of the init containers before it
+    /// ([`crate::handover`]): `get_archive` of the volume's directory in the source, its entries
+    /// moved to `c`'s mount path, `put_archive` at `/`. Called before `c` starts.
+    async fn hand_over(
+        &self,
+        pod: &Pod,
+        key: &(Role, String),
+        c: &ZunContainer,
+        observed: &[ZunContainer],
+    ) -> Result<(), String> {
+        let Some(spec) = pod.spec.as_ref() else {
+            return Ok(());
+        };
+        for h in crate::handover::plan(spec, key.0, &key.1) {
+            let source = observed
+                .iter()
+                .find(|o| key_of(o) == (Role::Init, h.from.clone()))
+                .ok_or_else(|| {
+                    format!(
+                        "emptyDir {:?}: init container {:?} whose files it hands over has no Zun container",
+                        h.volume, h.from
+                    )
+                })?;
+            let tar = self
+                .zun
+                .get_archive(&source.uuid, &h.from_path)
+                .await
+                .map_err(|e| {
+                    format!(
+                        "emptyDir {:?}: reading {} from init container {:?}: {}",
+                        h.volume,
+                        h.from_path,
+                        h.from,
+                        e.message()
+                    )
+                })?;
+            let moved = crate::handover::rebase(&tar, &h.to_path)
+                .map_err(|e| format!("emptyDir {:?}: {e}", h.volume))?;
+            self.zun
+                .put_archive(&c.uuid, "/", &moved)
+                .await
+                .map_err(|e| {
+                    format!(
+                        "emptyDir {:?}: writing {} into container {:?}: {}",
+                        h.volume,
+                        h.to_path,
+                        key.1,
+                        e.message()
+                    )
+                })?;
+            info!(zun = %c.uuid, container = %key.1, volume = %h.volume, from = %h.from, bytes = tar.len(), "handed over emptyDir files");
+        }
+        Ok(())
     }
 
     /// A container that cannot get its files: one just created waits with

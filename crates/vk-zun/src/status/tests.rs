@@ -57,7 +57,7 @@ fn new_pod_is_created_then_running() {
     let now = t("2026-12-01T05:00:00Z");
     let mut p = pod("Always", &[], &["c"]);
     assert_eq!(
-        decide(&p, &[], now),
+        decide(&p, &[], &BTreeMap::new(), now),
         vec![Action::CreateMain(vec!["c".into()])]
     );
     let creating = zc("z1", Role::Main, "c", zs::CREATING, None);
@@ -79,7 +79,7 @@ fn new_pod_is_created_then_running() {
         Some("zun://z1")
     );
     let running = zc("z1", Role::Main, "c", zs::RUNNING, Some("Up 1 second"));
-    assert!(decide(&p, std::slice::from_ref(&running), now).is_empty());
+    assert!(decide(&p, std::slice::from_ref(&running), &BTreeMap::new(), now).is_empty());
     let later = t("2026-12-01T05:00:05Z");
     let s = step(
         &mut p,
@@ -128,7 +128,7 @@ fn exits_with_each_restart_policy() {
         step(&mut p, std::slice::from_ref(&run), &Pass::default(), now);
         let detail = format!("Exited({code}) 1 second ago");
         let exited = zc("z1", Role::Main, "c", zs::STOPPED, Some(&detail));
-        let actions = decide(&p, std::slice::from_ref(&exited), now);
+        let actions = decide(&p, std::slice::from_ref(&exited), &BTreeMap::new(), now);
         let mut pass = Pass::default();
         if restarts {
             assert_eq!(
@@ -160,48 +160,192 @@ fn exits_with_each_restart_policy() {
     }
 }
 
-#[test]
-fn crash_loop_backs_off() {
-    let t0 = t("2026-12-01T05:00:00Z");
-    let mut p = pod("Always", &[], &["c"]);
-    let exited = zc(
+/// One pass as the provider makes it: the restart memory settled against Zun's view, the
+/// actions decided, restarts applied to the memory, the status rendered and stored on the pod.
+fn provider_pass(
+    p: &mut Pod,
+    observed: &[ZunContainer],
+    tracks: &mut BTreeMap<Key, Track>,
+    now: jiff::Timestamp,
+) -> (Vec<Action>, PodStatus) {
+    let (by_key, _) = index(observed);
+    for (k, t) in tracks.iter_mut() {
+        crate::restarts::settle(t, by_key.get(k), now);
+    }
+    let actions = decide(p, observed, tracks, now);
+    let mut pass = Pass::default();
+    for a in &actions {
+        if let Action::Restart { id, key } = a {
+            let c = observed.iter().find(|c| &c.uuid == id).unwrap();
+            let finished = ended_at(p, key, id, now);
+            let t = crate::restarts::restarted(tracks.get(key), c, finished, now);
+            tracks.insert(key.clone(), t);
+            pass.restarted.insert(key.clone());
+        }
+    }
+    pass.tracks = tracks.clone();
+    let s = step(p, observed, &pass, now);
+    (actions, s)
+}
+
+fn cond(s: &PodStatus, type_: &str) -> String {
+    s.conditions
+        .as_ref()
+        .unwrap()
+        .iter()
+        .find(|c| c.type_ == type_)
+        .unwrap()
+        .status
+        .clone()
+}
+
+/// Zun's view of the container: `Stopped` with this run's exit, or running; `updated_at` is
+/// what Zun changes whenever zun-compute acts on it.
+fn run_state(status: &str, updated: &str) -> ZunContainer {
+    let mut c = zc(
         "z1",
         Role::Main,
         "c",
-        zs::STOPPED,
-        Some("Exited(1) 1 second ago"),
+        status,
+        Some(if status == zs::STOPPED {
+            "Exited(137) 1 second ago"
+        } else {
+            "Up 1 second"
+        }),
     );
-    let mut pass = Pass::default();
-    pass.restarted.insert((Role::Main, "c".into()));
-    step(&mut p, std::slice::from_ref(&exited), &pass, t0);
-    // It exits again right away: the second restart waits 10 s.
-    let s = step(&mut p, std::slice::from_ref(&exited), &Pass::default(), t0);
-    let w = state(&s, 0).waiting.unwrap();
-    assert_eq!(w.reason.as_deref(), Some("CrashLoopBackOff"));
-    assert_eq!(s.phase.as_deref(), Some("Running"));
-    let last = s.container_statuses.as_ref().unwrap()[0]
-        .last_state
-        .clone()
-        .unwrap();
-    let finished = last.terminated.unwrap().finished_at.unwrap().0;
+    c.updated_at = Some(updated.into());
+    c
+}
+
+#[test]
+fn restarts_follow_the_kubelets_back_off_at_each_moment() {
+    let t0 = t("2026-12-01T05:00:00Z");
+    let s = |n: i64| t0 + jiff::SignedDuration::from_secs(n);
+    let mut p = pod("Always", &[], &["c"]);
+    let mut tracks = BTreeMap::new();
+    let key = (Role::Main, "c".to_string());
+    let (_, st) = provider_pass(&mut p, &[run_state(zs::RUNNING, "u0")], &mut tracks, t0);
+    assert_eq!(cond(&st, "Ready"), "True");
+
+    // First crash: restarted in the same pass, shown running with restartCount 1 and Ready.
+    let (a, st) = provider_pass(&mut p, &[run_state(zs::STOPPED, "u1")], &mut tracks, s(5));
+    assert!(matches!(&a[..], [Action::Restart { .. }]), "{a:?}");
+    let cs = &st.container_statuses.as_ref().unwrap()[0];
+    assert_eq!(cs.restart_count, 1);
+    assert!(cs.state.as_ref().unwrap().running.is_some());
+    assert!(cs.ready);
+    let last = cs.last_state.as_ref().unwrap().terminated.clone().unwrap();
+    assert_eq!(last.exit_code, 137);
+    assert_eq!(last.finished_at.unwrap().0, s(5));
+    assert_eq!(cond(&st, "Ready"), "True");
+    assert_eq!(cond(&st, "ContainersReady"), "True");
+
+    // Zun still lists the ended run (its start is asynchronous): that is no new crash, the
+    // container stays running and Ready, and nothing is sent.
+    let (a, st) = provider_pass(
+        &mut p,
+        &[run_state(zs::STOPPED, "u1")],
+        &mut tracks,
+        s(5) + jiff::SignedDuration::from_millis(200),
+    );
+    assert!(a.is_empty(), "{a:?}");
+    let cs = &st.container_statuses.as_ref().unwrap()[0];
+    assert!(cs.state.as_ref().unwrap().running.is_some(), "{cs:?}");
+    assert_eq!(cs.restart_count, 1);
+    assert_eq!(cond(&st, "Ready"), "True");
+    // zun-compute takes the start (its task saves the container, still `Stopped`): the same.
+    let mut busy = run_state(zs::STOPPED, "u1b");
+    busy.task_state = Some("container_starting".into());
+    let (a, st) = provider_pass(
+        &mut p,
+        &[busy],
+        &mut tracks,
+        s(5) + jiff::SignedDuration::from_millis(400),
+    );
+    assert!(a.is_empty(), "{a:?}");
     assert!(
-        decide(
-            &p,
-            std::slice::from_ref(&exited),
-            finished + jiff::SignedDuration::from_secs(9)
-        )
-        .is_empty()
+        st.container_statuses.as_ref().unwrap()[0]
+            .state
+            .as_ref()
+            .unwrap()
+            .running
+            .is_some()
     );
-    assert_eq!(
-        decide(
-            &p,
-            std::slice::from_ref(&exited),
-            finished + jiff::SignedDuration::from_secs(10)
-        )
-        .len(),
-        1
+    assert_eq!(cond(&st, "Ready"), "True");
+    // Zun shows it running.
+    let (_, st) = provider_pass(&mut p, &[run_state(zs::RUNNING, "u2")], &mut tracks, s(6));
+    let started = st.container_statuses.as_ref().unwrap()[0]
+        .state
+        .clone()
+        .unwrap()
+        .running
+        .unwrap()
+        .started_at
+        .unwrap()
+        .0;
+    assert_eq!(started, s(5), "the run started when the start was sent");
+
+    // Second crash at 20 s: CrashLoopBackOff for 10 s, not Ready, then restarted.
+    let crash = |p: &mut Pod, at: i64, wait: i64, n: i32, tracks: &mut BTreeMap<Key, Track>| {
+        let stopped = run_state(zs::STOPPED, &format!("crash-{n}"));
+        let (a, st) = provider_pass(p, std::slice::from_ref(&stopped), tracks, s(at));
+        assert!(a.is_empty(), "restart {n} waits: {a:?}");
+        let cs = &st.container_statuses.as_ref().unwrap()[0];
+        let w = cs.state.as_ref().unwrap().waiting.clone().unwrap();
+        assert_eq!(w.reason.as_deref(), Some("CrashLoopBackOff"));
+        assert_eq!(
+            w.message.as_deref(),
+            Some(
+                format!("back-off {wait}s restarting failed container=c pod=p_ns(uid-1)").as_str()
+            )
+        );
+        assert_eq!(cs.restart_count, n - 1);
+        assert!(!cs.ready);
+        assert_eq!(cond(&st, "Ready"), "False");
+        assert_eq!(cond(&st, "ContainersReady"), "False");
+        assert_eq!(st.phase.as_deref(), Some("Running"));
+        let fin = cs.last_state.as_ref().unwrap().terminated.clone().unwrap();
+        assert_eq!(fin.finished_at.unwrap().0, s(at));
+        // A pass just before the back-off ends changes nothing (same status, same finish).
+        let (a, st2) = provider_pass(p, std::slice::from_ref(&stopped), tracks, s(at + wait - 1));
+        assert!(a.is_empty());
+        assert_eq!(st2.container_statuses, st.container_statuses);
+        let (a, st) = provider_pass(p, std::slice::from_ref(&stopped), tracks, s(at + wait));
+        assert!(
+            matches!(&a[..], [Action::Restart { .. }]),
+            "restart {n}: {a:?}"
+        );
+        let cs = &st.container_statuses.as_ref().unwrap()[0];
+        assert_eq!(cs.restart_count, n);
+        assert!(cs.state.as_ref().unwrap().running.is_some());
+        let _ = provider_pass(
+            p,
+            &[run_state(zs::RUNNING, &format!("up-{n}"))],
+            tracks,
+            s(at + wait + 1),
+        );
+    };
+    crash(&mut p, 20, 10, 2, &mut tracks);
+    crash(&mut p, 40, 20, 3, &mut tracks);
+    crash(&mut p, 70, 40, 4, &mut tracks);
+    assert_eq!(tracks[&key].backoff.unwrap().delay.as_secs(), 80);
+
+    // A run of more than 10 min after its restart (at 110 s): the next crash restarts at once.
+    let (a, st) = provider_pass(
+        &mut p,
+        &[run_state(zs::STOPPED, "late")],
+        &mut tracks,
+        s(110 + 601),
     );
+    assert!(matches!(&a[..], [Action::Restart { .. }]), "{a:?}");
+    assert_eq!(st.container_statuses.as_ref().unwrap()[0].restart_count, 5);
+    assert_eq!(tracks[&key].backoff.unwrap().delay.as_secs(), 10);
+}
+
+#[test]
+fn create_back_off_doubles_to_five_minutes() {
     assert_eq!(backoff(0), jiff::SignedDuration::ZERO);
+    assert_eq!(backoff(1), jiff::SignedDuration::from_secs(10));
     assert_eq!(backoff(3), jiff::SignedDuration::from_secs(40));
     assert_eq!(backoff(30), jiff::SignedDuration::from_secs(300));
 }
@@ -210,9 +354,12 @@ fn crash_loop_backs_off() {
 fn init_containers_run_in_order() {
     let now = t("2026-12-01T05:00:00Z");
     let mut p = pod("Always", &["a", "b"], &["c"]);
-    assert_eq!(decide(&p, &[], now), vec![Action::CreateInit(0)]);
+    assert_eq!(
+        decide(&p, &[], &BTreeMap::new(), now),
+        vec![Action::CreateInit(0)]
+    );
     let a_run = zc("za", Role::Init, "a", zs::RUNNING, Some("Up"));
-    assert!(decide(&p, std::slice::from_ref(&a_run), now).is_empty());
+    assert!(decide(&p, std::slice::from_ref(&a_run), &BTreeMap::new(), now).is_empty());
     let s = step(&mut p, std::slice::from_ref(&a_run), &Pass::default(), now);
     assert_eq!(s.phase.as_deref(), Some("Pending"));
     assert_eq!(
@@ -221,13 +368,13 @@ fn init_containers_run_in_order() {
     );
     let a_done = zc("za", Role::Init, "a", zs::STOPPED, Some("Exited(0) now"));
     assert_eq!(
-        decide(&p, std::slice::from_ref(&a_done), now),
+        decide(&p, std::slice::from_ref(&a_done), &BTreeMap::new(), now),
         vec![Action::CreateInit(1)]
     );
     let b_done = zc("zb", Role::Init, "b", zs::STOPPED, Some("Exited(0) now"));
     let both = vec![a_done.clone(), b_done.clone()];
     assert_eq!(
-        decide(&p, &both, now),
+        decide(&p, &both, &BTreeMap::new(), now),
         vec![Action::CreateMain(vec!["c".into()])]
     );
     let mut all = both.clone();
@@ -262,13 +409,13 @@ fn failed_init_container_with_never_fails_the_pod() {
     let now = t("2026-12-01T05:00:00Z");
     let mut p = pod("Never", &["a"], &["c"]);
     let a = zc("za", Role::Init, "a", zs::STOPPED, Some("Exited(2) now"));
-    assert!(decide(&p, std::slice::from_ref(&a), now).is_empty());
+    assert!(decide(&p, std::slice::from_ref(&a), &BTreeMap::new(), now).is_empty());
     let s = step(&mut p, std::slice::from_ref(&a), &Pass::default(), now);
     assert_eq!(s.phase.as_deref(), Some("Failed"));
     // OnFailure restarts it instead.
     let p2 = pod("OnFailure", &["a"], &["c"]);
     assert!(matches!(
-        decide(&p2, std::slice::from_ref(&a), now)[..],
+        decide(&p2, std::slice::from_ref(&a), &BTreeMap::new(), now)[..],
         [Action::Restart { .. }]
     ));
 }
@@ -279,7 +426,7 @@ fn container_deleted_behind_our_back_fails_the_pod() {
     let mut p = pod("Always", &[], &["c"]);
     let run = zc("z1", Role::Main, "c", zs::RUNNING, Some("Up"));
     step(&mut p, std::slice::from_ref(&run), &Pass::default(), now);
-    let actions = decide(&p, &[], now);
+    let actions = decide(&p, &[], &BTreeMap::new(), now);
     let [Action::Fail(reason, msg)] = &actions[..] else {
         panic!("{actions:?}");
     };
@@ -300,7 +447,7 @@ fn container_deleted_behind_our_back_fails_the_pod() {
         Some("ContainerStatusUnknown")
     );
     // Terminal: nothing more is done, the status stays.
-    assert!(decide(&p, &[], now).is_empty());
+    assert!(decide(&p, &[], &BTreeMap::new(), now).is_empty());
     assert_eq!(render(&p, &[], &Pass::default(), "x", now), s);
 }
 
@@ -344,7 +491,7 @@ fn deletion_stops_then_deletes() {
     p.metadata.deletion_grace_period_seconds = Some(7);
     let run = zc("z1", Role::Main, "c", zs::RUNNING, Some("Up"));
     let stopped = zc("z2", Role::Main, "d", zs::STOPPED, Some("Exited(0) now"));
-    let actions = decide(&p, &[run.clone(), stopped], now);
+    let actions = decide(&p, &[run.clone(), stopped], &BTreeMap::new(), now);
     assert_eq!(
         actions,
         vec![
@@ -358,7 +505,7 @@ fn deletion_stops_then_deletes() {
     let mut stopping = run;
     stopping.task_state = Some("container_stopping".into());
     assert!(
-        decide(&p, &[stopping], now).is_empty(),
+        decide(&p, &[stopping], &BTreeMap::new(), now).is_empty(),
         "a stop in progress is not repeated"
     );
 }
@@ -371,7 +518,7 @@ fn duplicates_from_a_lost_create_are_removed() {
     let mut b = zc("z2", Role::Main, "c", zs::CREATED, None);
     b.created_at = Some("2026-12-01T05:00:01.000000".into());
     assert_eq!(
-        decide(&p, &[b, a], now),
+        decide(&p, &[b, a], &BTreeMap::new(), now),
         vec![Action::Delete { id: "z2".into() }]
     );
 }
@@ -409,7 +556,7 @@ fn a_container_in_error_is_replaced_not_reported_deleted() {
         let mut failed = zc("z1", Role::Main, "c", zs::ERROR, None);
         failed.status_reason = Some("A network with UUID x already exists.".into());
         assert_eq!(
-            decide(&p, std::slice::from_ref(&failed), now),
+            decide(&p, std::slice::from_ref(&failed), &BTreeMap::new(), now),
             vec![Action::Replace {
                 id: "z1".into(),
                 key: (Role::Main, "c".into())
@@ -436,9 +583,9 @@ fn a_container_in_error_is_replaced_not_reported_deleted() {
         going.status = zs::DELETING.into();
         let s = step(&mut p, std::slice::from_ref(&going), &Pass::default(), now);
         assert_eq!(s.container_statuses.unwrap()[0].container_id, None);
-        assert!(decide(&p, std::slice::from_ref(&going), now).is_empty());
+        assert!(decide(&p, std::slice::from_ref(&going), &BTreeMap::new(), now).is_empty());
         assert_eq!(
-            decide(&p, &[], now),
+            decide(&p, &[], &BTreeMap::new(), now),
             vec![Action::CreateMain(vec!["c".into()])],
             "{policy}"
         );
@@ -447,7 +594,7 @@ fn a_container_in_error_is_replaced_not_reported_deleted() {
     let p = pod("Always", &["a"], &["c"]);
     let failed = zc("za", Role::Init, "a", zs::ERROR, None);
     assert_eq!(
-        decide(&p, &[failed], now),
+        decide(&p, &[failed], &BTreeMap::new(), now),
         vec![Action::Replace {
             id: "za".into(),
             key: (Role::Init, "a".into())
@@ -470,5 +617,123 @@ fn a_running_container_deleted_outside_is_still_reported() {
         s.container_statuses.unwrap()[0].container_id.as_deref(),
         Some("zun://z1")
     );
-    assert!(matches!(&decide(&p, &[], now)[..], [Action::Fail(..)]));
+    assert!(matches!(
+        &decide(&p, &[], &BTreeMap::new(), now)[..],
+        [Action::Fail(..)]
+    ));
+}
+
+#[test]
+fn only_pods_in_transition_get_the_fast_poll() {
+    let now = t("2026-12-01T05:00:00Z");
+    let h = jiff::SignedDuration::from_secs(5);
+    let none = BTreeMap::new();
+    let key = (Role::Main, "c".to_string());
+    let p = pod("Always", &[], &["c"]);
+    let with = |status: &str, detail: Option<&str>| zc("z1", Role::Main, "c", status, detail);
+    // Steady: running, or nothing made yet → the full pass's list only.
+    assert!(!in_transition(
+        &p,
+        &[with(zs::RUNNING, Some("Up"))],
+        &none,
+        now,
+        h
+    ));
+    assert!(!in_transition(&p, &[], &none, now, h));
+    // Being created, created and not started, restarting, deleted to be made again.
+    for st in [zs::CREATING, zs::CREATED, zs::RESTARTING, zs::DELETING] {
+        assert!(in_transition(&p, &[with(st, None)], &none, now, h), "{st}");
+    }
+    // Zun busy with it (a stop or start under way).
+    let mut stopping = with(zs::RUNNING, Some("Up"));
+    stopping.task_state = Some("container_stopping".into());
+    assert!(in_transition(&p, &[stopping], &none, now, h));
+    // Exited with a restart due now (first crash) → yes.
+    let exited = with(zs::STOPPED, Some("Exited(1) 1 second ago"));
+    assert!(in_transition(
+        &p,
+        std::slice::from_ref(&exited),
+        &none,
+        now,
+        h
+    ));
+    // In back-off: only when it ends within the horizon.
+    let mut backing: BTreeMap<Key, Track> = BTreeMap::new();
+    backing.insert(
+        key.clone(),
+        Track {
+            backoff: Some(crate::restarts::Entry {
+                delay: jiff::SignedDuration::from_secs(40),
+                last_update: now,
+            }),
+            starting: None,
+        },
+    );
+    // The run ended at `now`, as the status recorded it.
+    let mut p = p.clone();
+    p.status = Some(
+        serde_json::from_value(json!({"phase": "Running", "containerStatuses": [{
+            "name": "c", "image": "busybox", "ready": false, "restartCount": 1,
+            "containerID": "zun://z1",
+            "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+            "lastState": {"terminated": {"exitCode": 1, "finishedAt": "2026-12-01T05:00:00Z",
+                                         "containerID": "zun://z1"}}}]}))
+        .unwrap(),
+    );
+    assert!(!in_transition(
+        &p,
+        std::slice::from_ref(&exited),
+        &backing,
+        now,
+        h
+    ));
+    assert!(in_transition(
+        &p,
+        std::slice::from_ref(&exited),
+        &backing,
+        now + jiff::SignedDuration::from_secs(36),
+        h
+    ));
+    // A restart sent that Zun has not shown.
+    let mut starting = backing.clone();
+    starting.get_mut(&key).unwrap().starting = Some(crate::restarts::Starting {
+        since: now,
+        seen: (None, None),
+    });
+    assert!(in_transition(
+        &p,
+        std::slice::from_ref(&exited),
+        &starting,
+        now,
+        h
+    ));
+    // Exited for good (Never; or Succeeded, terminal) → no.
+    let never = pod("Never", &[], &["c"]);
+    assert!(!in_transition(
+        &never,
+        std::slice::from_ref(&exited),
+        &none,
+        now,
+        h
+    ));
+    let mut done = pod("Always", &[], &["c"]);
+    done.status.as_mut().unwrap().phase = Some("Succeeded".into());
+    assert!(!in_transition(
+        &done,
+        &[with(zs::CREATING, None)],
+        &none,
+        now,
+        h
+    ));
+    // Being deleted: while any container is left.
+    let mut going = pod("Always", &[], &["c"]);
+    going.metadata.deletion_timestamp = Some(Time(now));
+    assert!(in_transition(
+        &going,
+        &[with(zs::RUNNING, Some("Up"))],
+        &none,
+        now,
+        h
+    ));
+    assert!(!in_transition(&going, &[], &none, now, h));
 }

@@ -134,14 +134,46 @@ fn memory_medium_size_limit_and_shared_empty_dir_are_refused() {
         json!([]),
     );
     assert!(refusal(&p).starts_with("spec.volumes[0].emptyDir.sizeLimit: "));
+    // An init container handing files to the app: supported (copied before the app starts).
     let p = pod(json!({
         "volumes": [{"name": "shared", "emptyDir": {}}],
         "initContainers": [{"name": "i", "image": "b", "volumeMounts": [{"name": "shared", "mountPath": "/s"}]}],
         "containers": [{"name": "c", "image": "b", "volumeMounts": [{"name": "shared", "mountPath": "/s"}]}]
     }));
+    assert!(validate(p.spec.as_ref().unwrap()).is_ok());
+    // Two regular containers sharing it live (a sidecar): refused, naming both.
+    let p = pod(json!({
+        "volumes": [{"name": "shared", "emptyDir": {}}],
+        "containers": [
+            {"name": "app", "image": "b", "volumeMounts": [{"name": "shared", "mountPath": "/s"}]},
+            {"name": "shipper", "image": "b", "volumeMounts": [{"name": "shared", "mountPath": "/s", "readOnly": true}]}]
+    }));
     let r = refusal(&p);
     assert!(r.starts_with("spec.volumes[0].emptyDir: "), "{r}");
-    assert!(r.contains("containers i, c"), "{r}");
+    assert!(
+        r.contains("containers app, shipper, which run at the same time"),
+        "{r}"
+    );
+    // Both reading an init container's output read-only: each gets a copy.
+    let p = pod(json!({
+        "volumes": [{"name": "shared", "emptyDir": {}}],
+        "initContainers": [{"name": "i", "image": "b", "volumeMounts": [{"name": "shared", "mountPath": "/s"}]}],
+        "containers": [
+            {"name": "a", "image": "b", "volumeMounts": [{"name": "shared", "mountPath": "/s", "readOnly": true}]},
+            {"name": "b", "image": "b", "volumeMounts": [{"name": "shared", "mountPath": "/t", "readOnly": true}]}]
+    }));
+    assert!(validate(p.spec.as_ref().unwrap()).is_ok());
+    // A subPath of a handed-over volume: refused at the mount.
+    let p = pod(json!({
+        "volumes": [{"name": "shared", "emptyDir": {}}],
+        "initContainers": [{"name": "i", "image": "b", "volumeMounts": [{"name": "shared", "mountPath": "/s"}]}],
+        "containers": [{"name": "c", "image": "b", "volumeMounts": [{"name": "shared", "mountPath": "/s", "subPath": "x"}]}]
+    }));
+    let r = refusal(&p);
+    assert!(
+        r.starts_with("spec.containers[0].volumeMounts[0].subPath: "),
+        "{r}"
+    );
     // One container alone may use it.
     let p = one(
         json!([{"name": "e", "emptyDir": {}}]),
