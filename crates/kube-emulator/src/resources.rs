@@ -65,7 +65,9 @@ pub struct PrinterColumn {
     pub name: String,
     /// Column type (`string`, `integer`, `date`, ...).
     pub type_: String,
-    /// Simple JSONPath such as `.spec.size`.
+    /// OpenAPI format hint (`int64`, `date-time`, ...), passed through to the Table.
+    pub format: String,
+    /// client-go JSONPath such as `.spec.size` or `.status.conditions[?(@.type=="Ready")].status`.
     pub json_path: String,
     /// Description.
     pub description: String,
@@ -617,6 +619,11 @@ pub fn from_crd(crd: &Value) -> Result<Vec<ResourceInfo>, String> {
                             .get("type")
                             .and_then(Value::as_str)
                             .unwrap_or("string")
+                            .to_string(),
+                        format: c
+                            .get("format")
+                            .and_then(Value::as_str)
+                            .unwrap_or("")
                             .to_string(),
                         json_path: c
                             .get("jsonPath")

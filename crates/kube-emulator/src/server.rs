@@ -394,85 +394,27 @@ pub fn partial_metadata(obj: &Value) -> Value {
     })
 }
 
-fn human_age(created: &str) -> String {
-    let Ok(ts) = created.parse::<jiff::Timestamp>() else {
-        return "<unknown>".into();
-    };
-    let secs = (jiff::Timestamp::now().as_second() - ts.as_second()).max(0);
-    let (m, h, d) = (secs / 60, secs / 3600, secs / 86400);
-    if secs < 120 {
-        format!("{secs}s")
-    } else if m < 10 {
-        format!("{m}m{}s", secs % 60)
-    } else if h < 3 {
-        format!("{m}m")
-    } else if h < 8 {
-        format!("{h}h{}m", m % 60)
-    } else if d < 2 {
-        format!("{h}h")
-    } else {
-        format!("{d}d")
-    }
-}
-
-fn column_value(obj: &Value, json_path: &str) -> Value {
-    let path = json_path.trim_start_matches('.');
-    crate::util::lookup_path(obj, path)
-        .cloned()
-        .unwrap_or(Value::Null)
-}
-
-/// Render objects as a `Table` with Name, the CRD printer columns and Age.
-fn table(info: &ResourceInfo, items: &[Value], rv: u64) -> Value {
-    let mut cols = vec![
-        json!({"name": "Name", "type": "string", "format": "name", "description": "Name must be unique within a namespace.", "priority": 0}),
-    ];
-    for c in &info.printer_columns {
-        cols.push(json!({"name": c.name, "type": c.type_, "format": "", "description": c.description, "priority": c.priority}));
-    }
-    let has_age_column = info
-        .printer_columns
-        .iter()
-        .any(|c| c.name.eq_ignore_ascii_case("age"));
-    if !has_age_column {
-        cols.push(json!({"name": "Age", "type": "string", "format": "", "description": "CreationTimestamp is a timestamp representing the server time when this object was created.", "priority": 0}));
-    }
-    let rows: Vec<Value> = items
-        .iter()
-        .map(|o| {
-            let mut cells = vec![json!(crate::util::meta_str(o, "name"))];
-            for c in &info.printer_columns {
-                let v = column_value(o, &c.json_path);
-                if c.type_ == "date" {
-                    cells.push(json!(v.as_str().map(human_age).unwrap_or_default()));
-                } else {
-                    cells.push(v);
-                }
-            }
-            if !has_age_column {
-                cells.push(json!(human_age(crate::util::meta_str(
-                    o,
-                    "creationTimestamp"
-                ))));
-            }
-            json!({"cells": cells, "object": partial_metadata(o)})
-        })
-        .collect();
-    json!({
-        "kind": "Table",
-        "apiVersion": "meta.k8s.io/v1",
-        "metadata": {"resourceVersion": rv.to_string()},
-        "columnDefinitions": cols,
-        "rows": rows,
+fn render_object(
+    info: &ResourceInfo,
+    obj: Value,
+    mode: Render,
+    params: &Params,
+) -> ApiResult<Value> {
+    Ok(match mode {
+        Render::Full => obj,
+        Render::Metadata => partial_metadata(&obj),
+        // a single object's Table carries that object's resourceVersion
+        Render::Table => crate::table::table(
+            info,
+            std::slice::from_ref(&obj),
+            crate::util::meta_str(&obj, "resourceVersion"),
+            include_object(params)?,
+        ),
     })
 }
 
-fn render_object(info: &ResourceInfo, obj: Value, mode: Render, rv: u64) -> Value {
-    match mode {
-        Render::Full => obj,
-        Render::Metadata => partial_metadata(&obj),
-        Render::Table => table(info, &[obj], rv),
-    }
+fn include_object(params: &Params) -> ApiResult<crate::table::IncludeObject> {
+    crate::table::IncludeObject::parse(params.get("includeObject")).map_err(ApiError::bad_request)
 }
 
 /// Query parameters of API requests.
@@ -733,7 +675,9 @@ async fn handle(
             }
             let (items, rv) = app.lock().list(&info, ns_filter, &labels, &fields);
             let doc = match mode {
-                Render::Table => table(&info, &items, rv),
+                Render::Table => {
+                    crate::table::table(&info, &items, &rv.to_string(), include_object(&params)?)
+                }
                 Render::Metadata => json!({
                     "kind": "PartialObjectMetadataList",
                     "apiVersion": "meta.k8s.io/v1",
@@ -752,10 +696,9 @@ async fn handle(
         (Method::GET, Some(name)) => {
             let st = app.lock();
             let obj = st.get(&info, &ns, &name)?;
-            let rv = st.store.rv();
             Ok(json_response(
                 StatusCode::OK,
-                &render_object(&info, obj, mode, rv),
+                &render_object(&info, obj, mode, &params)?,
             ))
         }
         (Method::POST, None) => {
@@ -772,7 +715,7 @@ async fn handle(
             Ok(with_warnings(
                 json_response(
                     StatusCode::CREATED,
-                    &render_object(&info, out.object, mode, 0),
+                    &render_object(&info, out.object, mode, &params)?,
                 ),
                 &out.warnings,
             ))
@@ -790,7 +733,7 @@ async fn handle(
                 StatusCode::OK
             };
             Ok(with_warnings(
-                json_response(code, &render_object(&info, out.object, mode, 0)),
+                json_response(code, &render_object(&info, out.object, mode, &params)?),
                 &out.warnings,
             ))
         }
@@ -828,7 +771,7 @@ async fn handle(
                 StatusCode::OK
             };
             Ok(with_warnings(
-                json_response(code, &render_object(&info, out.object, mode, 0)),
+                json_response(code, &render_object(&info, out.object, mode, &params)?),
                 &out.warnings,
             ))
         }

@@ -16,6 +16,7 @@ mod kubectl;
 mod patching;
 mod pods_kubelet;
 mod reviews;
+mod tables;
 mod token_request;
 mod watching;
 mod workloads;
