@@ -35,9 +35,14 @@ LANES = [
     ("zun", r"^openstack-operator/(e2e_virtual_kubelet|e2e_kubelet_api|e2e_vk_.*)$"),
     ("zun", r"^openstack/container$"),
     ("zun", r"^vk-zun/emulator$"),
-    # Booted OpenStack processes from rendered configuration, and the control plane end to end.
-    ("control-plane", r"^controlplane-render/.*_boot$"),
-    ("control-plane", r"^openstack-operator/(e2e_control_plane.*|e2e_external_services|service_images|examples_on_rendered_cloud)$"),
+    # Builds every service image (debootstrap, a wheelhouse, seven docker builds): long, and
+    # shares nothing with the others but the Docker engine.
+    ("images", r"^openstack-operator/service_images$"),
+    # Booted OpenStack processes from rendered configuration.
+    ("boot", r"^controlplane-render/.*_boot$"),
+    ("boot", r"^openstack-operator/examples_on_rendered_cloud$"),
+    # The control plane end to end, and the external-service checks.
+    ("control-plane", r"^openstack-operator/(e2e_control_plane.*|e2e_external_services)$"),
     ("control-plane", r"^external-checks/"),
     # The resource operator end to end and the OpenStack port against the test cloud.
     ("resource", r"^openstack-operator/e2e_"),
@@ -192,7 +197,7 @@ def main():
     runner = Runner(args, log_dir)
     exclusive = lanes.pop("exclusive", [])
     # The longest lanes start first; the unit lane is short and CPU-light.
-    order = ["resource", "control-plane", "zun", "unit"]
+    order = ["images", "boot", "zun", "resource", "control-plane", "unit"]
     lane_names = sorted(lanes, key=lambda n: order.index(n) if n in order else len(order))
     print(f"run-tests: {len(binaries)} test binaries in lanes "
           + ", ".join(f"{n} ({len(lanes[n])})" for n in lane_names)
