@@ -38,6 +38,8 @@ LANES = [
     # Builds every service image (debootstrap, a wheelhouse, seven docker builds): long, and
     # shares nothing with the others but the Docker engine.
     ("images", r"^openstack-operator/service_images$"),
+    # Pods as real containers on the same engine (docs/test-node.md).
+    ("images", r"^test-node/docker_e2e$"),
     # Booted OpenStack processes from rendered configuration.
     ("boot", r"^controlplane-render/.*_boot$"),
     ("boot", r"^openstack-operator/examples_on_rendered_cloud$"),
