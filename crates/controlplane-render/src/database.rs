@@ -216,7 +216,7 @@ mod tests {
         d.server_name = None;
         d.ca_file = Some("/etc/ssl/db-ca/bundle.pem".into());
         assert_ne!(db_init_hash(&d, "admin"), full, "another CA key");
-        // The script reads what the environment says (a real run: tests/db_init_tls.rs).
+        // The script reads what the environment says.
         for needle in [
             "DB_TLS_VERIFY",
             "DB_TLS_SERVER_NAME",
