@@ -91,6 +91,7 @@ if env.get("DB_CA_FILE"):
             return super().wrap_socket(sock, *args, **kwargs)
 
     ssl = Context(tls.PROTOCOL_TLS_CLIENT)
+    ssl.verify_flags &= ~tls.VERIFY_X509_STRICT  # as PyMySQL's own context
     if verify == "Insecure":
         ssl.check_hostname = False
         ssl.verify_mode = tls.CERT_NONE
