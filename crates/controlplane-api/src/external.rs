@@ -137,6 +137,17 @@ pub struct TlsSpec {
     /// Verification of the server. Default `Full`.
     #[serde(default)]
     pub verify: VerifyMode,
+    /// The DNS name the server's certificate must carry, when the endpoints are addresses the
+    /// certificate does not name (an IP, a relay, a load balancer). With `verify: Full` the
+    /// operator's checks and every client that can set the expected name verify against it;
+    /// see docs/control-plane.md for the clients that cannot (they verify the chain only, or
+    /// the service is refused).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    #[schemars(regex(
+        pattern = r"^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$"
+    ))]
+    pub server_name: Option<String>,
 }
 
 /// The Secret holding a CA bundle.

@@ -99,14 +99,16 @@ pub const NEUTRON_OWNED_OPTIONS: &[(&str, &str)] = &[
 ];
 
 /// Cinder's options the operator renders itself: the database, the message queue and its TLS
-/// files, token validation and the service user (also in `[nova]`), the auth strategy and the
-/// enabled backends (each backend's section is rendered from the spec's backend block).
+/// files, token validation and the service user (also in `[nova]`), the auth strategy, the
+/// stable service host and the enabled backends (each backend's section is rendered from the
+/// spec's backend block).
 pub const CINDER_OWNED_OPTIONS: &[(&str, &str)] = &[
     ("database", "connection"),
     ("DEFAULT", "transport_url"),
     ("DEFAULT", "auth_strategy"),
     ("DEFAULT", "enabled_backends"),
     ("DEFAULT", "state_path"),
+    ("DEFAULT", "host"),
     ("oslo_messaging_rabbit", "ssl"),
     ("oslo_messaging_rabbit", "ssl_ca_file"),
     ("oslo_messaging_rabbit", "ssl_cert_file"),
@@ -660,13 +662,11 @@ pub const HORIZON_OWNED_SETTINGS: &[&str] = &[
     "CACHES",
     "COMPRESS_ENABLED",
     "COMPRESS_OFFLINE",
-    "CSRF_COOKIE_SECURE",
     "LOCAL_PATH",
     "OPENSTACK_KEYSTONE_URL",
     "OPENSTACK_SSL_CACERT",
     "OPENSTACK_SSL_NO_VERIFY",
     "SECRET_KEY",
-    "SESSION_COOKIE_SECURE",
     "SESSION_ENGINE",
     "STATIC_ROOT",
     "STATIC_URL",

@@ -274,6 +274,8 @@ async fn pass(p: &mut Pass<'_, Cinder>) -> Result<State, Error> {
     volumes.extend(db.ca_volume.iter().cloned());
     volumes.extend(cache.volumes.iter().cloned());
     volumes.extend(mq.volumes.iter().cloned());
+    // state_path (locks, tooz's file coordination, NFS mount points) must be writable.
+    volumes.push(render::state_volume());
     let paths = Paths::pod();
 
     // Jobs, in order; each waits for the one before.

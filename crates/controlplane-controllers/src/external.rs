@@ -132,6 +132,7 @@ pub async fn resolve(
                     VerifyMode::CaOnly => external_checks::VerifyMode::CaOnly,
                     VerifyMode::Insecure => external_checks::VerifyMode::Insecure,
                 },
+                server_name: t.server_name.clone(),
             })
         }
     };

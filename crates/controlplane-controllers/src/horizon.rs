@@ -205,9 +205,13 @@ pub fn deployment(
                 .collect(),
         );
         for c in &mut pod.containers {
-            for probe in [c.readiness_probe.as_mut(), c.liveness_probe.as_mut()]
-                .into_iter()
-                .flatten()
+            for probe in [
+                c.startup_probe.as_mut(),
+                c.readiness_probe.as_mut(),
+                c.liveness_probe.as_mut(),
+            ]
+            .into_iter()
+            .flatten()
             {
                 if let Some(get) = probe.http_get.as_mut() {
                     get.http_headers = Some(vec![host.clone()]);
@@ -297,12 +301,7 @@ async fn pass(p: &mut Pass<'_, Horizon>) -> Result<State, Error> {
             .ca
             .as_ref()
             .map(|_| format!("{}/{}", render::POD_CONFIG_DIR, tls::CLIENT_CA_FILE)),
-        // Served over TLS here or at an ingress: the cookies must not travel over plain HTTP.
-        https: serving.is_some()
-            || spec
-                .public_endpoint
-                .as_deref()
-                .is_some_and(|u| u.starts_with("https://")),
+        https: secure_cookies(serving.is_some()),
         config_dir: render::POD_CONFIG_DIR.into(),
         static_root: render::POD_STATIC_ROOT.into(),
         python_home: None,
@@ -378,6 +377,14 @@ async fn pass(p: &mut Pass<'_, Horizon>) -> Result<State, Error> {
     }
 }
 
+/// Whether the session and CSRF cookies are `Secure` (pure): when the dashboard serves TLS
+/// itself. A browser drops a `Secure` cookie set over plain HTTP, so a dashboard reached over
+/// http (its Service; a public https:// endpoint with no ingress in front) could never log in.
+/// TLS ended at an ingress: set both to `true` in `configOverrides.local_settings`.
+pub fn secure_cookies(serves_tls: bool) -> bool {
+    serves_tls
+}
+
 /// Runs the controller until `shutdown` resolves.
 pub async fn run(
     ctx: Arc<Ctx>,
@@ -391,6 +398,14 @@ pub async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cookies_are_secure_only_when_the_dashboard_serves_tls() {
+        // A cluster's public endpoint is https:// (its host-name pattern) whether or not an
+        // ingress terminates TLS; the dashboard served over plain HTTP must still log in.
+        assert!(!secure_cookies(false));
+        assert!(secure_cookies(true));
+    }
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
     #[test]
@@ -494,7 +509,7 @@ mod tests {
         );
         let pod = d.spec.template.spec.expect("pod");
         let c = &pod.containers[0];
-        for probe in [&c.readiness_probe, &c.liveness_probe] {
+        for probe in [&c.startup_probe, &c.readiness_probe, &c.liveness_probe] {
             let get = probe
                 .as_ref()
                 .and_then(|p| p.http_get.as_ref())

@@ -421,6 +421,7 @@ async fn pass(p: &mut Pass<'_, Keystone>) -> Result<State, Error> {
                 conf: &conf,
                 volumes: volumes.clone(),
                 key_volume: keys[1].clone(),
+                fernet_volume: keys[0].clone(),
                 key_dir: &Paths::pod().credential_keys,
             },
         )

@@ -204,11 +204,45 @@ pub fn maintenance_deployment(owner: &Owner, t: &ServiceTemplate, api: ApiParams
         for c in &mut pod.containers {
             c.name = "ovn-maintenance".into();
             c.ports = None;
+            c.startup_probe = None;
             c.readiness_probe = None;
             c.liveness_probe = None;
         }
     }
     dep
+}
+
+/// What the `db-expand` step runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExpandPhase {
+    /// A new database: every migration to `heads` (expand and contract). The servers of a new
+    /// install need the contract's columns too, and no old server is running to protect.
+    Heads,
+    /// An upgrade: the additive migrations only; the contract runs once every server runs the
+    /// new release.
+    Expand,
+}
+
+/// The `db-expand` step's hash and phase for `sync_hash` (pure). Until a contract has
+/// succeeded on this database it is a new install (`Heads`, under a hash of its own, so an
+/// install that ran only `--expand` before this rule existed gets its `heads` run); the choice
+/// sticks while the step's record is of that hash.
+pub fn expand_phase(
+    jobs: &[controlplane_api::JobRecord],
+    sync_hash: &str,
+) -> (String, ExpandPhase) {
+    let heads_hash = controlplane_render::InputHash::new()
+        .add("sync", sync_hash)
+        .add("phase", "heads")
+        .short();
+    let record = |step: &str| jobs.iter().find(|r| r.step == step);
+    if record("db-expand").is_some_and(|r| r.hash == heads_hash) {
+        return (heads_hash, ExpandPhase::Heads);
+    }
+    if record("db-contract").is_some_and(|r| r.succeeded) {
+        return (sync_hash.to_string(), ExpandPhase::Expand);
+    }
+    (heads_hash, ExpandPhase::Heads)
 }
 
 fn state_volume() -> (Volume, VolumeMount) {
@@ -379,11 +413,15 @@ async fn pass(p: &mut Pass<'_, Neutron>) -> Result<State, Error> {
     }
     let paths = Paths::pod();
     let sync_hash = render::db_sync_hash(&image, &neutron_conf, &ml2_conf);
-    let expand = render::db_expand_command("neutron-db-manage", &paths);
+    let (expand_hash, phase) = expand_phase(&p.status.jobs, &sync_hash);
+    let expand = match phase {
+        ExpandPhase::Heads => render::db_sync_command("neutron-db-manage", &paths),
+        ExpandPhase::Expand => render::db_expand_command("neutron-db-manage", &paths),
+    };
     if let Some(s) = p
         .job_step(
             "db-expand",
-            &sync_hash,
+            &expand_hash,
             &image,
             expand,
             vec![],
@@ -530,6 +568,48 @@ pub async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use controlplane_api::JobRecord;
+
+    fn rec(step: &str, hash: &str, succeeded: bool) -> JobRecord {
+        JobRecord {
+            step: step.into(),
+            hash: hash.into(),
+            succeeded,
+            ..JobRecord::default()
+        }
+    }
+
+    #[test]
+    fn a_new_database_reaches_heads_and_upgrades_keep_expand_then_contract() {
+        // New install: nothing ran yet.
+        let (h, phase) = expand_phase(&[], "s1");
+        assert_eq!(phase, ExpandPhase::Heads);
+        assert_ne!(h, "s1");
+        // The heads Job ran; while the inputs stay, the step keeps its hash (no second Job),
+        // also after the contract step succeeded.
+        let jobs = vec![rec("db-expand", &h, true), rec("db-contract", "s1", true)];
+        assert_eq!(expand_phase(&jobs, "s1"), (h.clone(), ExpandPhase::Heads));
+        // An upgrade (new image or configuration): expand only, under the sync hash.
+        assert_eq!(
+            expand_phase(&jobs, "s2"),
+            ("s2".to_string(), ExpandPhase::Expand)
+        );
+        // An install whose first expand ran (the old rule) but whose contract never
+        // succeeded: heads, under a new hash, so it runs now.
+        let stuck = vec![
+            rec("db-expand", "s1", true),
+            rec("db-contract", "s1", false),
+        ];
+        let (h2, phase) = expand_phase(&stuck, "s1");
+        assert_eq!(phase, ExpandPhase::Heads);
+        assert_ne!(h2, "s1");
+        // The command of each phase.
+        let p = Paths::pod();
+        assert!(
+            render::db_sync_command("neutron-db-manage", &p)
+                .ends_with(&["upgrade".to_string(), "heads".to_string()])
+        );
+    }
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
     fn ovn(
@@ -658,7 +738,7 @@ mod tests {
         assert_eq!(d.spec.replicas, Some(1));
         assert_ne!(d.spec.selector.match_labels, api.spec.selector.match_labels);
         let c = &d.spec.template.spec.as_ref().expect("pod").containers[0];
-        assert!(c.ports.is_none() && c.readiness_probe.is_none());
+        assert!(c.ports.is_none() && c.readiness_probe.is_none() && c.startup_probe.is_none());
         let zero = ServiceTemplate {
             replicas: Some(0),
             ..ServiceTemplate::default()

@@ -505,6 +505,8 @@ async fn pass(p: &mut Pass<'_, Nova>) -> Result<State, Error> {
     volumes.extend(cell1.ca_volume.iter().cloned());
     volumes.extend(cache.volumes.iter().cloned());
     volumes.extend(mq.volumes.iter().cloned());
+    // state_path (lock files) must be writable: the image has no /var/lib/nova.
+    volumes.push(objects::empty_dir_volume("state", render::POD_STATE_DIR));
 
     // Jobs, in order; each waits for the one before.
     for (step, db) in [
@@ -770,6 +772,7 @@ mod tests {
                 .and_then(|p| p.http_get.as_ref())
                 .and_then(|g| g.scheme.clone())
         };
+        assert_eq!(scheme(&c.startup_probe).as_deref(), Some("HTTPS"));
         assert_eq!(scheme(&c.readiness_probe).as_deref(), Some("HTTPS"));
         assert_eq!(scheme(&c.liveness_probe).as_deref(), Some("HTTPS"));
         assert!(mounts_tls(&component_deployment(

@@ -194,6 +194,37 @@ impl StepState {
     }
 }
 
+/// A failed step during its backoff at `now` (pure): the Degraded message and how long until
+/// the next attempt; `None` once the backoff is over. The message names the next attempt's
+/// absolute time, never a countdown: every pass during the backoff then writes the same
+/// condition, so the status is not rewritten and the Warning Event is sent once (a countdown
+/// sent it again from the pass the status write itself triggered).
+pub fn backoff(
+    step: &str,
+    rec: &JobRecord,
+    job: &str,
+    why: &str,
+    now: jiff::Timestamp,
+) -> Option<(String, Duration)> {
+    let after = rec
+        .next_attempt_after
+        .as_deref()
+        .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+        .unwrap_or(now);
+    let wait = Duration::try_from(after.duration_since(now)).ok()?;
+    if wait.is_zero() {
+        return None;
+    }
+    Some((
+        format!(
+            "{step} attempt {} failed (Job {job}): {why}; next attempt at {}",
+            rec.attempts,
+            after.round(jiff::Unit::Second).unwrap_or(after)
+        ),
+        wait,
+    ))
+}
+
 /// The Job's outcome from its conditions: Some(Ok) complete, Some(Err(reason)) failed.
 pub fn job_outcome(job: &Job) -> Option<Result<(), String>> {
     let conds = job.status.as_ref()?.conditions.as_ref()?;
@@ -575,6 +606,8 @@ impl<K: ServiceKind> Pass<'_, K> {
                 user,
                 password,
                 ca_file: ca.as_ref().map(|c| format!("{DB_CA_DIR}/{}", c.key)),
+                verify: svc.spec.tls.as_ref().map(|t| t.verify).unwrap_or_default(),
+                server_name: svc.spec.tls.as_ref().and_then(|t| t.server_name.clone()),
             },
             admin,
             ca_volume: ca.map(|c| objects::secret_volume("db-ca", &c.name, DB_CA_DIR)),
@@ -752,21 +785,8 @@ impl<K: ServiceKind> Pass<'_, K> {
                         );
                         r.last_failure = Some(format!("Job {name} failed: {why}"));
                     }
-                    let after = r
-                        .next_attempt_after
-                        .as_deref()
-                        .and_then(|t| t.parse::<jiff::Timestamp>().ok())
-                        .unwrap_or(now);
-                    let wait = after.duration_since(now);
-                    let msg = format!(
-                        "{step} attempt {} failed (Job {name}): {why}; retrying in {}s",
-                        r.attempts,
-                        wait.as_secs().max(0)
-                    );
-                    if wait.as_secs() > 0 || wait.subsec_nanos() > 0 {
-                        self.soon(Duration::from_secs(
-                            u64::try_from(wait.as_secs()).unwrap_or(0) + 1,
-                        ));
+                    if let Some((msg, wait)) = backoff(step, r, name, &why, now) {
+                        self.soon(wait + Duration::from_secs(1));
                         return Ok(StepState::Failed(msg));
                     }
                     // Backoff over: fall through to a new attempt.
@@ -1362,6 +1382,37 @@ pub async fn run<K: ServiceKind>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_failed_step_reports_the_same_message_on_every_pass_of_its_backoff() {
+        let t0: jiff::Timestamp = "2026-12-06T06:00:00Z".parse().expect("time");
+        let at = |s: i64| {
+            t0.checked_add(jiff::SignedDuration::from_secs(s))
+                .expect("time")
+        };
+        let rec = JobRecord {
+            step: "db-init".into(),
+            attempts: 1,
+            next_attempt_after: Some(at(30).to_string()),
+            ..JobRecord::default()
+        };
+        let why = "BackoffLimitExceeded: Job has reached the specified backoff limit";
+        let (first, wait1) =
+            backoff("db-init", &rec, "ks-db-init-h-1", why, at(0)).expect("waiting");
+        // The pass the status write triggers, seconds later on a busy node.
+        let (second, wait2) =
+            backoff("db-init", &rec, "ks-db-init-h-1", why, at(7)).expect("waiting");
+        assert_eq!(
+            first, second,
+            "the condition (and its Warning) must not change"
+        );
+        assert!(first.contains("2026-12-06T06:00:30Z"), "{first}");
+        assert!(first.contains(why), "{first}");
+        assert_eq!((wait1.as_secs(), wait2.as_secs()), (30, 23));
+        // The backoff is over: a new attempt.
+        assert!(backoff("db-init", &rec, "ks-db-init-h-1", why, at(30)).is_none());
+        assert!(backoff("db-init", &rec, "ks-db-init-h-1", why, at(31)).is_none());
+    }
 
     fn placement(
         ns: &str,

@@ -209,6 +209,8 @@ mod tests {
                 user: "keystone".into(),
                 password: "secret".into(),
                 ca_file: Some("/etc/keystone/db-ca/ca.crt".into()),
+                verify: Default::default(),
+                server_name: None,
             },
             cache: crate::cache::Cache::plain(vec!["mc:11211".into()]),
             paths: Paths::pod(),

@@ -30,6 +30,9 @@ pub const SERVICE_NAME: &str = "neutron";
 /// Where the rendered files are mounted in pods (a directory of its own, so the image's
 /// `/etc/neutron` with `api-paste.ini` and the rootwrap filters stays visible).
 pub const POD_CONFIG_DIR: &str = "/etc/neutron/rendered";
+/// Where the image holds Neutron's own `api-paste.ini`: the service's `data_files`, installed
+/// under the venv's prefix (`/opt/openstack`).
+pub const IMAGE_CONFIG_DIR: &str = "/opt/openstack/etc/neutron";
 /// The rendered files the server processes read, in the order they are read.
 pub const SERVER_CONFIG_FILES: [&str; 2] = ["neutron.conf", "ml2_conf.ini"];
 /// The metadata agent's file (read together with `neutron.conf`'s `[DEFAULT]` by the agent).
@@ -241,7 +244,7 @@ impl Paths {
     pub fn pod() -> Self {
         Paths {
             config_dir: POD_CONFIG_DIR.into(),
-            api_paste_config: "/etc/neutron/api-paste.ini".into(),
+            api_paste_config: format!("{IMAGE_CONFIG_DIR}/api-paste.ini"),
             state_path: "/var/lib/neutron".into(),
             log_file: None,
             python_home: None,
@@ -544,6 +547,19 @@ mod tests {
     use crate::objects::{self, JobParams, Owner};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
+    #[test]
+    fn pod_paths_are_where_the_image_has_them() {
+        // pip installs neutron's data_files (api-paste.ini) under the venv's prefix,
+        // /opt/openstack in deploy/images: "Could not find config at
+        // /etc/neutron/api-paste.ini" otherwise.
+        let p = Paths::pod();
+        assert_eq!(
+            p.api_paste_config,
+            "/opt/openstack/etc/neutron/api-paste.ini"
+        );
+        assert!(p.api_paste_config.starts_with(IMAGE_CONFIG_DIR));
+    }
+
     fn template() -> ServiceTemplate {
         let mut t = ServiceTemplate::default();
         t.config_overrides.insert(
@@ -575,6 +591,8 @@ mod tests {
                 user: "neutron".into(),
                 password: "dbsecret".into(),
                 ca_file: None,
+                verify: Default::default(),
+                server_name: None,
             },
             keystone: KeystoneAuth {
                 auth_url: "http://keystone-api.os.svc:5000/v3".into(),

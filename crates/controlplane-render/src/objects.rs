@@ -10,10 +10,10 @@ use k8s_openapi::api::apps::v1::{
 };
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
-    Affinity, Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction, PodAffinityTerm,
-    PodAntiAffinity, PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ResourceRequirements,
-    Secret, SecretKeySelector, SecretVolumeSource, SecurityContext, Service, ServicePort,
-    ServiceSpec, TCPSocketAction, Volume, VolumeMount, WeightedPodAffinityTerm,
+    Affinity, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource, HTTPGetAction,
+    PodAffinityTerm, PodAntiAffinity, PodSecurityContext, PodSpec, PodTemplateSpec, Probe,
+    ResourceRequirements, Secret, SecretKeySelector, SecretVolumeSource, SecurityContext, Service,
+    ServicePort, ServiceSpec, TCPSocketAction, Volume, VolumeMount, WeightedPodAffinityTerm,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
@@ -29,6 +29,28 @@ pub const CONFIG_HASH_ANNOTATION: &str = "controlplane.sunet.se/config-hash";
 pub const STEP_LABEL: &str = "controlplane.sunet.se/step";
 /// Label naming the owning service CR.
 pub const INSTANCE_LABEL: &str = "app.kubernetes.io/instance";
+/// The uid and gid the service images run as (`USER 42425:42425` in deploy/images/Dockerfile).
+pub const IMAGE_USER: i64 = 42425;
+
+/// The pod security context of every Job and Deployment: the image's user and group, and that
+/// group as `fsGroup`, so the 0440 Secret files (configuration, keys, CAs) are readable by the
+/// service whatever group the container runtime would give the user.
+pub fn pod_security_context() -> PodSecurityContext {
+    PodSecurityContext {
+        run_as_user: Some(IMAGE_USER),
+        run_as_group: Some(IMAGE_USER),
+        run_as_non_root: Some(true),
+        fs_group: Some(IMAGE_USER),
+        ..PodSecurityContext::default()
+    }
+}
+
+/// Period of the startup probe of a component that listens.
+pub const STARTUP_PERIOD_SECONDS: i32 = 5;
+/// Failures of the startup probe before the kubelet restarts the container: 120 × 5 s = 10
+/// minutes to start (liveness with a fixed initial delay killed API pods still importing).
+pub const STARTUP_FAILURES: i32 = 120;
+
 /// Seconds a Job may run before Kubernetes stops it: a hanging db sync fails instead of
 /// blocking the service forever.
 pub const JOB_DEADLINE_SECONDS: i64 = 900;
@@ -140,6 +162,23 @@ pub fn secret_volume(volume: &str, secret: &str, mount: &str) -> (Volume, Volume
     )
 }
 
+/// A writable emptyDir mounted at `mount`: a service's state directory (locks, coordination
+/// files, mount points), which the images do not have and their user could not create.
+pub fn empty_dir_volume(volume: &str, mount: &str) -> (Volume, VolumeMount) {
+    (
+        Volume {
+            name: volume.into(),
+            empty_dir: Some(EmptyDirVolumeSource::default()),
+            ..Volume::default()
+        },
+        VolumeMount {
+            name: volume.into(),
+            mount_path: mount.into(),
+            ..VolumeMount::default()
+        },
+    )
+}
+
 fn resources(r: Option<&Resources>) -> Option<ResourceRequirements> {
     let r = r?;
     let q = |m: &BTreeMap<String, String>| {
@@ -197,6 +236,7 @@ pub fn job(owner: &Owner, p: JobParams) -> Job {
                 }),
                 spec: Some(PodSpec {
                     restart_policy: Some("Never".into()),
+                    security_context: Some(pod_security_context()),
                     containers: vec![Container {
                         name: p.step.clone(),
                         image: Some(p.image.clone()),
@@ -305,10 +345,9 @@ pub struct ComponentParams {
 /// capacity, and the configuration hash on the pod template so a config change rolls it.
 pub fn component_deployment(owner: &Owner, t: &ServiceTemplate, p: ComponentParams) -> Deployment {
     let labels = owner.labels(&p.component);
-    let probe = |initial: i32, failures: i32| -> Option<Probe> {
+    let probe = |period: i32, failures: i32| -> Option<Probe> {
         let base = Probe {
-            initial_delay_seconds: Some(initial),
-            period_seconds: Some(10),
+            period_seconds: Some(period),
             timeout_seconds: Some(5),
             failure_threshold: Some(failures),
             ..Probe::default()
@@ -381,10 +420,7 @@ pub fn component_deployment(owner: &Owner, t: &ServiceTemplate, p: ComponentPara
                         ..Affinity::default()
                     }),
                     node_selector: (!t.node_selector.is_empty()).then(|| t.node_selector.clone()),
-                    security_context: Some(PodSecurityContext {
-                        fs_group: Some(42425),
-                        ..PodSecurityContext::default()
-                    }),
+                    security_context: Some(pod_security_context()),
                     containers: vec![Container {
                         name: p.component.clone(),
                         image: Some(p.image.clone()),
@@ -396,8 +432,13 @@ pub fn component_deployment(owner: &Owner, t: &ServiceTemplate, p: ComponentPara
                                 ..ContainerPort::default()
                             }]
                         }),
-                        readiness_probe: probe(5, 3),
-                        liveness_probe: probe(30, 6),
+                        // The startup probe holds the other two back while the service
+                        // imports and connects (minutes on a busy node), up to
+                        // STARTUP_SECONDS; after it passed, liveness restarts a pod that
+                        // stopped answering for a minute.
+                        startup_probe: probe(STARTUP_PERIOD_SECONDS, STARTUP_FAILURES),
+                        readiness_probe: probe(10, 3),
+                        liveness_probe: probe(10, 6),
                         resources: resources(t.resources.as_ref()),
                         security_context: p.privileged.then(|| SecurityContext {
                             privileged: Some(true),
@@ -439,4 +480,108 @@ pub fn component_service(owner: &Owner, name: &str, component: &str, port: u16) 
 /// The ClusterIP Service in front of the API pods.
 pub fn api_service(owner: &Owner, name: &str, port: u16) -> Service {
     component_service(owner, name, "api", port)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn owner() -> Owner {
+        Owner {
+            reference: OwnerReference::default(),
+            namespace: "ns".into(),
+            instance: "svc".into(),
+            service: "nova".into(),
+        }
+    }
+
+    #[test]
+    fn jobs_and_deployments_run_as_the_image_user_with_its_group_owning_secret_files() {
+        let job = job(
+            &owner(),
+            JobParams {
+                name: "svc-db-sync-h-1".into(),
+                step: "db-sync".into(),
+                hash: "h".into(),
+                image: "img".into(),
+                command: vec!["true".into()],
+                env: vec![],
+                volumes: vec![secret_volume("config", "svc-config", "/etc/nova")],
+            },
+        );
+        let dep = api_deployment(
+            &owner(),
+            &ServiceTemplate::default(),
+            ApiParams {
+                name: "svc-api".into(),
+                image: "img".into(),
+                command: vec!["uwsgi".into()],
+                port: 8774,
+                probe_path: "/".into(),
+                config_hash: "c".into(),
+                volumes: vec![],
+            },
+        );
+        let pods = [
+            job.spec.and_then(|s| s.template.spec).expect("job pod"),
+            dep.spec.template.spec.expect("pod"),
+        ];
+        for pod in pods {
+            let sc = pod.security_context.expect("security context");
+            assert_eq!(sc.run_as_user, Some(42425));
+            assert_eq!(sc.run_as_group, Some(42425));
+            // Secret volumes are 0440: readable through the group the kubelet gives them.
+            assert_eq!(sc.fs_group, Some(42425));
+        }
+    }
+
+    #[test]
+    fn listening_components_get_a_generous_startup_probe_before_liveness() {
+        let dep = api_deployment(
+            &owner(),
+            &ServiceTemplate::default(),
+            ApiParams {
+                name: "svc-api".into(),
+                image: "img".into(),
+                command: vec!["uwsgi".into()],
+                port: 8774,
+                probe_path: "/".into(),
+                config_hash: "c".into(),
+                volumes: vec![],
+            },
+        );
+        let pod = dep.spec.template.spec.expect("pod");
+        let c = &pod.containers[0];
+        let startup = c.startup_probe.as_ref().expect("startup probe");
+        let budget = startup.period_seconds.unwrap_or(10) * startup.failure_threshold.unwrap_or(3);
+        assert!(budget >= 600, "{budget} s to start");
+        assert_eq!(
+            startup.http_get.as_ref().and_then(|g| g.path.as_deref()),
+            Some("/")
+        );
+        // After startup, liveness restarts a pod that stops answering within about a minute,
+        // without an initial delay of its own (the startup probe holds it back).
+        let live = c.liveness_probe.as_ref().expect("liveness");
+        assert_eq!(live.initial_delay_seconds, None);
+        let window = live.period_seconds.unwrap_or(10) * live.failure_threshold.unwrap_or(3);
+        assert!((30..=120).contains(&window), "{window}");
+        // Workers without a listener get none of the three.
+        let worker = component_deployment(
+            &owner(),
+            &ServiceTemplate::default(),
+            ComponentParams {
+                name: "svc-conductor".into(),
+                component: "conductor".into(),
+                image: "img".into(),
+                command: vec!["nova-conductor".into()],
+                check: Check::None,
+                config_hash: "c".into(),
+                volumes: vec![],
+                replicas: 1,
+                privileged: false,
+            },
+        );
+        let c = &worker.spec.template.spec.expect("pod").containers[0];
+        assert!(c.startup_probe.is_none() && c.liveness_probe.is_none());
+    }
 }

@@ -181,6 +181,8 @@ mod tests {
                 user: "placement".into(),
                 password: "dbsecret".into(),
                 ca_file: Some("/etc/placement/db-ca/ca.crt".into()),
+                verify: Default::default(),
+                server_name: None,
             },
             keystone: KeystoneAuth {
                 auth_url: "http://keystone-api.os.svc:5000/v3".into(),

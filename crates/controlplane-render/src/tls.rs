@@ -418,6 +418,7 @@ pub fn serve_tls(dep: &mut Deployment, secret: &str) {
                 g.scheme = Some("HTTPS".into());
             }
         };
+        https(&mut c.startup_probe);
         https(&mut c.readiness_probe);
         https(&mut c.liveness_probe);
     }

@@ -102,6 +102,9 @@ pub struct TlsSettings {
     pub client_key_pem: Option<SecretSlice<u8>>,
     /// How strictly the server certificate is verified.
     pub verify: VerifyMode,
+    /// With `Full`: the DNS name the certificate must carry instead of the endpoint's host
+    /// (an endpoint addressed by IP, a relay or a load balancer the certificate does not name).
+    pub server_name: Option<String>,
 }
 
 /// How the server certificate is verified.
@@ -364,12 +367,7 @@ async fn probe(
                 .as_ref()
                 .map_err(|m| Failure::new(Stage::Tls, reason::INVALID_TARGET, m.clone()))?;
             let s = net::handshake(tcp, config.clone(), &ep.host).await?;
-            let verify = target
-                .tls
-                .as_ref()
-                .map(|t| t.verify)
-                .unwrap_or(VerifyMode::Full);
-            steps.pass(Stage::Tls, net::describe(&s, verify));
+            steps.pass(Stage::Tls, net::describe(&s, target.tls.as_ref()));
             Box::new(s)
         }
     };

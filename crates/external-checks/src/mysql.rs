@@ -14,7 +14,7 @@ use tokio::net::TcpStream;
 
 use crate::net::{self, io_failure};
 use crate::steps::{Failure, Stage, Steps};
-use crate::{Target, VerifyMode, reason};
+use crate::{Target, reason};
 
 const CLIENT_LONG_PASSWORD: u32 = 1;
 const CLIENT_CONNECT_WITH_DB: u32 = 8;
@@ -157,12 +157,7 @@ pub(crate) async fn probe(
             p.write(Stage::Tls, "sending the TLS request", &req).await?;
             let seq = p.seq;
             let s = net::handshake(p.s, config.clone(), host).await?;
-            let verify = target
-                .tls
-                .as_ref()
-                .map(|t| t.verify)
-                .unwrap_or(VerifyMode::Full);
-            steps.pass(Stage::Tls, net::describe(&s, verify));
+            steps.pass(Stage::Tls, net::describe(&s, target.tls.as_ref()));
             let io = Packets { s, seq };
             authenticate(io, &g, caps, user, &password, db, true, steps).await
         }

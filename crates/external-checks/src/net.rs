@@ -75,6 +75,40 @@ pub(crate) async fn connect(host: &str, port: u16) -> Result<TcpStream, Failure>
 /// Builds the rustls client configuration: trust, verification mode and client certificate.
 pub(crate) fn client_config(tls: &TlsSettings) -> Result<Arc<ClientConfig>, String> {
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let verifier = server_verifier(tls, &provider)?;
+    let builder = ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("TLS setup: {e}"))?
+        .dangerous()
+        .with_custom_certificate_verifier(verifier);
+    let config = match (&tls.client_cert_pem, &tls.client_key_pem) {
+        (Some(cert), Some(key)) => {
+            let chain = CertificateDer::pem_slice_iter(cert)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| format!("the client certificate is not valid PEM: {e}"))?;
+            if chain.is_empty() {
+                return Err("the client certificate holds no PEM certificate".into());
+            }
+            // The error of a key parse never quotes the key.
+            let key = PrivateKeyDer::from_pem_slice(key.expose_secret())
+                .map_err(|e| format!("the client key is not a valid PEM private key: {e}"))?;
+            builder.with_client_auth_cert(chain, key).map_err(|e| {
+                format!("the client certificate and key do not match or are unusable: {e}")
+            })?
+        }
+        (None, None) => builder.with_no_client_auth(),
+        (Some(_), None) => return Err("a client certificate is given without its key".into()),
+        (None, Some(_)) => return Err("a client key is given without its certificate".into()),
+    };
+    Ok(Arc::new(config))
+}
+
+/// How the server's certificate is verified: trust (the CA bundle, else the system store),
+/// the verification mode and the name expected.
+fn server_verifier(
+    tls: &TlsSettings,
+    provider: &Arc<rustls::crypto::CryptoProvider>,
+) -> Result<Arc<dyn ServerCertVerifier>, String> {
     let mut roots = RootCertStore::empty();
     match &tls.ca_pem {
         Some(pem) => {
@@ -108,38 +142,22 @@ pub(crate) fn client_config(tls: &TlsSettings) -> Result<Arc<ClientConfig>, Stri
                 WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
                     .build()
                     .map_err(|e| format!("cannot use the CA bundle: {e}"))?;
-            if mode == VerifyMode::CaOnly {
-                Arc::new(NoHostName(webpki))
-            } else {
-                webpki
+            match (mode, &tls.server_name) {
+                (VerifyMode::CaOnly, _) => Arc::new(NoHostName(webpki)),
+                (_, Some(name)) => {
+                    let name = ServerName::try_from(name.clone()).map_err(|_| {
+                        format!("the server name {name} is neither a DNS name nor an IP address")
+                    })?;
+                    Arc::new(ExpectedName {
+                        inner: webpki,
+                        name,
+                    })
+                }
+                _ => webpki,
             }
         }
     };
-    let builder = ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| format!("TLS setup: {e}"))?
-        .dangerous()
-        .with_custom_certificate_verifier(verifier);
-    let config = match (&tls.client_cert_pem, &tls.client_key_pem) {
-        (Some(cert), Some(key)) => {
-            let chain = CertificateDer::pem_slice_iter(cert)
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| format!("the client certificate is not valid PEM: {e}"))?;
-            if chain.is_empty() {
-                return Err("the client certificate holds no PEM certificate".into());
-            }
-            // The error of a key parse never quotes the key.
-            let key = PrivateKeyDer::from_pem_slice(key.expose_secret())
-                .map_err(|e| format!("the client key is not a valid PEM private key: {e}"))?;
-            builder.with_client_auth_cert(chain, key).map_err(|e| {
-                format!("the client certificate and key do not match or are unusable: {e}")
-            })?
-        }
-        (None, None) => builder.with_no_client_auth(),
-        (Some(_), None) => return Err("a client certificate is given without its key".into()),
-        (None, Some(_)) => return Err("a client key is given without its certificate".into()),
-    };
-    Ok(Arc::new(config))
+    Ok(verifier)
 }
 
 /// Runs the TLS handshake over `tcp`; the server name is the endpoint's host (name or IP).
@@ -174,16 +192,23 @@ where
 }
 
 /// What the handshake established, for the TLSReady detail.
-pub(crate) fn describe<S>(s: &TlsStream<S>, verify: VerifyMode) -> String {
+pub(crate) fn describe<S>(s: &TlsStream<S>, tls: Option<&TlsSettings>) -> String {
+    let verify = tls.map(|t| t.verify).unwrap_or_default();
+    let name = tls.and_then(|t| t.server_name.as_deref());
     let (_, conn) = s.get_ref();
     let version = conn
         .protocol_version()
         .and_then(|v| v.as_str())
         .unwrap_or("TLS");
-    let how = match verify {
-        VerifyMode::Full => "server certificate and host name verified",
-        VerifyMode::CaOnly => "server certificate verified (host name not checked)",
-        VerifyMode::Insecure => "server certificate NOT verified (verify mode Insecure)",
+    let expected;
+    let how = match (verify, name) {
+        (VerifyMode::Full, Some(n)) => {
+            expected = format!("server certificate verified for the name {n}");
+            expected.as_str()
+        }
+        (VerifyMode::Full, None) => "server certificate and host name verified",
+        (VerifyMode::CaOnly, _) => "server certificate verified (host name not checked)",
+        (VerifyMode::Insecure, _) => "server certificate NOT verified (verify mode Insecure)",
     };
     format!("{} established, {how}", version.replace('_', "."))
 }
@@ -299,6 +324,50 @@ impl ServerCertVerifier for NoHostName {
     }
 }
 
+/// VerifyMode::Full with a server name: the chain must reach the CA and the certificate must
+/// name `name`, whatever host the connection was opened to.
+#[derive(Debug)]
+struct ExpectedName {
+    inner: Arc<WebPkiServerVerifier>,
+    name: ServerName<'static>,
+}
+
+impl ServerCertVerifier for ExpectedName {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        ocsp_response: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        self.inner
+            .verify_server_cert(end_entity, intermediates, &self.name, ocsp_response, now)
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.inner.supported_verify_schemes()
+    }
+}
+
 /// VerifyMode::Insecure: any certificate; the handshake signatures are still checked.
 #[derive(Debug)]
 struct AnyCertificate(WebPkiSupportedAlgorithms);
@@ -335,5 +404,63 @@ impl ServerCertVerifier for AnyCertificate {
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
         self.0.supported_schemes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A CA and a leaf certificate for `name`, both PEM.
+    fn ca_and_leaf(name: &str) -> (String, CertificateDer<'static>) {
+        let ca_key = rcgen::KeyPair::generate().expect("key");
+        let mut ca = rcgen::CertificateParams::default();
+        ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        ca.distinguished_name
+            .push(rcgen::DnType::CommonName, "test CA");
+        let ca_cert = ca.self_signed(&ca_key).expect("CA");
+        let issuer = rcgen::Issuer::new(ca, ca_key);
+        let leaf_key = rcgen::KeyPair::generate().expect("key");
+        let leaf = rcgen::CertificateParams::new(vec![name.to_string()])
+            .expect("params")
+            .signed_by(&leaf_key, &issuer)
+            .expect("leaf");
+        (ca_cert.pem(), leaf.der().clone())
+    }
+
+    fn verify(tls: &TlsSettings, leaf: &CertificateDer<'_>, host: &str) -> Result<(), String> {
+        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+        let verifier = server_verifier(tls, &provider)?;
+        let host = ServerName::try_from(host.to_string()).map_err(|e| e.to_string())?;
+        verifier
+            .verify_server_cert(leaf, &[], &host, &[], UnixTime::now())
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn server_name_is_verified_instead_of_the_endpoint_host() {
+        let (ca, leaf) = ca_and_leaf("db.example.org");
+        let mut tls = TlsSettings {
+            ca_pem: Some(ca.into_bytes()),
+            ..TlsSettings::default()
+        };
+        // Reached at an address the certificate does not name: Full refuses it...
+        let e = verify(&tls, &leaf, "10.244.0.1").expect_err("name mismatch");
+        assert!(e.contains("not valid for"), "{e}");
+        // ...and accepts it with the name the certificate carries.
+        tls.server_name = Some("db.example.org".into());
+        verify(&tls, &leaf, "10.244.0.1").expect("verified for the server name");
+        // A server name the certificate does not carry is refused, whatever the host.
+        tls.server_name = Some("other.example.org".into());
+        let e = verify(&tls, &leaf, "db.example.org").expect_err("wrong server name");
+        assert!(e.contains("not valid for"), "{e}");
+        // The chain is still checked: a certificate of another CA is not trusted.
+        let (_, foreign) = ca_and_leaf("db.example.org");
+        tls.server_name = Some("db.example.org".into());
+        let e = verify(&tls, &foreign, "10.244.0.1").expect_err("foreign CA");
+        // (Same subject as the trusted CA: webpki finds it and the signature does not match.)
+        let e = e.to_lowercase();
+        assert!(e.contains("issuer") || e.contains("signature"), "{e}");
     }
 }

@@ -382,6 +382,8 @@ impl RenderedCloud {
                 user: format!("{p}_{name}"),
                 password: password(32),
                 ca_file: Some(ca.clone()),
+                verify: Default::default(),
+                server_name: None,
             }
         };
         let service_auth = |user: &str| KeystoneAuth {

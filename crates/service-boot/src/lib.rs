@@ -492,6 +492,8 @@ pub fn proof_database(name: &str) -> controlplane_render::database::Database {
         user: name.into(),
         password: controlplane_render::secrets::password(32),
         ca_file: None,
+        verify: Default::default(),
+        server_name: None,
     }
 }
 

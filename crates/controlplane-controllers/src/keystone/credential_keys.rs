@@ -10,7 +10,8 @@ use std::time::Duration;
 use controlplane_api::status::CredentialKeyStatus;
 use controlplane_render::KeyRepository;
 use controlplane_render::credential_keys::{self as ck, MAX_ACTIVE_KEYS, Next, Observed};
-use controlplane_render::objects::{self, JobParams};
+use controlplane_render::objects::{self, JobParams, Owner};
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Secret, Volume, VolumeMount};
 use kube::ResourceExt;
 use kube::api::PostParams;
@@ -44,10 +45,44 @@ pub(super) struct CredentialKeys {
 pub(super) struct MigrateJob<'a> {
     pub image: &'a str,
     pub conf: &'a str,
-    /// The configuration (and database CA) volumes; the key Secret's is added here.
+    /// The configuration (and database CA) volumes; the key Secrets' are added here.
     pub volumes: Vec<(Volume, VolumeMount)>,
     pub key_volume: (Volume, VolumeMount),
+    /// The fernet key repository: keystone-manage loads the token provider, which exits
+    /// when its key repository is missing, even for credential_migrate.
+    pub fernet_volume: (Volume, VolumeMount),
     pub key_dir: &'a str,
+}
+
+/// The `credential-migrate` Job of key set `set` (pure): the configuration, the credential
+/// keys it checks and the fernet keys keystone-manage insists on.
+pub(super) fn migrate_job(
+    owner: &Owner,
+    name: String,
+    hash: &str,
+    job: &MigrateJob<'_>,
+    set: &str,
+) -> Job {
+    let mut env: Vec<_> = ck::migrate_env(job.key_dir, "/etc/keystone/keystone.conf", set)
+        .into_iter()
+        .map(|(k, v)| objects::env(&k, v))
+        .collect();
+    env.sort_by(|a, b| a.name.cmp(&b.name));
+    let mut volumes = job.volumes.clone();
+    volumes.push(job.key_volume.clone());
+    volumes.push(job.fernet_volume.clone());
+    objects::job(
+        owner,
+        JobParams {
+            name,
+            step: MIGRATE_STEP.into(),
+            hash: hash.into(),
+            image: job.image.into(),
+            command: vec!["python3".into(), "-c".into(), ck::MIGRATE_SCRIPT.into()],
+            env,
+            volumes,
+        },
+    )
 }
 
 impl Pass<'_, Keystone> {
@@ -265,33 +300,10 @@ impl Pass<'_, Keystone> {
                 self.soon(remaining.max(Duration::from_secs(1)));
             }
             Next::Migrate { rotation_waiting } => {
-                let mut env: Vec<_> =
-                    ck::migrate_env(job.key_dir, "/etc/keystone/keystone.conf", &set)
-                        .into_iter()
-                        .map(|(k, v)| objects::env(&k, v))
-                        .collect();
-                env.sort_by(|a, b| a.name.cmp(&b.name));
-                let mut volumes = job.volumes.clone();
-                volumes.push(job.key_volume.clone());
-                let (owner, image, h) = (self.owner.clone(), job.image.to_string(), hash.clone());
+                let owner = self.owner.clone();
                 let state = self
                     .step(MIGRATE_STEP, &hash, |name| {
-                        objects::job(
-                            &owner,
-                            JobParams {
-                                name,
-                                step: MIGRATE_STEP.into(),
-                                hash: h.clone(),
-                                image: image.clone(),
-                                command: vec![
-                                    "python3".into(),
-                                    "-c".into(),
-                                    ck::MIGRATE_SCRIPT.into(),
-                                ],
-                                env: env.clone(),
-                                volumes: volumes.clone(),
-                            },
-                        )
+                        migrate_job(&owner, name, &hash, &job, &set)
                     })
                     .await?;
                 match state {
@@ -344,5 +356,63 @@ impl Pass<'_, Keystone> {
         }
         self.status.credential_keys = Some(record);
         Ok(outcome)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use controlplane_render::keystone::Paths;
+
+    #[test]
+    fn migrate_job_mounts_the_fernet_keys_keystone_manage_loads() {
+        let owner = Owner {
+            reference: Default::default(),
+            namespace: "ns".into(),
+            instance: "ks".into(),
+            service: "keystone".into(),
+        };
+        let paths = Paths::pod();
+        let job = MigrateJob {
+            image: "img",
+            conf: "[DEFAULT]\n",
+            volumes: vec![objects::secret_volume(
+                "config",
+                "ks-keystone-config",
+                "/etc/keystone",
+            )],
+            key_volume: objects::secret_volume(
+                "credential-keys",
+                "ks-credential-keys",
+                &paths.credential_keys,
+            ),
+            fernet_volume: objects::secret_volume(
+                "fernet-keys",
+                "ks-fernet-keys",
+                &paths.fernet_keys,
+            ),
+            key_dir: &paths.credential_keys,
+        };
+        let j = migrate_job(&owner, "ks-credential-migrate-h-1".into(), "h", &job, "set");
+        let pod = j.spec.and_then(|s| s.template.spec).expect("pod");
+        let mounts: Vec<_> = pod.containers[0]
+            .volume_mounts
+            .iter()
+            .flatten()
+            .map(|m| m.mount_path.clone())
+            .collect();
+        for want in ["/etc/keystone", &paths.credential_keys, &paths.fernet_keys] {
+            assert!(mounts.iter().any(|m| m == want), "{want} not in {mounts:?}");
+        }
+        let secrets: Vec<_> = pod
+            .volumes
+            .iter()
+            .flatten()
+            .filter_map(|v| v.secret.as_ref()?.secret_name.clone())
+            .collect();
+        assert!(
+            secrets.contains(&"ks-fernet-keys".to_string()),
+            "{secrets:?}"
+        );
     }
 }

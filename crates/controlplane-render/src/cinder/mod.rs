@@ -39,6 +39,12 @@ pub const LEGACY_SERVICE_NAME: &str = "cinderv3";
 /// Where the rendered files are mounted in pods (a directory of its own, so the image's
 /// `/etc/cinder` with `api-paste.ini`, `resource_filters.json` and rootwrap stays visible).
 pub const POD_CONFIG_DIR: &str = "/etc/cinder/rendered";
+/// Where the image holds Cinder's own `api-paste.ini` and `resource_filters.json`: the
+/// service's `data_files`, installed under the venv's prefix (`/opt/openstack`).
+pub const IMAGE_CONFIG_DIR: &str = "/opt/openstack/etc/cinder";
+/// Cinder's `state_path` in pods: a writable emptyDir (the image has no `/var/lib/cinder`,
+/// and its user could not create it); locks, coordination files and NFS mount points.
+pub const POD_STATE_DIR: &str = "/var/lib/cinder";
 
 /// The oslo.config namespaces of Cinder's `cinder-config-generator.conf`: what
 /// `oslo-config-validator` checks `cinder.conf` against.
@@ -80,14 +86,22 @@ pub struct Paths {
     pub python_home: Option<String>,
 }
 
+/// The writable state directory every Cinder pod and Job mounts at [`POD_STATE_DIR`].
+pub fn state_volume() -> (
+    k8s_openapi::api::core::v1::Volume,
+    k8s_openapi::api::core::v1::VolumeMount,
+) {
+    crate::objects::empty_dir_volume("state", POD_STATE_DIR)
+}
+
 impl Paths {
     /// The layout inside Cinder pods.
     pub fn pod() -> Self {
         Paths {
             config_dir: POD_CONFIG_DIR.into(),
-            api_paste_config: "/etc/cinder/api-paste.ini".into(),
-            resource_filters: "/etc/cinder/resource_filters.json".into(),
-            state_path: "/var/lib/cinder".into(),
+            api_paste_config: format!("{IMAGE_CONFIG_DIR}/api-paste.ini"),
+            resource_filters: format!("{IMAGE_CONFIG_DIR}/resource_filters.json"),
+            state_path: POD_STATE_DIR.into(),
             log_file: None,
             python_home: None,
         }
@@ -155,6 +169,9 @@ pub fn cinder_conf(i: &CinderInputs<'_>) -> String {
             p.resource_filters.clone(),
         )
         .set("DEFAULT", "state_path", state)
+        // A stable service host for the API and scheduler (the volume services' records use
+        // `backend_host`): pod names would leave a "down" record behind at every rollout.
+        .set("DEFAULT", "host", i.volume_host.clone())
         .set("DEFAULT", "enabled_backends", names.join(","))
         // Cinder finds Glance (images to volumes) through the catalog; pods reach the internal
         // endpoints.

@@ -26,6 +26,8 @@ fn inputs(t: &ServiceTemplate) -> CinderInputs<'_> {
             user: "cinder".into(),
             password: "dbsecret".into(),
             ca_file: None,
+            verify: Default::default(),
+            server_name: None,
         },
         messaging: Messaging {
             hosts: vec!["rabbitmq.example.org:5671".into()],
@@ -273,4 +275,48 @@ fn every_rendered_option_is_one_cinder_defines() {
         "{with_ca}"
     );
     crate::ini::assert_options_known(controlplane_api::ServiceName::Cinder, &with_ca, &dynamic);
+}
+
+#[test]
+fn pod_paths_are_where_the_image_and_the_pod_have_them() {
+    // pip installs cinder's data_files under the venv's prefix, /opt/openstack in
+    // deploy/images; /etc/cinder holds nothing of them in the image.
+    let p = Paths::pod();
+    assert_eq!(
+        p.api_paste_config,
+        "/opt/openstack/etc/cinder/api-paste.ini"
+    );
+    assert_eq!(
+        p.resource_filters,
+        "/opt/openstack/etc/cinder/resource_filters.json"
+    );
+    let t = ServiceTemplate::default();
+    let mut i = inputs(&t);
+    i.paths = p.clone();
+    let conf = Ini::parse(&cinder_conf(&i));
+    assert_eq!(
+        conf.get("DEFAULT", "api_paste_config"),
+        Some(p.api_paste_config.as_str())
+    );
+    // state_path and the lock path below it lie in the writable emptyDir every pod mounts
+    // (tooz's file coordination failed with "Permission denied: '/var/lib/cinder'").
+    let (vol, mount) = state_volume();
+    assert!(vol.empty_dir.is_some());
+    assert_ne!(mount.read_only, Some(true));
+    let state = conf.get("DEFAULT", "state_path").expect("state_path");
+    assert_eq!(state, mount.mount_path);
+    let lock = conf
+        .get("oslo_concurrency", "lock_path")
+        .expect("lock_path");
+    assert!(lock.starts_with(&format!("{state}/")), "{lock}");
+}
+
+#[test]
+fn every_process_registers_under_the_stable_host() {
+    // The API and scheduler records would otherwise carry the pod name, and every rollout
+    // would leave "down" services behind.
+    let t = ServiceTemplate::default();
+    let i = inputs(&t);
+    let conf = Ini::parse(&cinder_conf(&i));
+    assert_eq!(conf.get("DEFAULT", "host"), Some(i.volume_host.as_str()));
 }

@@ -507,6 +507,8 @@ pub(crate) mod tests {
                 user: "glance".into(),
                 password: "dbsecret".into(),
                 ca_file: None,
+                verify: Default::default(),
+                server_name: None,
             },
             keystone: KeystoneAuth {
                 auth_url: "http://keystone-api.os.svc:5000/v3".into(),

@@ -147,6 +147,8 @@ mod tests {
             user: "nova".into(),
             password: "pw".into(),
             ca_file: Some("/ca.crt".into()),
+            verify: Default::default(),
+            server_name: None,
         }
     }
 

@@ -45,6 +45,11 @@ pub const SERVICE_NAME: &str = "nova";
 /// Where the rendered files are mounted in pods (a directory of its own, so the image's
 /// `/etc/nova` with `api-paste.ini` and the rootwrap filters stays visible).
 pub const POD_CONFIG_DIR: &str = "/etc/nova/rendered";
+/// Where the image holds Nova's own `api-paste.ini`: the service's `data_files`, installed
+/// under the venv's prefix (`/opt/openstack`).
+pub const IMAGE_CONFIG_DIR: &str = "/opt/openstack/etc/nova";
+/// Nova's `state_path` in pods: a writable emptyDir (lock files live below it).
+pub const POD_STATE_DIR: &str = "/var/lib/nova";
 /// The rendered file every control-plane process reads.
 pub const NOVA_CONF: &str = "nova.conf";
 /// uwsgi configuration of the compute API.
@@ -143,8 +148,8 @@ impl Paths {
     pub fn pod() -> Self {
         Paths {
             config_dir: POD_CONFIG_DIR.into(),
-            api_paste_config: "/etc/nova/api-paste.ini".into(),
-            state_path: "/var/lib/nova".into(),
+            api_paste_config: format!("{IMAGE_CONFIG_DIR}/api-paste.ini"),
+            state_path: POD_STATE_DIR.into(),
             novnc_web: "/usr/share/novnc".into(),
             python_home: None,
         }

@@ -23,6 +23,8 @@ fn db(name: &str) -> Database {
         user: "nova".into(),
         password: "dbsecret".into(),
         ca_file: Some("/etc/nova/db-ca/ca.crt".into()),
+        verify: Default::default(),
+        server_name: None,
     }
 }
 
@@ -207,7 +209,12 @@ fn commands_read_the_rendered_file() {
     );
     let t = template();
     let uwsgi = api_uwsgi_ini(&inputs(&t));
-    assert!(uwsgi.contains("env = OS_NOVA_CONFIG_FILES=/etc/nova/api-paste.ini;nova.conf\n"));
+    // The image's own api-paste.ini: nova's data_files under the venv's prefix.
+    assert!(
+        uwsgi.contains(
+            "env = OS_NOVA_CONFIG_FILES=/opt/openstack/etc/nova/api-paste.ini;nova.conf\n"
+        )
+    );
     assert!(uwsgi.contains("module = nova.wsgi.osapi_compute:application\n"));
 }
 
@@ -432,4 +439,15 @@ fn a_tls_cache_reaches_the_token_cache_and_oslo_cache() {
         plain.get("keystone_authtoken", "memcache_tls_enabled"),
         None
     );
+}
+
+#[test]
+fn pod_paths_are_where_the_image_and_the_pod_have_them() {
+    // pip installs nova's data_files (api-paste.ini) under the venv's prefix, /opt/openstack
+    // in deploy/images; /etc/nova/api-paste.ini does not exist in the image.
+    let p = Paths::pod();
+    assert_eq!(p.api_paste_config, "/opt/openstack/etc/nova/api-paste.ini");
+    assert!(p.api_paste_config.starts_with(IMAGE_CONFIG_DIR));
+    // state_path (lock files) is the emptyDir the controller mounts.
+    assert_eq!(p.state_path, POD_STATE_DIR);
 }

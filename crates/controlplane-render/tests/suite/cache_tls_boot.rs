@@ -432,6 +432,8 @@ async fn services_cache_in_memcached_over_tls_and_sasl() {
         user: KS_DB.into(),
         password: password(32),
         ca_file: None,
+        verify: Default::default(),
+        server_name: None,
     };
     init_database_twice(&ks_db);
 

@@ -139,6 +139,8 @@ async fn rendered_keystone_boots_issues_tokens_and_survives_rotation() {
         user: spec.database.username.clone(),
         password: password(32),
         ca_file: None,
+        verify: Default::default(),
+        server_name: None,
     };
     let paths = Paths {
         config_dir: root.join("etc").display().to_string(),

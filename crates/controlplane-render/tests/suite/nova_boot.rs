@@ -244,6 +244,8 @@ async fn rendered_nova_boots_a_server() {
             user: user.into(),
             password: pw.into(),
             ca_file: Some(ca.clone()),
+            verify: Default::default(),
+            server_name: None,
         }
     };
     let databases = Databases {

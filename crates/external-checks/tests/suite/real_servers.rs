@@ -52,6 +52,7 @@ impl Env {
             client_cert_pem: None,
             client_key_pem: None,
             verify: VerifyMode::Full,
+            server_name: None,
         }
     }
     /// TLS with the client certificate `prefix` (EXTSVC_CLIENT or EXTSVC_UNTRUSTED_CLIENT).
