@@ -5,6 +5,7 @@
 mod cache_tls_boot;
 mod cinder_boot;
 mod credential_migrate_script;
+mod db_init_tls;
 mod glance_boot;
 mod horizon_boot;
 mod keystone_boot;
