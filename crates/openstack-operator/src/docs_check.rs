@@ -218,6 +218,9 @@ fn unknown_flags(file: &str, text: &str, cli: &[(String, BTreeSet<String>)]) -> 
 const OTHER_TOOLS_FLAGS: &[&str] = &[
     "--test",                            // cargo
     "--set",                             // helm
+    "--netns",                           // test-node (crates/test-node/src/main.rs)
+    "--sandbox-image",                   // test-node
+    "--relay-port",                      // test-node
     "--set-file",                        // helm
     "--previous",                        // kubectl logs
     "--anonymous-auth",                  // kube-apiserver, kubelet

@@ -1901,15 +1901,16 @@ fn env_reads(dirs: &[&str]) -> BTreeSet<String> {
 }
 
 fn check_command(dep: &Value, subcommand: &str, args_file: &str, env_dirs: &[&str]) {
+    // The subcommands are defined in the binary's library (`cli.rs`), where tests reach them.
     let main =
-        std::fs::read_to_string(repo().join("crates/openstack-operator/src/main.rs")).unwrap();
+        std::fs::read_to_string(repo().join("crates/openstack-operator/src/cli.rs")).unwrap();
     let variant: String = subcommand
         .split('-')
         .map(|w| w[..1].to_uppercase() + &w[1..])
         .collect();
     assert!(
         main.contains(&format!("    {variant}(")),
-        "main.rs has no subcommand {subcommand} ({variant})"
+        "cli.rs has no subcommand {subcommand} ({variant})"
     );
     let flags = clap_args(args_file);
     let c = &dep["spec"]["template"]["spec"]["containers"][0];
