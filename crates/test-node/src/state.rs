@@ -18,9 +18,10 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
     ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting,
-    ContainerStatus, HostIP, Pod, PodCondition, PodIP, PodStatus,
+    ContainerStatus, HostIP, Pod, PodIP, PodStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use vk_runtime::status::pod_condition;
 use vk_zun::status::{backoff, phase_of};
 use vk_zun::translate::Role;
 
@@ -399,32 +400,6 @@ fn container_status(
     }
 }
 
-fn condition(
-    pod: &Pod,
-    type_: &str,
-    ok: bool,
-    reason: Option<&str>,
-    now: jiff::Timestamp,
-) -> PodCondition {
-    let status = if ok { "True" } else { "False" };
-    let prev = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|c| c.iter().find(|c| c.type_ == type_));
-    let since = match prev {
-        Some(p) if p.status == status => p.last_transition_time.clone(),
-        _ => Some(Time(now)),
-    };
-    PodCondition {
-        type_: type_.into(),
-        status: status.into(),
-        reason: reason.map(str::to_string),
-        last_transition_time: since,
-        ..Default::default()
-    }
-}
-
 /// The pod status after this pass.
 pub fn render(
     pod: &Pod,
@@ -496,22 +471,22 @@ pub fn render(
         "ContainersNotReady"
     };
     let conditions = vec![
-        condition(pod, "PodScheduled", true, None, now),
-        condition(
+        pod_condition(pod, "PodScheduled", true, None, now),
+        pod_condition(
             pod,
             "Initialized",
             inits_done,
             (!inits_done).then_some("ContainersNotInitialized"),
             now,
         ),
-        condition(
+        pod_condition(
             pod,
             "ContainersReady",
             ready,
             (!ready).then_some(not_ready),
             now,
         ),
-        condition(pod, "Ready", ready, (!ready).then_some(not_ready), now),
+        pod_condition(pod, "Ready", ready, (!ready).then_some(not_ready), now),
     ];
     let pod_ip = extra.pod_ip.clone().or(prev.pod_ip.clone());
     PodStatus {

@@ -8,5 +8,6 @@
 pub mod node;
 pub mod provider;
 pub mod runtime;
+pub mod status;
 
 pub use runtime::{NodeConfig, OnShutdown, run};

@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::{
     ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting,
-    ContainerStatus, HostIP, Pod, PodCondition, PodIP, PodStatus,
+    ContainerStatus, HostIP, Pod, PodIP, PodStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use openstack::container::{ZunContainer, status as zs};
@@ -21,6 +21,7 @@ use openstack::container::{ZunContainer, status as zs};
 use crate::labels;
 use crate::restarts::{self, Track};
 use crate::translate::Role;
+use vk_runtime::status::pod_condition;
 
 /// `containerID` scheme in container statuses.
 pub const ID_SCHEME: &str = "zun://";
@@ -640,32 +641,6 @@ fn container_status(
     }
 }
 
-fn condition(
-    pod: &Pod,
-    type_: &str,
-    ok: bool,
-    reason: Option<&str>,
-    now: jiff::Timestamp,
-) -> PodCondition {
-    let status = if ok { "True" } else { "False" };
-    let prev = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|c| c.iter().find(|c| c.type_ == type_));
-    let since = match prev {
-        Some(p) if p.status == status => p.last_transition_time.clone(),
-        _ => Some(time(now)),
-    };
-    PodCondition {
-        type_: type_.into(),
-        status: status.into(),
-        reason: reason.map(str::to_string),
-        last_transition_time: since,
-        ..Default::default()
-    }
-}
-
 /// The pod status after this pass. `observed` is what Zun shows, with this
 /// pass's creates added.
 pub fn render(
@@ -742,22 +717,22 @@ pub fn render(
         "ContainersNotReady"
     };
     let conditions = vec![
-        condition(pod, "PodScheduled", true, None, now),
-        condition(
+        pod_condition(pod, "PodScheduled", true, None, now),
+        pod_condition(
             pod,
             "Initialized",
             inits_done,
             (!inits_done).then_some("ContainersNotInitialized"),
             now,
         ),
-        condition(
+        pod_condition(
             pod,
             "ContainersReady",
             pod_ready,
             (!pod_ready).then_some(not_ready_reason),
             now,
         ),
-        condition(
+        pod_condition(
             pod,
             "Ready",
             pod_ready,
