@@ -241,15 +241,16 @@ async fn scenarios(
                                  {"name": "shared", "mountPath": "/shared"}]}]
         }
     }))).await?;
-    // The Deployment-like pod behind the Service: its server starts after 3 s, so the pod
-    // is first Running and not Ready.
+    // The Deployment-like pod behind the Service: its server starts after 15 s, so the pod
+    // is first Running and not Ready. (3 s was too short a window under CI's load: the
+    // node's status pass, busy starting the other pods, first wrote web-1 already Ready.)
     pods.create(&PostParams::default(), &pod(json!({
         "metadata": {"name": "web-1", "labels": {"app": "web"}},
         "spec": {
             "nodeName": node,
             "containers": [{"name": "web", "image": image,
                 "ports": [{"name": "http", "containerPort": 8080}],
-                "command": ["sh", "-c", "mkdir -p /www && echo hello-from-web > /www/index.html && sleep 3 && exec httpd -f -p 8080 -h /www"],
+                "command": ["sh", "-c", "mkdir -p /www && echo hello-from-web > /www/index.html && sleep 15 && exec httpd -f -p 8080 -h /www"],
                 "readinessProbe": {"httpGet": {"path": "/index.html", "port": "http"},
                                    "periodSeconds": 1, "failureThreshold": 1}}]
         }
