@@ -38,6 +38,11 @@ struct WatchStream {
     deadline: Instant,
     initial_end: Option<u64>,
     bookmarks: bool,
+    /// What a Table row's `object` holds, when the watch renders Tables.
+    include: crate::table::IncludeObject,
+    /// Whether a Table with column definitions was sent: a real API server sends them with
+    /// the first event only (`NoHeaders` on the rest), and `kubectl get -w` relies on it.
+    headers_sent: bool,
 }
 
 impl Drop for WatchStream {
@@ -68,7 +73,7 @@ impl WatchStream {
     }
 
     /// Render one stored event for this watcher, translating selector transitions.
-    fn render(&self, ev: &StoredEvent) -> Option<String> {
+    fn render(&mut self, ev: &StoredEvent) -> Option<String> {
         let now = self.visible(&ev.object);
         let before = ev.old.as_ref().is_some_and(|o| self.visible(o));
         let type_ = match ev.type_ {
@@ -84,7 +89,17 @@ impl WatchStream {
         let obj = self.info.from_stored(&ev.object);
         let obj = match self.mode {
             Render::Metadata => partial_metadata(&obj),
-            _ => obj,
+            Render::Table => {
+                let rv = crate::util::meta_str(&obj, "resourceVersion").to_string();
+                let mut table =
+                    crate::table::table(&self.info, std::slice::from_ref(&obj), &rv, self.include);
+                if self.headers_sent {
+                    table["columnDefinitions"] = Value::Null;
+                }
+                self.headers_sent = true;
+                table
+            }
+            Render::Full => obj,
         };
         Some(format!("{}\n", json!({"type": type_, "object": obj})))
     }
@@ -188,6 +203,9 @@ pub fn serve(
         deadline: Instant::now() + timeout,
         initial_end: (send_initial && bookmarks).then_some(start.rv),
         bookmarks,
+        include: crate::table::IncludeObject::parse(params.get("includeObject"))
+            .map_err(ApiError::bad_request)?,
+        headers_sent: false,
     };
     let s = stream::unfold(ws, |mut ws| async move {
         let line = ws.next_line().await?;

@@ -1111,4 +1111,118 @@ async fn kubectl_get_prints_the_server_columns() {
         ["ks", "2026.1", "True", "AllReady"],
         "{out}"
     );
+
+    // `get -w`: the pod's change prints with the same columns as the list (the watch's
+    // Tables), not NAME and AGE only.
+    use tokio::io::AsyncBufReadExt;
+    let mut child = tokio::process::Command::new(KUBECTL)
+        .arg("--kubeconfig")
+        .arg(&kc)
+        .args(["get", "pods", "-w"])
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("kubectl runs");
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut next = async || {
+        tokio::time::timeout(std::time::Duration::from_secs(20), lines.next_line())
+            .await
+            .expect("kubectl printed a line within 20 s")
+            .unwrap()
+            .expect("kubectl still running")
+    };
+    let header = next().await;
+    let first = next().await;
+    let r = h
+        .http
+        .patch(format!("{}/api/v1/namespaces/default/pods/web", h.base))
+        .header("content-type", "application/merge-patch+json")
+        .json(&json!({"metadata": {"labels": {"changed": "yes"}}}))
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success());
+    let changed = next().await;
+    for (line, want) in [
+        (&header, vec!["NAME", "READY", "STATUS", "RESTARTS", "AGE"]),
+        (&first, vec!["web", "1/1", "Running", "0"]),
+        (&changed, vec!["web", "1/1", "Running", "0"]),
+    ] {
+        let got: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(got[..want.len()], want[..], "{header}\n{first}\n{changed}");
+    }
+}
+
+/// A watch with `as=Table` sends each event's object as a one-row Table, with the column
+/// definitions on the first event only (the apiserver's watch handler sets `NoHeaders` after
+/// the first object), which is what `kubectl get -w` prints from.
+#[tokio::test]
+async fn watch_events_carry_one_row_tables_with_headers_once() {
+    let env = start().await;
+    let h = Http::new(&env);
+    let list = h.table("/api/v1/namespaces/default/configmaps").await;
+    let rv = list["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let mut watch = h
+        .http
+        .get(format!(
+            "{}/api/v1/namespaces/default/configmaps?watch=true&resourceVersion={rv}",
+            h.base
+        ))
+        .header("accept", TABLE_ACCEPT)
+        .send()
+        .await
+        .unwrap();
+    assert!(watch.status().is_success());
+    for name in ["one", "two"] {
+        h.create(
+            "/api/v1/namespaces/default/configmaps",
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"a": "1"}}),
+        )
+        .await;
+    }
+    let mut buf = String::new();
+    while buf.lines().count() < 2 {
+        let chunk = tokio::time::timeout(std::time::Duration::from_secs(10), watch.chunk())
+            .await
+            .expect("a watch event within 10 s")
+            .unwrap()
+            .expect("the watch stays open");
+        buf.push_str(std::str::from_utf8(&chunk).unwrap());
+    }
+    let events: Vec<Value> = buf
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    for (i, (ev, name)) in events.iter().zip(["one", "two"]).enumerate() {
+        assert_eq!(ev["type"], "ADDED", "{ev}");
+        let t = &ev["object"];
+        assert_eq!(t["kind"], "Table", "{ev}");
+        assert_eq!(t["rows"].as_array().unwrap().len(), 1, "{ev}");
+        assert_eq!(t["rows"][0]["cells"][0], name, "{ev}");
+        assert_eq!(
+            t["rows"][0]["object"]["kind"], "PartialObjectMetadata",
+            "{ev}"
+        );
+        assert!(
+            t["metadata"]["resourceVersion"]
+                .as_str()
+                .is_some_and(|v| !v.is_empty()),
+            "{ev}"
+        );
+        if i == 0 {
+            assert_eq!(
+                columns(t),
+                cols(&[
+                    ("Name", "string", "name", 0),
+                    ("Data", "string", "", 0),
+                    ("Age", "string", "", 0)
+                ])
+            );
+        } else {
+            assert!(t["columnDefinitions"].is_null(), "headers sent again: {ev}");
+        }
+    }
 }
