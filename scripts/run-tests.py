@@ -190,6 +190,47 @@ class Runner:
             self.run_binary(lane, *b)
 
 
+def cpu_times():
+    """(busy, total) jiffies of all CPUs from /proc/stat, or None where there is none."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
+class CpuSampler:
+    """How busy the machine's CPUs were during the tests, by minute: tells whether more lanes
+    could help (idle cores) or only less work can (cores busy throughout)."""
+
+    def __init__(self):
+        self.minutes = []
+        self.first = cpu_times()
+        self.stop = threading.Event()
+        threading.Thread(target=self.sample, daemon=True).start()
+
+    def sample(self):
+        last = self.first
+        while not self.stop.wait(60):
+            now = cpu_times()
+            if now and last and now[1] > last[1]:
+                self.minutes.append((now[0] - last[0]) / (now[1] - last[1]))
+            last = now
+
+    def summary(self):
+        self.stop.set()
+        end = cpu_times()
+        if not self.first or not end or end[1] <= self.first[1]:
+            return "cpu: not measured (no /proc/stat)"
+        mean = (end[0] - self.first[0]) / (end[1] - self.first[1])
+        busy = sum(1 for m in self.minutes if m >= 0.95)
+        low = sum(1 for m in self.minutes if m < 0.75)
+        return (f"cpu: {mean:.0%} busy over the tests ({os.cpu_count()} cores); of {len(self.minutes)} "
+                f"minutes, {busy} at 95 % or more, {low} under 75 %")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--test-threads", type=int, default=int(os.environ.get("TEST_THREADS", "4")))
@@ -219,6 +260,7 @@ def main():
         return 0
 
     runner = Runner(args, log_dir)
+    cpu = CpuSampler()
     exclusive = lanes.pop("exclusive", [])
     # The longest lanes start first; the unit lane is short and CPU-light.
     order = ["images", "boot", "zun", "resource", "control-plane", "unit"]
@@ -260,6 +302,7 @@ def main():
         per_lane[r[0]] = per_lane.get(r[0], 0) + r[2]
     print("lanes: " + ", ".join(f"{k} {v:.0f}s" for k, v in sorted(per_lane.items(), key=lambda kv: -kv[1]))
           + f"; wall {total:.0f}s")
+    print(cpu.summary())
     passed = sum(r[3] for r in runner.results)
     failed = sum(r[4] for r in runner.results)
     failing = [r[1] for r in runner.results if not r[6]]
