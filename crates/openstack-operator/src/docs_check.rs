@@ -337,6 +337,25 @@ fn configuration_table(readme: &str) -> Vec<String> {
     problems
 }
 
+/// References to the project's issue numbers ("issue 39"): the docs describe what the code does
+/// now, and an issue number means nothing to a reader of a clone.
+fn issue_references(file: &str, text: &str) -> Vec<String> {
+    let lower = text.to_lowercase();
+    let mut found = Vec::new();
+    for (at, _) in lower.match_indices("issue") {
+        let rest = lower[at + "issue".len()..].trim_start_matches('s');
+        let digits = rest.trim_start_matches([' ', '#']);
+        if rest.len() > digits.len() && digits.starts_with(|c: char| c.is_ascii_digit()) {
+            let line = text[..at].lines().count().max(1);
+            let number: String = digits.chars().take_while(char::is_ascii_digit).collect();
+            found.push(format!(
+                "{file}:{line}: names issue {number}; say what the code does instead"
+            ));
+        }
+    }
+    found
+}
+
 #[test]
 fn the_docs_name_only_tests_scripts_and_flags_that_exist() {
     let cli = cli_flags();
@@ -345,6 +364,7 @@ fn the_docs_name_only_tests_scripts_and_flags_that_exist() {
         problems.extend(missing_tests(&file, &text));
         problems.extend(missing_scripts(&file, &text));
         problems.extend(unknown_flags(&file, &text, &cli));
+        problems.extend(issue_references(&file, &text));
         // performance.md is about the bench command's flags (`crates/bench`).
         if file != "docs/performance.md" {
             problems.extend(unknown_bare_flags(&file, &text, &cli));
@@ -381,6 +401,16 @@ fn the_check_sees_a_wrong_test_script_or_flag() {
             "x.md: `openstack-operator run --nope`: run has no flag --nope",
             "x.md: `openstack-operator virtual-kubelet --bogus`: virtual-kubelet has no flag --bogus",
             "x.md: `--teanats` is no flag of openstack-operator (nor of another tool listed in OTHER_TOOLS_FLAGS)",
+        ]
+    );
+    assert_eq!(
+        issue_references(
+            "z.md",
+            "An issue we met.\nFixed (issue 39: x), see Issues #12 and issue tracker 3."
+        ),
+        vec![
+            "z.md:2: names issue 39; say what the code does instead",
+            "z.md:2: names issue 12; say what the code does instead",
         ]
     );
     assert_eq!(
