@@ -85,7 +85,7 @@ def build(extra_cargo_args):
 
 
 def package_name(package_id, manifest):
-    # path+file:///…/crates/api#0.1.0 or path+file:///…/crates/kube-emulator#name@0.1.0
+    # path+file:///…/crates/resource-operator/resource-api#0.1.0 or path+file:///…/crates/test-tools/kube-emulator#name@0.1.0
     m = re.search(r"#([A-Za-z0-9_-]+)@", package_id)
     if m:
         return m.group(1)

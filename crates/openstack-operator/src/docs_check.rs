@@ -50,10 +50,21 @@ fn words(text: &str) -> Vec<String> {
         .collect()
 }
 
+/// A workspace member's folder, relative to the root, by package name (each crate's folder is
+/// named after its package: `crates/<group>/<package>`).
+fn crate_dir(krate: &str) -> Option<String> {
+    let manifest = std::fs::read_to_string(root().join("Cargo.toml")).unwrap();
+    manifest
+        .lines()
+        .map(|l| l.trim().trim_end_matches(',').trim_matches('"'))
+        .find(|m| m.starts_with("crates/") && m.rsplit('/').next() == Some(krate))
+        .map(str::to_string)
+}
+
 /// The integration-test targets of a crate: `tests/NAME.rs`, `tests/NAME/main.rs` and
 /// `[[test]]` names in its Cargo.toml.
 fn test_targets(krate: &str) -> Option<BTreeSet<String>> {
-    let dir = root().join("crates").join(krate);
+    let dir = root().join(crate_dir(krate)?);
     let manifest = std::fs::read_to_string(dir.join("Cargo.toml")).ok()?;
     let mut out = BTreeSet::new();
     if let Ok(entries) = std::fs::read_dir(dir.join("tests")) {
@@ -91,22 +102,31 @@ fn missing_tests(file: &str, text: &str) -> Vec<String> {
         match word.as_str() {
             "-p" | "--package" => krate = Some(next.clone()),
             "--test" => match &krate {
-                None => problems.push(format!("{file}: `--test {next}` without a `-p CRATE` before it")),
+                None => problems.push(format!(
+                    "{file}: `--test {next}` without a `-p CRATE` before it"
+                )),
                 Some(k) => match test_targets(k) {
-                    None => problems.push(format!("{file}: `-p {k}`: no crate crates/{k}")),
+                    None => {
+                        problems.push(format!("{file}: `-p {k}`: no crate {k} in the workspace"))
+                    }
                     Some(t) if !t.contains(next) => problems.push(format!(
-                        "{file}: `-p {k} --test {next}`: crates/{k} has no test {next} (tests/{next}.rs)"
+                        "{file}: `-p {k} --test {next}`: {} has no test {next} (tests/{next}.rs)",
+                        crate_dir(k).unwrap_or_default()
                     )),
                     // `--test suite MODULE::`: a module of the crate's one test binary.
                     Some(_) => {
                         if let Some(module) = w.get(i + 2).and_then(|m| m.strip_suffix("::")) {
-                            let dir = root().join("crates").join(k).join("tests").join(next);
+                            let dir = root()
+                                .join(crate_dir(k).unwrap_or_default())
+                                .join("tests")
+                                .join(next);
                             let module = module.split("::").next().unwrap_or(module);
                             if !dir.join(format!("{module}.rs")).is_file()
                                 && !dir.join(module).join("mod.rs").is_file()
                             {
                                 problems.push(format!(
-                                    "{file}: `-p {k} --test {next} {module}::`: crates/{k}/tests/{next} has no module {module}"
+                                    "{file}: `-p {k} --test {next} {module}::`: {}/tests/{next} has no module {module}",
+                                    crate_dir(k).unwrap_or_default()
                                 ));
                             }
                         }
@@ -218,7 +238,7 @@ fn unknown_flags(file: &str, text: &str, cli: &[(String, BTreeSet<String>)]) -> 
 const OTHER_TOOLS_FLAGS: &[&str] = &[
     "--test",                            // cargo
     "--set",                             // helm
-    "--netns",                           // test-node (crates/test-node/src/main.rs)
+    "--netns",                           // test-node (crates/test-tools/test-node/src/main.rs)
     "--sandbox-image",                   // test-node
     "--relay-port",                      // test-node
     "--set-file",                        // helm
@@ -365,7 +385,7 @@ fn the_docs_name_only_tests_scripts_and_flags_that_exist() {
         problems.extend(missing_scripts(&file, &text));
         problems.extend(unknown_flags(&file, &text, &cli));
         problems.extend(issue_references(&file, &text));
-        // performance.md is about the bench command's flags (`crates/bench`).
+        // performance.md is about the bench command's flags (`crates/test-tools/bench`).
         if file != "docs/performance.md" {
             problems.extend(unknown_bare_flags(&file, &text, &cli));
         }

@@ -112,7 +112,7 @@ fn prepare(path: &Path, index: usize, run: &str, namespace: &str) -> anyhow::Res
     let expect = value_of("# expect:").with_context(|| format!("{file}: no `# expect:` line"))?;
     anyhow::ensure!(
         text.starts_with("# expect:"),
-        "{file}: the first line must be `# expect: ...` (crates/api/tests/suite/bad_input.rs reads it)"
+        "{file}: the first line must be `# expect: ...` (crates/resource-operator/resource-api/tests/suite/bad_input.rs reads it)"
     );
     let field = value_of("# field:").unwrap_or_else(|| expect.clone());
     let mut docs = api::manifest::documents(&text).with_context(|| format!("parsing {file}"))?;

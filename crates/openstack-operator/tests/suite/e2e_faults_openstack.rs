@@ -1,5 +1,5 @@
 //! End to end under OpenStack faults: the operator talks to the cloud through the fault proxy
-//! (`crates/fault-proxy`), the test checks the cloud directly. Each scenario makes a full
+//! (`crates/test-tools/fault-proxy`), the test checks the cloud directly. Each scenario makes a full
 //! tenant (an OpenstackDomain, an OpenstackProject in it with a routed network, a security
 //! group with rules, quotas and a role binding, an OpenstackFlavor and an OpenstackImage)
 //! converge to Ready while the proxy injects faults, then compares everything in the cloud

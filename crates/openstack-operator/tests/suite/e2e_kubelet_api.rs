@@ -805,7 +805,7 @@ async fn streams_body(c: &Case) -> anyhow::Result<()> {
     );
     drop(conn);
     // The forward must end; its result is kube-rs's, not the node's: kube-rs answers the
-    // node's Close after closing and reports SendAfterClosing (see crates/vk-kubelet-api/tests/suite/server.rs).
+    // node's Close after closing and reports SendAfterClosing (see crates/virtual-kubelet/vk-kubelet-api/tests/suite/server.rs).
     let _ = tokio::time::timeout(STREAM, pf.join())
         .await
         .context("the port-forward to end")?;

@@ -25,7 +25,7 @@ use vk_common::{Case, LONG, POLL, Vk, case, main_state, phase};
 const TOKEN: &str = "vk-shutdown-metrics";
 const CORDONED_ON_SHUTDOWN: &str = vk_runtime::node::CORDONED_ON_SHUTDOWN;
 
-/// Zun operations that only read (`crates/openstack/src/adapter/container.rs`); every other
+/// Zun operations that only read (`crates/shared/openstack/src/adapter/container.rs`); every other
 /// operation (create, start, stop, delete, put_archive, exec, resize...) writes.
 const ZUN_READS: &[&str] = &[
     "list_containers",
