@@ -1271,7 +1271,27 @@ impl Network for DryRun {
         Ok(groups)
     }
     async fn create_security_group(&self, req: &SecurityGroupCreate) -> Result<SecurityGroup> {
-        self.j.create(NETWORK, "security group", req)
+        let mut sg: SecurityGroup = self.j.create(NETWORK, "security group", req)?;
+        // Neutron gives a new group one egress rule per ethertype; a pass that sees them
+        // leaves them alone, so the plan must see them too (they are not written by us).
+        for ethertype in ["IPv4", "IPv6"] {
+            let rule = SecurityGroupRule {
+                id: self.j.new_id("security group rule"),
+                security_group_id: sg.id.clone(),
+                direction: "egress".into(),
+                ethertype: ethertype.into(),
+                project_id: req.project_id.clone().unwrap_or_default(),
+                ..Default::default()
+            };
+            if let Ok(v) = serde_json::to_value(&rule) {
+                self.j.overlay_put("security group rule", v);
+            }
+            sg.rules.push(rule);
+        }
+        if let Ok(v) = serde_json::to_value(&sg) {
+            self.j.overlay_put("security group", v);
+        }
+        Ok(sg)
     }
     async fn update_security_group(
         &self,
