@@ -164,12 +164,22 @@ struct PlanRun {
 }
 
 async fn plan(env: &TestEnv, proxy: &CloudProxy, dir: &Path) -> anyhow::Result<PlanRun> {
+    plan_with(env, proxy, dir, &[]).await
+}
+
+async fn plan_with(
+    env: &TestEnv,
+    proxy: &CloudProxy,
+    dir: &Path,
+    extra: &[&str],
+) -> anyhow::Result<PlanRun> {
     let cloud = proxy.cloud_env();
     let run = |output: &str| {
         let mut cmd = tokio::process::Command::new(BIN);
         cmd.args(["plan", "-f"])
             .arg(dir)
             .args(["-n", &env.namespace, "-o", output])
+            .args(extra)
             .env("KUBECONFIG", env.target.kubeconfig())
             .env("OS_CLOUD", &cloud.os_cloud)
             .env("OS_CLIENT_CONFIG_FILE", &cloud.config_file)
@@ -500,6 +510,35 @@ async fn plan_lists_the_seed_then_nothing_then_exactly_an_edit_and_never_writes(
         let fourth = plan(env, &proxy, dir.path()).await?;
         assert_eq!(fourth.code, 0, "{}", fourth.text);
         assert_eq!(writes(&fourth.requests), Vec::<String>::new());
+        // 6. What deleting them would remove: every object of ours, nothing written.
+        let gone = plan_with(env, &proxy, dir.path(), &["--delete"]).await?;
+        assert_eq!(writes(&gone.requests), Vec::<String>::new());
+        let all = changes(&gone.plan);
+        for (resource, kind) in [
+            ("OpenstackProject", "project"),
+            ("OpenstackProject", "group"),
+            ("OpenstackProject", "network"),
+            ("OpenstackProject", "subnet"),
+            ("OpenstackProject", "router"),
+            ("OpenstackProject", "security group"),
+            ("OpenstackFlavor", "flavor"),
+            ("OpenstackNetwork", "network"),
+        ] {
+            assert!(
+                has(&all, resource, "delete", kind),
+                "{resource} deletes no {kind}:\n{}",
+                gone.text
+            );
+        }
+        assert!(
+            !all.iter().any(|(_, o, _, _)| o == "create"),
+            "{}",
+            gone.text
+        );
+        assert!(
+            env.cloud.identity.get_project(&pid).await.is_ok(),
+            "still there"
+        );
         eprintln!(
             "=== figures: empty-cloud plan {first_took:?} with {first_reads} requests; \
              converged plan {:?} with {} requests; edit plan {:?} with {} requests",
