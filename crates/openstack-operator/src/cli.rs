@@ -7,7 +7,7 @@ use anyhow::Context as _;
 use clap::{CommandFactory as _, FromArgMatches as _, Parser, Subcommand, ValueEnum as _};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 
-use crate::{control_plane, run, vk};
+use crate::{control_plane, plan, run, vk};
 
 /// Command line of the operator binary.
 #[derive(Parser, Debug)]
@@ -29,6 +29,11 @@ enum Command {
     /// Run the control-plane operator (its kinds are listed by `command()`, from the
     /// `--controllers` values).
     ControlPlane(Box<control_plane::ControlPlaneArgs>),
+    /// Show what applying the manifests would create, change and delete in OpenStack, without
+    /// writing anything (exit code 0: nothing would change, 2: something would, 1: error).
+    /// Reads the cloud named by OS_CLOUD and, when KUBECONFIG reaches one, the cluster.
+    /// Also runs as the kubectl plugins `kubectl-openstack_plan` / `kubectl-openstack-plan`.
+    Plan(Box<plan::PlanArgs>),
     /// Register a Node and run the pods bound to it as OpenStack Zun containers.
     VirtualKubelet(Box<vk::VkArgs>),
     /// Print every CRD the binary serves as YAML: the resource operator's, the control
@@ -72,7 +77,8 @@ pub fn command() -> clap::Command {
 
 /// Parses the process's arguments and runs the subcommand they name.
 pub fn main() -> anyhow::Result<()> {
-    let cli = Cli::from_arg_matches(&command().get_matches()).unwrap_or_else(|e| e.exit());
+    let cli = Cli::from_arg_matches(&command().get_matches_from(plugin_args(std::env::args_os())))
+        .unwrap_or_else(|e| e.exit());
     match cli.command {
         Command::Crds {
             out_dir,
@@ -80,9 +86,33 @@ pub fn main() -> anyhow::Result<()> {
             virtual_kubelet_out_dir,
         } => print_crds(out_dir, control_plane_out_dir, virtual_kubelet_out_dir),
         Command::Run(args) => runtime()?.block_on(run::run(*args)),
+        Command::Plan(args) => {
+            let code = runtime()?.block_on(plan::run(*args))?;
+            std::process::exit(code)
+        }
         Command::ControlPlane(args) => runtime()?.block_on(control_plane::run(*args)),
         Command::VirtualKubelet(args) => runtime()?.block_on(vk::run(*args)),
     }
+}
+
+/// Names under which the binary is the `plan` subcommand: kubectl runs a plugin found on PATH as
+/// `kubectl-<words joined by ->`, and `_` in its name stands for a `-` in the command
+/// (`kubectl-openstack_plan` is `kubectl openstack-plan`, `kubectl-openstack-plan` is
+/// `kubectl openstack plan`). A symlink with either name to the binary is the plugin.
+pub const PLUGIN_NAMES: [&str; 2] = ["kubectl-openstack_plan", "kubectl-openstack-plan"];
+
+/// The arguments with `plan` inserted when the binary runs under a plugin name.
+pub fn plugin_args(args: impl IntoIterator<Item = std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    let mut args: Vec<std::ffi::OsString> = args.into_iter().collect();
+    let as_plugin = args
+        .first()
+        .and_then(|a| Path::new(a).file_name())
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| PLUGIN_NAMES.contains(&n));
+    if as_plugin {
+        args.insert(1, "plan".into());
+    }
+    args
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
@@ -150,6 +180,36 @@ mod tests {
     /// The repository's root (this crate is `crates/openstack-operator`).
     fn root() -> PathBuf {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+    }
+
+    #[test]
+    fn a_plugin_name_runs_plan() {
+        let args = |v: &[&str]| v.iter().map(std::ffi::OsString::from).collect::<Vec<_>>();
+        assert_eq!(
+            plugin_args(args(&[
+                "/usr/local/bin/kubectl-openstack_plan",
+                "-f",
+                "x.yaml"
+            ])),
+            args(&[
+                "/usr/local/bin/kubectl-openstack_plan",
+                "plan",
+                "-f",
+                "x.yaml"
+            ])
+        );
+        assert_eq!(
+            plugin_args(args(&["kubectl-openstack-plan", "-f", "d"])),
+            args(&["kubectl-openstack-plan", "plan", "-f", "d"])
+        );
+        assert_eq!(
+            plugin_args(args(&["openstack-operator", "run"])),
+            args(&["openstack-operator", "run"])
+        );
+        let m = command()
+            .try_get_matches_from(plugin_args(args(&["kubectl-openstack_plan", "-f", "x"])))
+            .unwrap();
+        assert_eq!(m.subcommand_name(), Some("plan"));
     }
 
     #[test]

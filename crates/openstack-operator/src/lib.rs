@@ -5,6 +5,7 @@
 pub mod cli;
 pub mod control_plane;
 mod logging;
+pub mod plan;
 pub mod run;
 pub mod vk;
 mod vk_tenants;

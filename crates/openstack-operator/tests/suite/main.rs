@@ -24,6 +24,7 @@ mod e2e_field_report;
 mod e2e_kubelet_api;
 mod e2e_lifecycle;
 mod e2e_operations;
+mod e2e_plan;
 mod e2e_project;
 mod e2e_virtual_kubelet;
 mod e2e_vk_netpol;

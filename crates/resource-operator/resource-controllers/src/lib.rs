@@ -18,6 +18,7 @@ pub mod metrics;
 pub mod network;
 
 pub mod ownership;
+pub mod plan;
 
 pub mod project;
 

@@ -9,12 +9,14 @@
 //! - [`loadbalancer::LoadBalancers`]: the Octavia port of the virtual kubelet (Services of
 //!   type LoadBalancer).
 //! - [`port::Ports`]: the Neutron ports of the virtual kubelet (its pods' ports).
+//! - [`dry_run`]: a read-only view of a [`Cloud`] recording the writes asked of it (`plan`).
 //! - [`fake::FakeCloud`]: an in-memory implementation for unit tests.
 //! - [`adapter`]: the real implementation on `openstack_sdk`, with the shared
 //!   client core (auth, rate limiting, retries, timeouts, metrics).
 
 pub mod adapter;
 pub mod container;
+pub mod dry_run;
 pub mod error;
 pub mod fake;
 pub mod loadbalancer;

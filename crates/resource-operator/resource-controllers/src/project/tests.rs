@@ -2536,3 +2536,129 @@ async fn a_project_whose_idp_step_fails_keeps_its_rule_out_of_the_batch() {
         "sso-users"
     ));
 }
+
+/// The plan's port on the project reconcile itself: a pass on the dry-run view of a cloud
+/// lists the writes a real pass makes and sends none; once converged it lists none; an edit
+/// lists exactly the edit, and a real pass then makes what it listed.
+#[tokio::test]
+async fn a_dry_run_pass_lists_the_writes_of_a_real_one_and_sends_none() {
+    use openstack::dry_run::{Op, dry_run};
+    let w = World::new().await;
+    let obj = from_yaml(BIG, "uid-plan");
+    let (plan_cloud, journal) = dry_run(w.cloud.clone());
+    let plan_env = |obj: &OpenstackProject| Env {
+        cloud: &plan_cloud,
+        config: &w.config,
+        owner: Owner {
+            cluster: w.config.cluster_id.clone(),
+            uid: obj.metadata.uid.clone().unwrap_or_default(),
+        },
+        locks: &w.locks,
+    };
+
+    // An empty cloud: everything is to create, nothing is written.
+    let mut planned = OpenstackProjectStatus::default();
+    let out = reconcile_project(&plan_env(&obj), &obj, &mut planned, fed(&obj)).await;
+    assert!(out.result.is_ok(), "{:?}", out.result);
+    let intents = journal.take();
+    assert_eq!(w.fake.writes(), 0, "{:?}", w.fake.write_calls());
+    let kinds = |op: Op| -> Vec<&str> {
+        intents
+            .iter()
+            .filter(|i| i.op == op)
+            .map(|i| i.kind)
+            .collect()
+    };
+    let creates = kinds(Op::Create);
+    for k in [
+        "project",
+        "group",
+        "network",
+        "subnet",
+        "router",
+        "security group",
+    ] {
+        assert!(creates.contains(&k), "no {k} in {creates:?}");
+    }
+    assert_eq!(creates.iter().filter(|k| **k == "network").count(), 3);
+    assert_eq!(
+        creates.iter().filter(|k| **k == "security group").count(),
+        3
+    );
+    assert!(kinds(Op::Delete).is_empty(), "{intents:?}");
+
+    // A real pass makes (at least) what the plan listed.
+    let mut st = OpenstackProjectStatus::default();
+    w.pass(&obj, &mut st, fed(&obj)).await.unwrap();
+    let real_writes = w.fake.writes();
+    assert!(real_writes as usize >= intents.len() / 2, "{real_writes}");
+    w.fake.reset_calls();
+
+    // Converged: the plan is empty.
+    let mut again = st.clone();
+    reconcile_project(&plan_env(&obj), &obj, &mut again, fed(&obj))
+        .await
+        .result
+        .unwrap();
+    assert_eq!(journal.take(), vec![], "a converged project plans no write");
+
+    // An edit: one rule fewer, a quota changed, bob out of the binding.
+    let edited = BIG
+        .replace(
+            "        - {direction: ingress, protocol: tcp, portRangeMin: 80, portRangeMax: 80, remoteIpPrefix: \"0.0.0.0/0\"}\n",
+            "",
+        )
+        .replace("cores: 40", "cores: 24")
+        .replace("users: [alice@example.com, bob@example.com]", "users: [alice@example.com]");
+    let obj2 = from_yaml(&edited, "uid-plan");
+    let mut planned = st.clone();
+    reconcile_project(&plan_env(&obj2), &obj2, &mut planned, fed(&obj2))
+        .await
+        .result
+        .unwrap();
+    let intents = journal.take();
+    assert_eq!(w.fake.writes(), 0, "{:?}", w.fake.write_calls());
+    let summary: Vec<(Op, &str, String)> = intents
+        .iter()
+        .map(|i| (i.op, i.kind, i.label.clone()))
+        .collect();
+    assert!(
+        summary.contains(&(
+            Op::Delete,
+            "security group rule",
+            "ingress IPv4 tcp port 80 from 0.0.0.0/0".to_string()
+        )),
+        "{summary:?}"
+    );
+    let quota = intents
+        .iter()
+        .find(|i| i.kind == "compute quota")
+        .expect("a compute quota change");
+    assert_eq!(quota.op, Op::Update);
+    assert_eq!(
+        quota
+            .changes
+            .iter()
+            .map(|c| (c.field.as_str(), c.old.clone(), c.new.clone()))
+            .collect::<Vec<_>>(),
+        vec![(
+            "cores",
+            Some(serde_json::json!(40)),
+            Some(serde_json::json!(24))
+        )]
+    );
+    assert!(
+        intents
+            .iter()
+            .any(|i| i.op == Op::Delete && i.label.contains("bob@example.com")),
+        "{summary:?}"
+    );
+    // Applying makes exactly the listed writes converge: the next plan is empty.
+    w.pass(&obj2, &mut st, fed(&obj2)).await.unwrap();
+    let mut after = st.clone();
+    reconcile_project(&plan_env(&obj2), &obj2, &mut after, fed(&obj2))
+        .await
+        .result
+        .unwrap();
+    assert_eq!(journal.take(), vec![]);
+}
