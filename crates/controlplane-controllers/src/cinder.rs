@@ -415,7 +415,7 @@ async fn pass(p: &mut Pass<'_, Cinder>) -> Result<State, Error> {
     let mut available = i32::MAX;
     for (dep, replicas) in &rolled {
         available = available.min(or_state!(
-            p.rollout_all(std::slice::from_ref(dep), *replicas)
+            p.rollout_all(std::slice::from_ref(dep), *replicas).await?
         ));
     }
 

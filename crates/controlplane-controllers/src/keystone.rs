@@ -427,7 +427,7 @@ async fn pass(p: &mut Pass<'_, Keystone>) -> Result<State, Error> {
         )
         .await?;
     let want = spec.template.replicas.unwrap_or(1);
-    let available = or_state!(p.rollout(&applied, want));
+    let available = or_state!(p.rollout(&applied, want).await?);
     if let Some(state) = cycle {
         return Ok(state);
     }

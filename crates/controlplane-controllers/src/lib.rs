@@ -18,6 +18,7 @@ pub mod messaging;
 pub mod neutron;
 pub mod nova;
 pub mod placement;
+pub mod rollout;
 pub mod runtime;
 pub mod service;
 pub mod tls;

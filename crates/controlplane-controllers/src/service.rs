@@ -27,7 +27,7 @@ use futures::StreamExt;
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Secret, Service, Volume, VolumeMount};
+use k8s_openapi::api::core::v1::{Pod, Secret, Service, Volume, VolumeMount};
 use kube::api::{DeleteParams, ListParams, PostParams, PropagationPolicy};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::EventType;
@@ -164,6 +164,17 @@ impl Names {
 pub fn retry_delay(base: Duration, max: Duration, attempts: u32) -> Duration {
     base.saturating_mul(2u32.saturating_pow(attempts.saturating_sub(1).min(16)))
         .min(max)
+}
+
+/// Whether Deployment `d` runs its current pod template on at least `want` available pods
+/// (pure): the controller observed its generation and updated and available pods suffice.
+pub fn rolled_out(d: &Deployment, want: i32) -> bool {
+    let Some(st) = d.status.as_ref() else {
+        return false;
+    };
+    st.observed_generation >= d.metadata.generation
+        && st.updated_replicas.unwrap_or(0) >= want
+        && st.available_replicas.unwrap_or(0) >= want
 }
 
 /// What a Job step looks like now.
@@ -982,29 +993,70 @@ impl<K: ServiceKind> Pass<'_, K> {
     }
 
     /// Whether the applied Deployment runs the current pod template on `want` available pods:
-    /// Ok(available) when it does, else the state to report (Ready when scaled to 0).
-    pub fn rollout(&mut self, applied: &Deployment, want: i32) -> Result<i32, State> {
+    /// Ok(available) when it does, else the state to report (Ready when scaled to 0; Degraded
+    /// naming the container when its pods cannot start, see [`crate::rollout`]).
+    pub async fn rollout(
+        &mut self,
+        applied: &Deployment,
+        want: i32,
+    ) -> Result<Result<i32, State>, Error> {
         let st = applied.status.clone().unwrap_or_default();
         let available = st.available_replicas.unwrap_or(0);
         self.status.available_replicas = Some(available);
-        let rolled = st.observed_generation >= applied.metadata.generation
-            && st.updated_replicas.unwrap_or(0) >= want;
         if want == 0 {
-            return Err(State::Ready(
+            return Ok(Err(State::Ready(
                 "scaled to 0 replicas; database and Secrets kept".into(),
-            ));
+            )));
         }
-        if !rolled || available < want {
-            self.soon(Duration::from_secs(5));
-            return Err(State::Reconciling {
-                reason: "RollingOut".into(),
-                message: format!(
-                    "Deployment {}: {available}/{want} pods available with the current configuration",
-                    self.names.api()
-                ),
-            });
+        if rolled_out(applied, want) {
+            return Ok(Ok(available));
         }
-        Ok(available)
+        Ok(Err(self.not_rolled_out(applied, want).await?))
+    }
+
+    /// The state of a Deployment that does not run its current template on `want` available
+    /// pods yet: Degraded when its pods cannot start or its progress deadline passed (read from
+    /// the pods' container statuses), else Reconciling.
+    pub async fn not_rolled_out(&mut self, dep: &Deployment, want: i32) -> Result<State, Error> {
+        let pods = self.pods_of(dep).await?;
+        if let Some(state) = crate::rollout::diagnose(dep, &pods) {
+            // Pods are not watched: look again for the recovery.
+            self.soon(Duration::from_secs(15));
+            return Ok(state);
+        }
+        let available = dep
+            .status
+            .as_ref()
+            .and_then(|s| s.available_replicas)
+            .unwrap_or(0);
+        self.soon(Duration::from_secs(5));
+        Ok(State::Reconciling {
+            reason: "RollingOut".into(),
+            message: format!(
+                "Deployment {}: {available}/{want} pods available with the current configuration",
+                dep.name_any()
+            ),
+        })
+    }
+
+    /// The pods Deployment `dep` selects (by its `matchLabels`).
+    async fn pods_of(&self, dep: &Deployment) -> Result<Vec<Pod>, Error> {
+        let Some(labels) = dep
+            .spec
+            .selector
+            .match_labels
+            .as_ref()
+            .filter(|l| !l.is_empty())
+        else {
+            return Ok(Vec::new());
+        };
+        let sel = labels
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let pods: Api<Pod> = Api::namespaced(self.ctx.client.clone(), &self.ns);
+        Ok(pods.list(&ListParams::default().labels(&sel)).await?.items)
     }
 
     /// Applies a component's Deployment and, when it listens, its Service; returns the
@@ -1025,39 +1077,40 @@ impl<K: ServiceKind> Pass<'_, K> {
     /// [`Pass::rollout`] over several Deployments (a service of several components): Ok(the
     /// fewest available pods) once every one runs its current template on `want` pods, else
     /// the state naming the first that does not.
-    pub fn rollout_all(&mut self, applied: &[Deployment], want: i32) -> Result<i32, State> {
+    pub async fn rollout_all(
+        &mut self,
+        applied: &[Deployment],
+        want: i32,
+    ) -> Result<Result<i32, State>, Error> {
         if want == 0 {
             self.status.available_replicas = Some(0);
-            return Err(State::Ready(
+            return Ok(Err(State::Ready(
                 "scaled to 0 replicas; database and Secrets kept".into(),
-            ));
+            )));
         }
         let mut fewest = i32::MAX;
         for d in applied {
-            let st = d.status.clone().unwrap_or_default();
-            let available = st.available_replicas.unwrap_or(0);
-            let rolled = st.observed_generation >= d.metadata.generation
-                && st.updated_replicas.unwrap_or(0) >= want;
-            if !rolled || available < want {
+            let available = d
+                .status
+                .as_ref()
+                .and_then(|s| s.available_replicas)
+                .unwrap_or(0);
+            if !rolled_out(d, want) {
                 self.status.available_replicas = Some(available.min(fewest));
-                self.soon(Duration::from_secs(5));
-                return Err(State::Reconciling {
-                    reason: "RollingOut".into(),
-                    message: format!(
-                        "Deployment {}: {available}/{want} pods available with the current configuration",
-                        d.name_any()
-                    ),
-                });
+                return Ok(Err(self.not_rolled_out(d, want).await?));
             }
             fewest = fewest.min(available);
         }
         self.status.available_replicas = Some(fewest);
-        Ok(fewest)
+        Ok(Ok(fewest))
     }
 
     /// A service CR of kind `T` (same namespace) that is Ready at its current generation, or
     /// the Blocked state naming it.
-    pub async fn ready_peer<T: ServiceKind>(&self, name: &str) -> Result<Result<T, State>, Error> {
+    pub async fn ready_peer<T: ServiceKind>(
+        &mut self,
+        name: &str,
+    ) -> Result<Result<T, State>, Error> {
         let kind = T::kind(&()).to_string();
         let api: Api<T> = Api::namespaced(self.ctx.client.clone(), &self.ns);
         let Some(peer) = api.get_opt(name).await? else {
