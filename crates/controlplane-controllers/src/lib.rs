@@ -13,6 +13,7 @@ pub mod cluster;
 pub mod external;
 pub mod glance;
 pub mod horizon;
+pub mod hysteresis;
 pub mod keystone;
 pub mod messaging;
 pub mod neutron;

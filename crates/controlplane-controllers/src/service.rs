@@ -626,7 +626,7 @@ impl<K: ServiceKind> Pass<'_, K> {
     }
 
     /// A Keystone that is Ready at its current generation, and how to reach it.
-    pub async fn keystone(&self, name: &str) -> Result<Result<KeystoneAccess, State>, Error> {
+    pub async fn keystone(&mut self, name: &str) -> Result<Result<KeystoneAccess, State>, Error> {
         let api: Api<Keystone> = Api::namespaced(self.ctx.client.clone(), &self.ns);
         let Some(ks) = api.get_opt(name).await? else {
             return Ok(Err(State::Blocked {
@@ -637,7 +637,7 @@ impl<K: ServiceKind> Pass<'_, K> {
         let st = ks.status.clone().unwrap_or_default();
         let ready = st.observed_generation == ks.metadata.generation
             && st.condition(ct::READY).is_some_and(|c| c.is_true());
-        if !ready {
+        if !ready && !self.in_grace("Keystone", name) {
             let why = st
                 .condition(ct::READY)
                 .and_then(|c| c.message.clone())
@@ -1122,7 +1122,7 @@ impl<K: ServiceKind> Pass<'_, K> {
         let st = peer.service_status().cloned().unwrap_or_default();
         let ready = st.observed_generation == peer.meta().generation
             && st.condition(ct::READY).is_some_and(|c| c.is_true());
-        if !ready {
+        if !ready && !self.in_grace(&kind, name) {
             let why = st
                 .condition(ct::READY)
                 .and_then(|c| c.message.clone())
@@ -1133,6 +1133,50 @@ impl<K: ServiceKind> Pass<'_, K> {
             }));
         }
         Ok(Ok(peer))
+    }
+
+    /// Whether dependency `kind` `name` (same namespace), whose status is not Ready, is within
+    /// the grace after it left Ready (see [`crate::hysteresis`]): the pass then goes on and
+    /// looks again before the grace ends.
+    pub fn in_grace(&mut self, kind: &str, name: &str) -> bool {
+        let key = crate::hysteresis::key(kind, &self.ns, name);
+        let grace = self.ctx.config.tolerance.grace;
+        match self.ctx.memory.gate(&key, Instant::now(), grace) {
+            crate::hysteresis::Gate::Grace(left) => {
+                info!(dependency = %key, left_s = left.as_secs(), "dependency not Ready: within its grace");
+                self.soon(left.min(Duration::from_secs(15)) + Duration::from_millis(100));
+                true
+            }
+            crate::hysteresis::Gate::Blocked => false,
+        }
+    }
+
+    /// The state after this service's probe: `ready` when it answered; when it failed,
+    /// still Ready (with `ready` extended by the failure) while the failures are within the
+    /// tolerance of a service that answered before, else `failed`.
+    pub fn probed(&mut self, outcome: Result<String, State>, what: &str) -> State {
+        let key = crate::hysteresis::key(&K::kind(&()), &self.ns, &self.obj.name_any());
+        let t = self.ctx.config.tolerance;
+        let verdict = self
+            .ctx
+            .memory
+            .probe(&key, outcome.is_ok(), Instant::now(), &t);
+        match (outcome, verdict) {
+            (Ok(ready), _) => State::Ready(ready),
+            (Err(failed), crate::hysteresis::ProbeVerdict::Tolerated { failures }) => {
+                self.soon(Duration::from_secs(15));
+                let (_, why) = failed.summary();
+                State::Ready(format!(
+                    "{what} failed {failures} time(s) in a row, tolerated below {} failures or {} s: {why}",
+                    t.failures,
+                    t.window.as_secs()
+                ))
+            }
+            (Err(failed), _) => {
+                self.soon(Duration::from_secs(15));
+                failed
+            }
+        }
     }
 
     /// The URL the operator reaches this service's API at: the in-cluster one unless
@@ -1158,18 +1202,19 @@ impl<K: ServiceKind> Pass<'_, K> {
     ) -> State {
         let timeout = self.ctx.config.check_timeout;
         let ca = self.api_ca.clone();
-        match authenticated_get(ks, url, path, timeout, ca.as_deref()).await {
-            Ok(()) => State::Ready(format!(
+        let outcome = match authenticated_get(ks, url, path, timeout, ca.as_deref()).await {
+            Ok(()) => Ok(format!(
                 "{available} pods; {url}{path} answered an authenticated request"
             )),
-            Err(e) => {
-                self.soon(Duration::from_secs(15));
-                State::Degraded {
-                    reason: "ProbeFailed".into(),
-                    message: e,
-                }
-            }
-        }
+            Err(e) => Err(State::Degraded {
+                reason: "ProbeFailed".into(),
+                message: e,
+            }),
+        };
+        self.probed(
+            outcome,
+            &format!("{available} pods; the probe of {url}{path}"),
+        )
     }
 
     /// Deletes the other Jobs of a step once it succeeded (their pods go with them).
@@ -1318,6 +1363,11 @@ pub async fn reconcile<K: ServiceKind>(cached: Arc<K>, ctx: Arc<Ctx>) -> Result<
         }
     };
     let (mut status, requeue, served, plain) = (p.status, p.requeue, p.served, p.plain_http);
+    ctx.memory.passed(
+        &crate::hysteresis::key(&kind, &ns, &obj.name_any()),
+        matches!(state, State::Ready(_)),
+        Instant::now(),
+    );
     runtime::set_state(&mut status, &state, obj.meta().generation);
     match served {
         Some(s) => runtime::set(

@@ -242,3 +242,89 @@ async fn crash_looping_pods_make_the_service_degraded_naming_the_container() -> 
     let _ = mariadb(&format!("DROP USER IF EXISTS '{admin_user}'@'127.0.0.1'"));
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scaling_keystone_does_not_block_its_dependants() -> anyhow::Result<()> {
+    let stage = compute_stage().await?;
+    let (client, ns) = (stage.client.clone(), stage.ns.clone());
+    let ks_api = dyn_api(&client, &ns, "Keystone", "keystones");
+    let pl_api = dyn_api(&client, &ns, "Placement", "placements");
+    let keystone = |replicas: i32| {
+        json!({"apiVersion": API, "kind": "Keystone", "metadata": {"name": "ks"},
+            "spec": {"database": {"service": {"name": "db"}}, "replicas": replicas}})
+    };
+    apply(&ks_api, &keystone(3)).await?;
+    let (_op, log_path, _) = start_operator(
+        &stage.target,
+        &ns,
+        &[
+            "--controllers".into(),
+            "external-service,keystone,placement".into(),
+            "--keystone-url".into(),
+            format!("{ns}/ks={}", stage.ks_url),
+            "--api-url".into(),
+            format!("placement/{ns}/pl=http://127.0.0.1:8778"),
+        ],
+    )?;
+    eprintln!("operator log: {}", log_path.display());
+    let _cm = tokio::spawn(play_controller_manager(
+        client.clone(),
+        ns.clone(),
+        Arc::new(Mutex::new(Kubelet::default())),
+    ));
+    let (_, m) = wait_cond(&ks_api, "ks", ct::READY, WAIT).await?;
+    assert!(m.starts_with("3/3 pods"), "{m}");
+    wait_cond(&pl_api, "pl", ct::READY, WAIT).await?;
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), &ns);
+    let blocked_events = async || -> anyhow::Result<usize> {
+        Ok(events
+            .list(&Default::default())
+            .await?
+            .items
+            .iter()
+            .filter(|e| {
+                e.involved_object.kind.as_deref() == Some("Placement")
+                    && e.reason.as_deref() == Some("Blocked")
+            })
+            .count())
+    };
+    let before = blocked_events().await?;
+
+    // Watch Placement's conditions while Keystone is scaled from 3 to 1 (a new generation its
+    // status observes a moment later, a rollout of its Deployment).
+    let watch_api = pl_api.clone();
+    let seen = tokio::spawn(async move {
+        let mut seen = Vec::new();
+        for _ in 0..200 {
+            if let Ok(o) = get(&watch_api, "pl").await
+                && let Some((true, r, m)) = cond(&o, ct::BLOCKED)
+            {
+                seen.push(format!("{r}: {m}"));
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        seen
+    });
+    apply(&ks_api, &keystone(1)).await?;
+    let (_, m) = wait_cond(&ks_api, "ks", ct::READY, WAIT).await?;
+    assert!(m.starts_with("1/1 pods"), "{m}");
+    let seen = seen.await?;
+    assert!(seen.is_empty(), "Placement turned Blocked: {seen:?}");
+    let o = get(&pl_api, "pl").await?;
+    assert_eq!(
+        cond(&o, ct::READY).map(|c| c.0),
+        Some(true),
+        "{}",
+        o["status"]
+    );
+    assert_eq!(
+        blocked_events().await?,
+        before,
+        "no new Blocked Event on Placement"
+    );
+    let _ = mariadb(&format!(
+        "DROP USER IF EXISTS '{}'@'127.0.0.1'",
+        stage.admin_user
+    ));
+    Ok(())
+}
