@@ -1192,7 +1192,7 @@ impl<K: ServiceKind> Pass<'_, K> {
     }
 
     /// The authenticated probe: a token from Keystone (as its admin), then GET `path` on the
-    /// deployed API with it; Ready only on a 2xx answer.
+    /// deployed API with it; Ready only on a 2xx answer (with the probe hysteresis).
     pub async fn authenticated_probe(
         &mut self,
         ks: &KeystoneAccess,
@@ -1200,9 +1200,24 @@ impl<K: ServiceKind> Pass<'_, K> {
         path: &str,
         available: i32,
     ) -> State {
+        let outcome = self.probe_outcome(ks, url, path, available).await;
+        self.probed(
+            outcome,
+            &format!("{available} pods; the probe of {url}{path}"),
+        )
+    }
+
+    /// [`Pass::authenticated_probe`]'s outcome before the hysteresis: the Ready message, or
+    /// the Degraded state.
+    pub async fn probe_outcome(
+        &self,
+        ks: &KeystoneAccess,
+        url: &str,
+        path: &str,
+        available: i32,
+    ) -> Result<String, State> {
         let timeout = self.ctx.config.check_timeout;
-        let ca = self.api_ca.clone();
-        let outcome = match authenticated_get(ks, url, path, timeout, ca.as_deref()).await {
+        match authenticated_get(ks, url, path, timeout, self.api_ca.as_deref()).await {
             Ok(()) => Ok(format!(
                 "{available} pods; {url}{path} answered an authenticated request"
             )),
@@ -1210,11 +1225,42 @@ impl<K: ServiceKind> Pass<'_, K> {
                 reason: "ProbeFailed".into(),
                 message: e,
             }),
-        };
-        self.probed(
-            outcome,
-            &format!("{available} pods; the probe of {url}{path}"),
+        }
+    }
+
+    /// GET `path(project_id)` on the deployed API at `url` with an admin token from Keystone:
+    /// the JSON answer of a 2xx.
+    pub async fn admin_get_json(
+        &self,
+        ks: &KeystoneAccess,
+        url: &str,
+        path: impl Fn(&str) -> String,
+    ) -> Result<serde_json::Value, String> {
+        let timeout = self.ctx.config.check_timeout;
+        let (token, project) = issue_token_with_project(
+            &ks.operator_url,
+            &ks.admin_password,
+            timeout,
+            ks.ca.as_deref(),
         )
+        .await?;
+        let client = crate::tls::client(timeout, self.api_ca.as_deref().or(ks.ca.as_deref()))?;
+        let target = format!("{}{}", url.trim_end_matches('/'), path(&project));
+        let resp = client
+            .get(&target)
+            .header("X-Auth-Token", token)
+            .send()
+            .await
+            .map_err(|e| format!("GET {target} failed: {e}"))?;
+        if !resp.status().is_success() {
+            return Err(format!(
+                "GET {target} with an admin token answered {}",
+                resp.status()
+            ));
+        }
+        resp.json()
+            .await
+            .map_err(|e| format!("GET {target}: the answer is not JSON: {e}"))
     }
 
     /// Deletes the other Jobs of a step once it succeeded (their pods go with them).
@@ -1278,6 +1324,39 @@ pub async fn issue_token_verified(
     match token {
         Some(t) if resp.status().as_u16() == 201 => Ok(t),
         _ => Err(format!("token request to {url} answered {}", resp.status())),
+    }
+}
+
+/// [`issue_token_verified`] with the id of the project the token is scoped to (the admin
+/// project): for APIs that carry it in their paths (Cinder's `/v3/{project_id}/...`).
+pub async fn issue_token_with_project(
+    url: &str,
+    password: &str,
+    timeout: Duration,
+    ca: Option<&str>,
+) -> Result<(String, String), String> {
+    let body = serde_json::json!({"auth": {"identity": {"methods": ["password"], "password": {"user": {
+        "name": "admin", "domain": {"id": "default"}, "password": password}}},
+        "scope": {"project": {"name": "admin", "domain": {"id": "default"}}}}});
+    let client = crate::tls::client(timeout, ca)?;
+    let resp = client
+        .post(format!("{}/auth/tokens", url.trim_end_matches('/')))
+        .json(&body)
+        .send()
+        .await
+        .map_err(|e| format!("token request to {url} failed: {e}"))?;
+    let status = resp.status();
+    let token = resp
+        .headers()
+        .get("x-subject-token")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let answer: serde_json::Value = resp.json().await.unwrap_or_default();
+    match (token, answer["token"]["project"]["id"].as_str()) {
+        (Some(t), Some(project)) if status.as_u16() == 201 => Ok((t, project.to_string())),
+        _ => Err(format!(
+            "token request to {url} answered {status} without a project-scoped token"
+        )),
     }
 }
 
