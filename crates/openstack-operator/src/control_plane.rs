@@ -258,6 +258,7 @@ pub async fn run(args: ControlPlaneArgs) -> anyhow::Result<()> {
         secret_propagation: Duration::from_secs(args.secret_propagation_seconds),
         keystone_url_overrides: overrides,
         api_url_overrides: api_overrides,
+        tolerance: controlplane_controllers::hysteresis::Tolerance::default(),
     };
     let ctx = Ctx::new(client.clone(), config, m, Some(instance_name()));
     let ns = args.watch_namespace.clone();

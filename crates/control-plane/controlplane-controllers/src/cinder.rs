@@ -12,6 +12,7 @@ use controlplane_api::cinder::CinderBackend;
 use controlplane_api::validation::Validate;
 use controlplane_api::{Cinder, ServiceName, ServiceStatus};
 use controlplane_render::authtoken::KeystoneAuth;
+use controlplane_render::cinder::services::{self, VolumeServices};
 use controlplane_render::cinder::{
     self as render, Backend, BackendKind, CinderInputs, Nfs, Paths, Rbd,
 };
@@ -211,6 +212,8 @@ async fn pass(p: &mut Pass<'_, Cinder>) -> Result<State, Error> {
     for z in &zone_volumes {
         files.insert(z.file_name(), z.conf());
     }
+    let backend_names: Vec<String> = inputs.backends.iter().map(|b| b.name.clone()).collect();
+    let volume_hosts = services::volume_hosts(&name, &backend_names, &zone_volumes);
     // TLS: the API serves its certificate; Cinder's clients (keystonemiddleware, [nova], the
     // Glance client) verify Keystone and the peers they find in the catalog with one bundle:
     // Keystone's CA and the namespace CA every certificate the operator issues chains to.
@@ -415,7 +418,7 @@ async fn pass(p: &mut Pass<'_, Cinder>) -> Result<State, Error> {
     let mut available = i32::MAX;
     for (dep, replicas) in &rolled {
         available = available.min(or_state!(
-            p.rollout_all(std::slice::from_ref(dep), *replicas)
+            p.rollout_all(std::slice::from_ref(dep), *replicas).await?
         ));
     }
 
@@ -433,8 +436,63 @@ async fn pass(p: &mut Pass<'_, Cinder>) -> Result<State, Error> {
         return Ok(s);
     }
     let url = p.operator_url(&internal);
-    Ok(p.authenticated_probe(&ks, &url, PROBE_PATH, available)
-        .await)
+    let mut outcome = p.probe_outcome(&ks, &url, PROBE_PATH, available).await;
+    if let Ok(ready) = &outcome {
+        outcome = volume_services_outcome(p, &ks, &url, &volume_hosts, ready).await;
+    }
+    Ok(p.probed(
+        outcome,
+        &format!("{available} pods; the probe of {url}{PROBE_PATH} or of its volume services"),
+    ))
+}
+
+/// The API answered (`ready`): whether Cinder lists the volume services of `hosts` up. Down is
+/// Degraded naming them; a host Cinder has no record of yet (the service registers when it
+/// starts; one that cannot start crash-loops, which the rollout reports) is named in the
+/// Ready message and looked at again soon.
+async fn volume_services_outcome(
+    p: &mut Pass<'_, Cinder>,
+    ks: &crate::service::KeystoneAccess,
+    url: &str,
+    hosts: &[String],
+    ready: &str,
+) -> Result<String, State> {
+    if hosts.is_empty() {
+        return Ok(ready.to_string());
+    }
+    let answer = p
+        .admin_get_json(ks, url, |project| {
+            format!("/v3/{project}/os-services?binary=cinder-volume")
+        })
+        .await
+        .and_then(|body| VolumeServices::read(hosts, &body));
+    let v = match answer {
+        Ok(v) => v,
+        Err(message) => {
+            return Err(State::Degraded {
+                reason: "VolumeServicesUnknown".into(),
+                message,
+            });
+        }
+    };
+    if let Some(message) = v.down_message() {
+        return Err(State::Degraded {
+            reason: "VolumeServiceDown".into(),
+            message,
+        });
+    }
+    let mut msg = ready.to_string();
+    if !v.up.is_empty() {
+        msg.push_str(&format!("; cinder-volume up: {}", v.up.join(", ")));
+    }
+    if !v.missing.is_empty() {
+        p.soon(std::time::Duration::from_secs(15));
+        msg.push_str(&format!(
+            "; cinder-volume not registered yet: {}",
+            v.missing.join(", ")
+        ));
+    }
+    Ok(msg)
 }
 
 /// Runs the controller until `shutdown` resolves.

@@ -354,9 +354,9 @@ async fn pass(p: &mut Pass<'_, Horizon>) -> Result<State, Error> {
     );
     let applied = p.apply_api(&dep, render::PORT).await?;
     let want = spec.template.replicas.unwrap_or(1);
-    let available = or_state!(p.rollout(&applied, want));
+    let available = or_state!(p.rollout(&applied, want).await?);
     let url = p.operator_url(&internal);
-    match login_page(
+    let outcome = match login_page(
         &url,
         &internal_host(&name, &p.ns),
         p.ctx.config.check_timeout,
@@ -364,17 +364,18 @@ async fn pass(p: &mut Pass<'_, Horizon>) -> Result<State, Error> {
     )
     .await
     {
-        Ok(()) => Ok(State::Ready(format!(
+        Ok(()) => Ok(format!(
             "{available} pods; {url}{LOGIN_PATH} answered 200 (Horizon has no token API: the login page is probed)"
-        ))),
-        Err(message) => {
-            p.soon(Duration::from_secs(15));
-            Ok(State::Degraded {
-                reason: "ProbeFailed".into(),
-                message,
-            })
-        }
-    }
+        )),
+        Err(message) => Err(State::Degraded {
+            reason: "ProbeFailed".into(),
+            message,
+        }),
+    };
+    Ok(p.probed(
+        outcome,
+        &format!("{available} pods; the login page probe of {url}{LOGIN_PATH}"),
+    ))
 }
 
 /// Whether the session and CSRF cookies are `Secure` (pure): when the dashboard serves TLS

@@ -427,25 +427,24 @@ async fn pass(p: &mut Pass<'_, Keystone>) -> Result<State, Error> {
         )
         .await?;
     let want = spec.template.replicas.unwrap_or(1);
-    let available = or_state!(p.rollout(&applied, want));
+    let available = or_state!(p.rollout(&applied, want).await?);
     if let Some(state) = cycle {
         return Ok(state);
     }
     let url = operator_url(p.ctx, &p.ns, &obj.name_any(), &internal);
     let timeout = p.ctx.config.check_timeout;
     let probe = issue_token_verified(&url, &admin_password, timeout, p.api_ca.as_deref()).await;
-    match probe.map(|_| ()) {
-        Ok(()) => Ok(State::Ready(format!(
-            "{available}/{want} pods; {url} issued a token"
-        ))),
-        Err(e) => {
-            p.soon(Duration::from_secs(15));
-            Ok(State::Degraded {
-                reason: "TokenProbeFailed".into(),
-                message: e,
-            })
-        }
-    }
+    let outcome = match probe {
+        Ok(_) => Ok(format!("{available}/{want} pods; {url} issued a token")),
+        Err(e) => Err(State::Degraded {
+            reason: "TokenProbeFailed".into(),
+            message: e,
+        }),
+    };
+    Ok(p.probed(
+        outcome,
+        &format!("{available}/{want} pods; the token probe of {url}"),
+    ))
 }
 
 /// Runs the controller until `shutdown` resolves: Keystones, the Jobs, Deployments and Secrets

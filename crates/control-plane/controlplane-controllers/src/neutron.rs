@@ -466,20 +466,9 @@ async fn pass(p: &mut Pass<'_, Neutron>) -> Result<State, Error> {
     let worker = maintenance_deployment(&p.owner, &spec.template, worker_params);
     let worker = runtime::apply(&deployments, &worker).await?;
     let want = spec.template.replicas.unwrap_or(1);
-    let available = or_state!(p.rollout(&applied, want));
-    let ws = worker.status.clone().unwrap_or_default();
-    if ws.observed_generation < worker.metadata.generation
-        || ws.updated_replicas.unwrap_or(0) < 1
-        || ws.available_replicas.unwrap_or(0) < 1
-    {
-        p.soon(std::time::Duration::from_secs(5));
-        return Ok(State::Reconciling {
-            reason: "RollingOut".into(),
-            message: format!(
-                "Deployment {}-ovn-maintenance: the OVN maintenance worker is not available with the current configuration",
-                obj.name_any()
-            ),
-        });
+    let available = or_state!(p.rollout(&applied, want).await?);
+    if !crate::service::rolled_out(&worker, 1) {
+        return p.not_rolled_out(&worker, 1).await;
     }
 
     // Every server runs the current configuration: the contract migrations may drop what

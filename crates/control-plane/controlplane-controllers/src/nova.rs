@@ -622,7 +622,7 @@ async fn pass(p: &mut Pass<'_, Nova>) -> Result<State, Error> {
             port.map(|port| objects::component_service(&p.owner, &dep_name, component, port));
         applied.push(p.apply_component(&dep, service.as_ref()).await?);
     }
-    let available = or_state!(p.rollout_all(&applied, want));
+    let available = or_state!(p.rollout_all(&applied, want).await?);
 
     // Online data migrations once every service runs the current release.
     if let Some(s) = p

@@ -211,7 +211,7 @@ async fn pass(p: &mut Pass<'_, Placement>) -> Result<State, Error> {
     }
     let applied = p.apply_api(&dep, render::PORT).await?;
     let want = spec.template.replicas.unwrap_or(1);
-    let available = or_state!(p.rollout(&applied, want));
+    let available = or_state!(p.rollout(&applied, want).await?);
     let url = p.operator_url(&internal);
     Ok(p.authenticated_probe(&ks, &url, PROBE_PATH, available)
         .await)

@@ -48,6 +48,9 @@ pub struct Config {
     /// API URL per service CR (`service/namespace/name` → `http://host:port`, e.g.
     /// `placement/os/cloud-placement`), for the same reason.
     pub api_url_overrides: BTreeMap<String, String>,
+    /// How many failed probes a Ready service shrugs off, and how long dependants keep going
+    /// after a dependency left Ready.
+    pub tolerance: crate::hysteresis::Tolerance,
 }
 
 impl Default for Config {
@@ -61,6 +64,7 @@ impl Default for Config {
             secret_propagation: Duration::from_secs(180),
             keystone_url_overrides: BTreeMap::new(),
             api_url_overrides: BTreeMap::new(),
+            tolerance: crate::hysteresis::Tolerance::default(),
         }
     }
 }
@@ -139,6 +143,8 @@ pub struct Ctx {
     pub config: Config,
     /// Metrics.
     pub metrics: Metrics,
+    /// Probe outcomes and readiness of every object, for the hysteresis.
+    pub memory: crate::hysteresis::Memory,
     reporter: Reporter,
 }
 
@@ -154,6 +160,7 @@ impl Ctx {
             client,
             config,
             metrics,
+            memory: crate::hysteresis::Memory::default(),
             reporter: Reporter {
                 controller: "openstack-operator-controlplane".into(),
                 instance,

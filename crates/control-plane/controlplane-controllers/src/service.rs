@@ -27,7 +27,7 @@ use futures::StreamExt;
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Secret, Service, Volume, VolumeMount};
+use k8s_openapi::api::core::v1::{Pod, Secret, Service, Volume, VolumeMount};
 use kube::api::{DeleteParams, ListParams, PostParams, PropagationPolicy};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::EventType;
@@ -164,6 +164,17 @@ impl Names {
 pub fn retry_delay(base: Duration, max: Duration, attempts: u32) -> Duration {
     base.saturating_mul(2u32.saturating_pow(attempts.saturating_sub(1).min(16)))
         .min(max)
+}
+
+/// Whether Deployment `d` runs its current pod template on at least `want` available pods
+/// (pure): the controller observed its generation and updated and available pods suffice.
+pub fn rolled_out(d: &Deployment, want: i32) -> bool {
+    let Some(st) = d.status.as_ref() else {
+        return false;
+    };
+    st.observed_generation >= d.metadata.generation
+        && st.updated_replicas.unwrap_or(0) >= want
+        && st.available_replicas.unwrap_or(0) >= want
 }
 
 /// What a Job step looks like now.
@@ -615,7 +626,7 @@ impl<K: ServiceKind> Pass<'_, K> {
     }
 
     /// A Keystone that is Ready at its current generation, and how to reach it.
-    pub async fn keystone(&self, name: &str) -> Result<Result<KeystoneAccess, State>, Error> {
+    pub async fn keystone(&mut self, name: &str) -> Result<Result<KeystoneAccess, State>, Error> {
         let api: Api<Keystone> = Api::namespaced(self.ctx.client.clone(), &self.ns);
         let Some(ks) = api.get_opt(name).await? else {
             return Ok(Err(State::Blocked {
@@ -626,7 +637,7 @@ impl<K: ServiceKind> Pass<'_, K> {
         let st = ks.status.clone().unwrap_or_default();
         let ready = st.observed_generation == ks.metadata.generation
             && st.condition(ct::READY).is_some_and(|c| c.is_true());
-        if !ready {
+        if !ready && !self.in_grace("Keystone", name) {
             let why = st
                 .condition(ct::READY)
                 .and_then(|c| c.message.clone())
@@ -982,29 +993,70 @@ impl<K: ServiceKind> Pass<'_, K> {
     }
 
     /// Whether the applied Deployment runs the current pod template on `want` available pods:
-    /// Ok(available) when it does, else the state to report (Ready when scaled to 0).
-    pub fn rollout(&mut self, applied: &Deployment, want: i32) -> Result<i32, State> {
+    /// Ok(available) when it does, else the state to report (Ready when scaled to 0; Degraded
+    /// naming the container when its pods cannot start, see [`crate::rollout`]).
+    pub async fn rollout(
+        &mut self,
+        applied: &Deployment,
+        want: i32,
+    ) -> Result<Result<i32, State>, Error> {
         let st = applied.status.clone().unwrap_or_default();
         let available = st.available_replicas.unwrap_or(0);
         self.status.available_replicas = Some(available);
-        let rolled = st.observed_generation >= applied.metadata.generation
-            && st.updated_replicas.unwrap_or(0) >= want;
         if want == 0 {
-            return Err(State::Ready(
+            return Ok(Err(State::Ready(
                 "scaled to 0 replicas; database and Secrets kept".into(),
-            ));
+            )));
         }
-        if !rolled || available < want {
-            self.soon(Duration::from_secs(5));
-            return Err(State::Reconciling {
-                reason: "RollingOut".into(),
-                message: format!(
-                    "Deployment {}: {available}/{want} pods available with the current configuration",
-                    self.names.api()
-                ),
-            });
+        if rolled_out(applied, want) {
+            return Ok(Ok(available));
         }
-        Ok(available)
+        Ok(Err(self.not_rolled_out(applied, want).await?))
+    }
+
+    /// The state of a Deployment that does not run its current template on `want` available
+    /// pods yet: Degraded when its pods cannot start or its progress deadline passed (read from
+    /// the pods' container statuses), else Reconciling.
+    pub async fn not_rolled_out(&mut self, dep: &Deployment, want: i32) -> Result<State, Error> {
+        let pods = self.pods_of(dep).await?;
+        if let Some(state) = crate::rollout::diagnose(dep, &pods) {
+            // Pods are not watched: look again for the recovery.
+            self.soon(Duration::from_secs(15));
+            return Ok(state);
+        }
+        let available = dep
+            .status
+            .as_ref()
+            .and_then(|s| s.available_replicas)
+            .unwrap_or(0);
+        self.soon(Duration::from_secs(5));
+        Ok(State::Reconciling {
+            reason: "RollingOut".into(),
+            message: format!(
+                "Deployment {}: {available}/{want} pods available with the current configuration",
+                dep.name_any()
+            ),
+        })
+    }
+
+    /// The pods Deployment `dep` selects (by its `matchLabels`).
+    async fn pods_of(&self, dep: &Deployment) -> Result<Vec<Pod>, Error> {
+        let Some(labels) = dep
+            .spec
+            .selector
+            .match_labels
+            .as_ref()
+            .filter(|l| !l.is_empty())
+        else {
+            return Ok(Vec::new());
+        };
+        let sel = labels
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let pods: Api<Pod> = Api::namespaced(self.ctx.client.clone(), &self.ns);
+        Ok(pods.list(&ListParams::default().labels(&sel)).await?.items)
     }
 
     /// Applies a component's Deployment and, when it listens, its Service; returns the
@@ -1025,39 +1077,40 @@ impl<K: ServiceKind> Pass<'_, K> {
     /// [`Pass::rollout`] over several Deployments (a service of several components): Ok(the
     /// fewest available pods) once every one runs its current template on `want` pods, else
     /// the state naming the first that does not.
-    pub fn rollout_all(&mut self, applied: &[Deployment], want: i32) -> Result<i32, State> {
+    pub async fn rollout_all(
+        &mut self,
+        applied: &[Deployment],
+        want: i32,
+    ) -> Result<Result<i32, State>, Error> {
         if want == 0 {
             self.status.available_replicas = Some(0);
-            return Err(State::Ready(
+            return Ok(Err(State::Ready(
                 "scaled to 0 replicas; database and Secrets kept".into(),
-            ));
+            )));
         }
         let mut fewest = i32::MAX;
         for d in applied {
-            let st = d.status.clone().unwrap_or_default();
-            let available = st.available_replicas.unwrap_or(0);
-            let rolled = st.observed_generation >= d.metadata.generation
-                && st.updated_replicas.unwrap_or(0) >= want;
-            if !rolled || available < want {
+            let available = d
+                .status
+                .as_ref()
+                .and_then(|s| s.available_replicas)
+                .unwrap_or(0);
+            if !rolled_out(d, want) {
                 self.status.available_replicas = Some(available.min(fewest));
-                self.soon(Duration::from_secs(5));
-                return Err(State::Reconciling {
-                    reason: "RollingOut".into(),
-                    message: format!(
-                        "Deployment {}: {available}/{want} pods available with the current configuration",
-                        d.name_any()
-                    ),
-                });
+                return Ok(Err(self.not_rolled_out(d, want).await?));
             }
             fewest = fewest.min(available);
         }
         self.status.available_replicas = Some(fewest);
-        Ok(fewest)
+        Ok(Ok(fewest))
     }
 
     /// A service CR of kind `T` (same namespace) that is Ready at its current generation, or
     /// the Blocked state naming it.
-    pub async fn ready_peer<T: ServiceKind>(&self, name: &str) -> Result<Result<T, State>, Error> {
+    pub async fn ready_peer<T: ServiceKind>(
+        &mut self,
+        name: &str,
+    ) -> Result<Result<T, State>, Error> {
         let kind = T::kind(&()).to_string();
         let api: Api<T> = Api::namespaced(self.ctx.client.clone(), &self.ns);
         let Some(peer) = api.get_opt(name).await? else {
@@ -1069,7 +1122,7 @@ impl<K: ServiceKind> Pass<'_, K> {
         let st = peer.service_status().cloned().unwrap_or_default();
         let ready = st.observed_generation == peer.meta().generation
             && st.condition(ct::READY).is_some_and(|c| c.is_true());
-        if !ready {
+        if !ready && !self.in_grace(&kind, name) {
             let why = st
                 .condition(ct::READY)
                 .and_then(|c| c.message.clone())
@@ -1080,6 +1133,50 @@ impl<K: ServiceKind> Pass<'_, K> {
             }));
         }
         Ok(Ok(peer))
+    }
+
+    /// Whether dependency `kind` `name` (same namespace), whose status is not Ready, is within
+    /// the grace after it left Ready (see [`crate::hysteresis`]): the pass then goes on and
+    /// looks again before the grace ends.
+    pub fn in_grace(&mut self, kind: &str, name: &str) -> bool {
+        let key = crate::hysteresis::key(kind, &self.ns, name);
+        let grace = self.ctx.config.tolerance.grace;
+        match self.ctx.memory.gate(&key, Instant::now(), grace) {
+            crate::hysteresis::Gate::Grace(left) => {
+                info!(dependency = %key, left_s = left.as_secs(), "dependency not Ready: within its grace");
+                self.soon(left.min(Duration::from_secs(15)) + Duration::from_millis(100));
+                true
+            }
+            crate::hysteresis::Gate::Blocked => false,
+        }
+    }
+
+    /// The state after this service's probe: `ready` when it answered; when it failed,
+    /// still Ready (with `ready` extended by the failure) while the failures are within the
+    /// tolerance of a service that answered before, else `failed`.
+    pub fn probed(&mut self, outcome: Result<String, State>, what: &str) -> State {
+        let key = crate::hysteresis::key(&K::kind(&()), &self.ns, &self.obj.name_any());
+        let t = self.ctx.config.tolerance;
+        let verdict = self
+            .ctx
+            .memory
+            .probe(&key, outcome.is_ok(), Instant::now(), &t);
+        match (outcome, verdict) {
+            (Ok(ready), _) => State::Ready(ready),
+            (Err(failed), crate::hysteresis::ProbeVerdict::Tolerated { failures }) => {
+                self.soon(Duration::from_secs(15));
+                let (_, why) = failed.summary();
+                State::Ready(format!(
+                    "{what} failed {failures} time(s) in a row, tolerated below {} failures or {} s: {why}",
+                    t.failures,
+                    t.window.as_secs()
+                ))
+            }
+            (Err(failed), _) => {
+                self.soon(Duration::from_secs(15));
+                failed
+            }
+        }
     }
 
     /// The URL the operator reaches this service's API at: the in-cluster one unless
@@ -1095,7 +1192,7 @@ impl<K: ServiceKind> Pass<'_, K> {
     }
 
     /// The authenticated probe: a token from Keystone (as its admin), then GET `path` on the
-    /// deployed API with it; Ready only on a 2xx answer.
+    /// deployed API with it; Ready only on a 2xx answer (with the probe hysteresis).
     pub async fn authenticated_probe(
         &mut self,
         ks: &KeystoneAccess,
@@ -1103,20 +1200,67 @@ impl<K: ServiceKind> Pass<'_, K> {
         path: &str,
         available: i32,
     ) -> State {
+        let outcome = self.probe_outcome(ks, url, path, available).await;
+        self.probed(
+            outcome,
+            &format!("{available} pods; the probe of {url}{path}"),
+        )
+    }
+
+    /// [`Pass::authenticated_probe`]'s outcome before the hysteresis: the Ready message, or
+    /// the Degraded state.
+    pub async fn probe_outcome(
+        &self,
+        ks: &KeystoneAccess,
+        url: &str,
+        path: &str,
+        available: i32,
+    ) -> Result<String, State> {
         let timeout = self.ctx.config.check_timeout;
-        let ca = self.api_ca.clone();
-        match authenticated_get(ks, url, path, timeout, ca.as_deref()).await {
-            Ok(()) => State::Ready(format!(
+        match authenticated_get(ks, url, path, timeout, self.api_ca.as_deref()).await {
+            Ok(()) => Ok(format!(
                 "{available} pods; {url}{path} answered an authenticated request"
             )),
-            Err(e) => {
-                self.soon(Duration::from_secs(15));
-                State::Degraded {
-                    reason: "ProbeFailed".into(),
-                    message: e,
-                }
-            }
+            Err(e) => Err(State::Degraded {
+                reason: "ProbeFailed".into(),
+                message: e,
+            }),
         }
+    }
+
+    /// GET `path(project_id)` on the deployed API at `url` with an admin token from Keystone:
+    /// the JSON answer of a 2xx.
+    pub async fn admin_get_json(
+        &self,
+        ks: &KeystoneAccess,
+        url: &str,
+        path: impl Fn(&str) -> String,
+    ) -> Result<serde_json::Value, String> {
+        let timeout = self.ctx.config.check_timeout;
+        let (token, project) = issue_token_with_project(
+            &ks.operator_url,
+            &ks.admin_password,
+            timeout,
+            ks.ca.as_deref(),
+        )
+        .await?;
+        let client = crate::tls::client(timeout, self.api_ca.as_deref().or(ks.ca.as_deref()))?;
+        let target = format!("{}{}", url.trim_end_matches('/'), path(&project));
+        let resp = client
+            .get(&target)
+            .header("X-Auth-Token", token)
+            .send()
+            .await
+            .map_err(|e| format!("GET {target} failed: {e}"))?;
+        if !resp.status().is_success() {
+            return Err(format!(
+                "GET {target} with an admin token answered {}",
+                resp.status()
+            ));
+        }
+        resp.json()
+            .await
+            .map_err(|e| format!("GET {target}: the answer is not JSON: {e}"))
     }
 
     /// Deletes the other Jobs of a step once it succeeded (their pods go with them).
@@ -1180,6 +1324,39 @@ pub async fn issue_token_verified(
     match token {
         Some(t) if resp.status().as_u16() == 201 => Ok(t),
         _ => Err(format!("token request to {url} answered {}", resp.status())),
+    }
+}
+
+/// [`issue_token_verified`] with the id of the project the token is scoped to (the admin
+/// project): for APIs that carry it in their paths (Cinder's `/v3/{project_id}/...`).
+pub async fn issue_token_with_project(
+    url: &str,
+    password: &str,
+    timeout: Duration,
+    ca: Option<&str>,
+) -> Result<(String, String), String> {
+    let body = serde_json::json!({"auth": {"identity": {"methods": ["password"], "password": {"user": {
+        "name": "admin", "domain": {"id": "default"}, "password": password}}},
+        "scope": {"project": {"name": "admin", "domain": {"id": "default"}}}}});
+    let client = crate::tls::client(timeout, ca)?;
+    let resp = client
+        .post(format!("{}/auth/tokens", url.trim_end_matches('/')))
+        .json(&body)
+        .send()
+        .await
+        .map_err(|e| format!("token request to {url} failed: {e}"))?;
+    let status = resp.status();
+    let token = resp
+        .headers()
+        .get("x-subject-token")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let answer: serde_json::Value = resp.json().await.unwrap_or_default();
+    match (token, answer["token"]["project"]["id"].as_str()) {
+        (Some(t), Some(project)) if status.as_u16() == 201 => Ok((t, project.to_string())),
+        _ => Err(format!(
+            "token request to {url} answered {status} without a project-scoped token"
+        )),
     }
 }
 
@@ -1265,6 +1442,11 @@ pub async fn reconcile<K: ServiceKind>(cached: Arc<K>, ctx: Arc<Ctx>) -> Result<
         }
     };
     let (mut status, requeue, served, plain) = (p.status, p.requeue, p.served, p.plain_http);
+    ctx.memory.passed(
+        &crate::hysteresis::key(&kind, &ns, &obj.name_any()),
+        matches!(state, State::Ready(_)),
+        Instant::now(),
+    );
     runtime::set_state(&mut status, &state, obj.meta().generation);
     match served {
         Some(s) => runtime::set(

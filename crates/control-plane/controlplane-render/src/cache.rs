@@ -129,6 +129,30 @@ fn oslo_escape(v: &str) -> String {
     v.replace('$', "$$")
 }
 
+/// keystonemiddleware's `memcache_pool_dead_retry` (its default is 300 s).
+pub const AUTHTOKEN_DEAD_RETRY_SECONDS: u32 = 10;
+
+/// oslo.cache's `[cache]` retry and failure options with the `dogpile.cache.pymemcache`
+/// backend (oslo.cache 4.1: `enable_retry_client` wraps pymemcache's `HashClient` in its
+/// `RetryingClient`; the `hashclient_*` options are the `HashClient`'s own).
+pub const PYMEMCACHE_OPTIONS: [(&str, &str); 10] = [
+    ("enable_retry_client", "true"),
+    ("retry_attempts", "3"),
+    ("retry_delay", "0.1"),
+    ("hashclient_retry_attempts", "30"),
+    ("hashclient_retry_timeout", "1"),
+    ("hashclient_dead_timeout", "10"),
+    ("enable_socket_keepalive", "true"),
+    ("socket_keepalive_idle", "30"),
+    ("socket_keepalive_interval", "10"),
+    ("socket_keepalive_count", "3"),
+];
+
+/// oslo.cache's `[cache]` failure options with its `oslo_cache.memcache_pool` backend (the
+/// retrying client exists for pymemcache only; oslo.cache refuses it with another backend).
+pub const POOL_OPTIONS: [(&str, &str); 2] =
+    [("memcache_dead_retry", "10"), ("socket_timeout", "3")];
+
 /// Sets keystonemiddleware's token cache in `[keystone_authtoken]`; nothing without servers.
 pub fn set_authtoken(ini: &mut Ini, cache: &Cache) {
     const S: &str = "keystone_authtoken";
@@ -136,6 +160,13 @@ pub fn set_authtoken(ini: &mut Ini, cache: &Cache) {
         return;
     }
     ini.set(S, "memcached_servers", cache.servers.join(","));
+    // The (default, advanced) pool skips a server that failed once for this long: 300 s by
+    // default, five minutes of every token validated by Keystone after one reset connection.
+    ini.set(
+        S,
+        "memcache_pool_dead_retry",
+        AUTHTOKEN_DEAD_RETRY_SECONDS.to_string(),
+    );
     if cache.tls.is_none() && cache.sasl.is_none() {
         return;
     }
@@ -175,6 +206,23 @@ pub fn set_oslo_cache(ini: &mut Ini, cache: &Cache) {
     ini.set(S, "enabled", "true")
         .set(S, "backend", backend)
         .set(S, "memcache_servers", cache.servers.join(","));
+    if cache.sasl.is_some() {
+        // oslo.cache's own pool: a failed server is skipped for `memcache_dead_retry` (300 s
+        // by default); calls time out after `socket_timeout` (1 s by default).
+        for (k, v) in POOL_OPTIONS {
+            ini.set(S, k, v);
+        }
+    } else {
+        // pymemcache: retry a failed call on a fresh connection (a connection memcached or
+        // the network closed raises MemcacheUnexpectedCloseError, which pymemcache's hash
+        // client passes through; without the retrying client Keystone answered 500 for it);
+        // keep a failing server in retry mode (misses, not errors) instead of declaring it dead
+        // after 2 failures for 60 s (every call then fails with "All servers seem to be down");
+        // TCP keepalive finds connections a peer dropped silently.
+        for (k, v) in PYMEMCACHE_OPTIONS {
+            ini.set(S, k, v);
+        }
+    }
     if let Some(t) = &cache.tls {
         ini.set(S, "tls_enabled", "true")
             .set(S, "tls_cafile", t.ca_file.clone());
@@ -264,6 +312,7 @@ mod tests {
                 ("memcache_tls_cafile", "/etc/ssl/cache-ca/ca.crt"),
                 ("memcache_tls_certfile", "/etc/ssl/cache-client/tls.crt"),
                 ("memcache_tls_enabled", "true"),
+                ("memcache_pool_dead_retry", "10"),
                 ("memcache_tls_keyfile", "/etc/ssl/cache-client/tls.key"),
                 ("memcache_use_advanced_pool", "true"),
                 ("memcached_servers", "mc-0:11212,mc-1:11212"),
@@ -278,7 +327,10 @@ mod tests {
         set_authtoken(&mut ini, &c);
         assert_eq!(
             section(&ini, "keystone_authtoken"),
-            pairs(&[("memcached_servers", "mc:11211")])
+            pairs(&[
+                ("memcache_pool_dead_retry", "10"),
+                ("memcached_servers", "mc:11211")
+            ])
         );
         c.sasl = Some(CacheSasl {
             username: "u".into(),
@@ -290,6 +342,7 @@ mod tests {
             section(&ini, "keystone_authtoken"),
             pairs(&[
                 ("memcache_password", "p $$w"),
+                ("memcache_pool_dead_retry", "10"),
                 ("memcache_sasl_enabled", "true"),
                 ("memcache_use_advanced_pool", "true"),
                 ("memcache_username", "u"),
@@ -303,31 +356,50 @@ mod tests {
 
     #[test]
     fn oslo_cache_tls_uses_pymemcache_and_sasl_the_oslo_pool() {
+        let with = |p: &[(&str, &str)], extra: &[(&'static str, &'static str)]| {
+            let mut v: Vec<(&str, &str)> = p.to_vec();
+            v.extend_from_slice(extra);
+            pairs(&v)
+        };
         let mut ini = Ini::default();
         set_oslo_cache(&mut ini, &tls_cache());
         assert_eq!(
             section(&ini, "cache"),
-            pairs(&[
-                ("backend", "dogpile.cache.pymemcache"),
-                ("enabled", "true"),
-                ("memcache_servers", "mc-0:11212,mc-1:11212"),
-                ("tls_cafile", "/etc/ssl/cache-ca/ca.crt"),
-                ("tls_certfile", "/etc/ssl/cache-client/tls.crt"),
-                ("tls_enabled", "true"),
-                ("tls_keyfile", "/etc/ssl/cache-client/tls.key"),
-            ])
+            with(
+                &[
+                    ("backend", "dogpile.cache.pymemcache"),
+                    ("enabled", "true"),
+                    ("memcache_servers", "mc-0:11212,mc-1:11212"),
+                    ("tls_cafile", "/etc/ssl/cache-ca/ca.crt"),
+                    ("tls_certfile", "/etc/ssl/cache-client/tls.crt"),
+                    ("tls_enabled", "true"),
+                    ("tls_keyfile", "/etc/ssl/cache-client/tls.key"),
+                ],
+                &PYMEMCACHE_OPTIONS
+            )
         );
         let mut c = Cache::plain(vec!["mc:11211".into()]);
         let mut ini = Ini::default();
         set_oslo_cache(&mut ini, &c);
         assert_eq!(
             section(&ini, "cache"),
-            pairs(&[
-                ("backend", "dogpile.cache.pymemcache"),
-                ("enabled", "true"),
-                ("memcache_servers", "mc:11211"),
-            ])
+            with(
+                &[
+                    ("backend", "dogpile.cache.pymemcache"),
+                    ("enabled", "true"),
+                    ("memcache_servers", "mc:11211"),
+                ],
+                &PYMEMCACHE_OPTIONS
+            )
         );
+        let rendered = ini.render();
+        for line in [
+            "enable_retry_client = true",
+            "retry_attempts = 3",
+            "hashclient_dead_timeout = 10",
+        ] {
+            assert!(rendered.contains(line), "{line} not in {rendered}");
+        }
         c.sasl = Some(CacheSasl {
             username: "u".into(),
             password: "p".into(),
@@ -336,15 +408,20 @@ mod tests {
         set_oslo_cache(&mut ini, &c);
         assert_eq!(
             section(&ini, "cache"),
-            pairs(&[
-                ("backend", "oslo_cache.memcache_pool"),
-                ("enabled", "true"),
-                ("memcache_sasl_enabled", "true"),
-                ("memcache_servers", "mc:11211"),
-                ("password", "p"),
-                ("username", "u"),
-            ])
+            with(
+                &[
+                    ("backend", "oslo_cache.memcache_pool"),
+                    ("enabled", "true"),
+                    ("memcache_sasl_enabled", "true"),
+                    ("memcache_servers", "mc:11211"),
+                    ("password", "p"),
+                    ("username", "u"),
+                ],
+                &POOL_OPTIONS
+            )
         );
+        // oslo.cache refuses the retrying client with any backend but pymemcache.
+        assert!(!ini.render().contains("enable_retry_client"));
         let mut ini = Ini::default();
         set_oslo_cache(&mut ini, &Cache::default());
         assert_eq!(section(&ini, "cache"), pairs(&[("enabled", "false")]));

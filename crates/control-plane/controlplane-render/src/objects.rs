@@ -445,6 +445,10 @@ pub fn component_deployment(owner: &Owner, t: &ServiceTemplate, p: ComponentPara
                             ..SecurityContext::default()
                         }),
                         volume_mounts: Some(p.volumes.iter().map(|(_, m)| m.clone()).collect()),
+                        // The services write no termination message file: the tail of the
+                        // log (a traceback's exception) becomes the message of a failed run,
+                        // which the operator's Degraded condition quotes.
+                        termination_message_policy: Some("FallbackToLogsOnError".into()),
                         ..Container::default()
                     }],
                     volumes: Some(p.volumes.iter().map(|(v, _)| v.clone()).collect()),
@@ -583,5 +587,29 @@ mod tests {
         );
         let c = &worker.spec.template.spec.expect("pod").containers[0];
         assert!(c.startup_probe.is_none() && c.liveness_probe.is_none());
+    }
+
+    #[test]
+    fn a_failed_containers_log_tail_is_its_termination_message() {
+        // The operator's Degraded condition quotes the last termination message; the services
+        // write no message file, so without the fallback it would always be empty.
+        let dep = api_deployment(
+            &owner(),
+            &ServiceTemplate::default(),
+            ApiParams {
+                name: "svc-api".into(),
+                image: "img".into(),
+                command: vec!["uwsgi".into()],
+                port: 8774,
+                probe_path: "/".into(),
+                config_hash: "c".into(),
+                volumes: vec![],
+            },
+        );
+        let c = &dep.spec.template.spec.expect("pod").containers[0];
+        assert_eq!(
+            c.termination_message_policy.as_deref(),
+            Some("FallbackToLogsOnError")
+        );
     }
 }

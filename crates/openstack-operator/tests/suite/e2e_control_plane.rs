@@ -714,12 +714,21 @@ async fn control_plane_keystone_end_to_end() -> anyhow::Result<()> {
         c3.data,
         "no rotation while the current keys are not migrated (e2e-3 waits)"
     );
-    let c = get(&clusters, cluster_name).await?;
-    assert!(
-        cond(&c, ct::READY).is_some_and(|r| r.2.contains("credential-migrate")),
-        "the cluster names the failing step: {:?}",
-        cond(&c, ct::READY)
-    );
+    // The cluster rolls its children up when it is reconciled after the Keystone's change:
+    // it names the failing step (its dependants, within their grace, stay Ready meanwhile).
+    wait_for(
+        WAIT,
+        POLL,
+        "the cluster to name the failing step",
+        async || {
+            let c = get(&clusters, cluster_name).await?;
+            Ok(match cond(&c, ct::READY) {
+                Some(r) if r.2.contains("credential-migrate") => Check::Done(()),
+                other => Check::Pending(format!("{other:?}")),
+            })
+        },
+    )
+    .await?;
     if let Ok(mut k) = kubelet.lock() {
         k.fail_steps.clear();
     }

@@ -21,6 +21,7 @@ use crate::uwsgi::Uwsgi;
 
 pub mod backend;
 pub mod messaging;
+pub mod services;
 pub mod zones;
 
 pub use backend::{Backend, BackendKind, Nfs, Rbd};

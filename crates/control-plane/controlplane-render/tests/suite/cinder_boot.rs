@@ -31,6 +31,7 @@ use support::{
 };
 
 use controlplane_api::common::ServiceTemplate;
+use controlplane_render::cinder::services::VolumeServices;
 use controlplane_render::cinder::{
     self, Backend, BackendKind, CinderInputs, Messaging, MessagingTls, Nfs, Paths, Rbd,
 };
@@ -249,6 +250,16 @@ async fn rendered_cinder_creates_rbd_volumes_in_real_ceph() {
     template.config_overrides.insert(
         BACKEND.into(),
         [("rbd_store_chunk_size".to_string(), "8".to_string())].into(),
+    );
+    // Heartbeats every 2 s, down after 10 s without one (defaults 10 s and 60 s): the proof
+    // sees a stopped cinder-volume reported down without waiting a minute.
+    template.config_overrides.insert(
+        "DEFAULT".into(),
+        [
+            ("report_interval".to_string(), "2".to_string()),
+            ("service_down_time".to_string(), "10".to_string()),
+        ]
+        .into(),
     );
     let db = proof_database(DB);
     let keystone = proof_keystone_auth(USER);
@@ -530,6 +541,20 @@ async fn rendered_cinder_creates_rbd_volumes_in_real_ceph() {
                 .any(|(b, h)| b == "cinder-volume" && *h == format!("{VOLUME_HOST}@{BACKEND}")),
         "services up: {up:?}"
     );
+    // What the operator's Ready reads: every rendered volume host listed up.
+    let hosts = cinder::services::volume_hosts(VOLUME_HOST, &[BACKEND.to_string()], &[]);
+    let (status, listed) = call(
+        &client,
+        reqwest::Method::GET,
+        &format!("{v3}/os-services?binary=cinder-volume"),
+        t,
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "os-services?binary=cinder-volume: {listed}");
+    let v = VolumeServices::read(&hosts, &listed).expect("os-services");
+    assert_eq!(v.up, hosts, "{listed}");
+    assert_eq!(v.down_message(), None);
     // The RPC connections run over TLS in the proof's vhost.
     let conns = rabbitmqctl(&["list_connections", "vhost", "ssl"]).expect("list connections");
     let ours: Vec<&str> = conns.lines().filter(|l| l.starts_with(VHOST)).collect();
@@ -711,7 +736,41 @@ async fn rendered_cinder_creates_rbd_volumes_in_real_ceph() {
         "memcached stored nothing; {}",
         logs()
     );
-    drop((uwsgi, scheduler, volume));
+    // cinder-volume stops: Cinder reports it down, which the operator's Ready reads as
+    // Degraded naming the host.
+    let started = Instant::now();
+    drop(volume);
+    let down = until("Cinder reports cinder-volume down", 60, logs, || {
+        let (client, token, hosts) = (client.clone(), token.clone(), hosts.clone());
+        let url = format!("{v3}/os-services?binary=cinder-volume");
+        async move {
+            let (_, body) = call(&client, reqwest::Method::GET, &url, Some(&token), None).await;
+            VolumeServices::read(&hosts, &body).ok()?.down_message()
+        }
+    })
+    .await;
+    let down_time = started.elapsed();
+    // What Ready checked before: the API still answers with a token.
+    let (status, _) = call(
+        &client,
+        reqwest::Method::GET,
+        &format!("{v3}/types"),
+        t,
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "the API without cinder-volume; {}", logs());
+    assert!(
+        down.starts_with(&format!(
+            "Cinder reports cinder-volume down: {VOLUME_HOST}@{BACKEND} (last heartbeat "
+        )),
+        "{down}"
+    );
+    eprintln!(
+        "cinder-volume stopped: reported down after {:.1} s: {down}",
+        down_time.as_secs_f64()
+    );
+    drop((uwsgi, scheduler));
     eprintln!(
         "cinder proof: ceph pool/client and vhost {:.1} s; service user and catalog (x2 each, \
          two entries) {:.1} s; oslo-config-validator x2 {:.1} s; db sync {:.1} s; API up after \

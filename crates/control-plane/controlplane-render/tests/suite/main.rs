@@ -2,6 +2,7 @@
 //! (they linked the whole workspace each). `scripts/run-tests.py` runs each module in a process
 //! of its own, as before; by hand: `cargo test -p controlplane-render --test suite MODULE::`.
 
+mod cache_retry_boot;
 mod cache_tls_boot;
 mod cinder_boot;
 mod credential_migrate_script;

@@ -127,6 +127,8 @@ pub struct Kubelet {
     pub completed: Vec<String>,
     /// Jobs marked Failed.
     pub failed: Vec<String>,
+    /// Deployments whose status the test writes itself (left alone here).
+    pub hold_deployments: BTreeSet<String>,
 }
 
 /// Plays kubelet and controller manager: Jobs Complete (or Failed for `fail_steps`),
@@ -179,6 +181,13 @@ pub async fn play_controller_manager(client: Client, ns: String, state: Arc<Mute
         }
         if let Ok(list) = deps.list(&ListParams::default()).await {
             for d in list.items {
+                if state
+                    .lock()
+                    .map(|s| s.hold_deployments.contains(&d.name_any()))
+                    .unwrap_or(false)
+                {
+                    continue;
+                }
                 let generation = d.metadata.generation.unwrap_or(0);
                 let replicas = d.spec.replicas.unwrap_or(1);
                 if d.status.as_ref().and_then(|s| s.observed_generation) == Some(generation) {

@@ -1548,6 +1548,9 @@ fn control_plane_calls() -> Vec<Call> {
     // patched or deleted: the images outlive the Glance).
     out.push(c("", "persistentvolumeclaims", "get"));
     out.push(c("", "persistentvolumeclaims", "create"));
+    // service.rs `pods_of`: list of a Deployment's pods by its selector while it does not
+    // become available (the pods' container statuses name a crash loop); never watched.
+    out.push(c("", "pods", "list"));
     out
 }
 
@@ -1717,6 +1720,7 @@ fn call_lists_cover_the_apis_the_parts_use() {
         "Neutron",                  // cluster.rs
         "Horizon",                  // cluster.rs
         "PersistentVolumeClaim",    // glance.rs images claim
+        "Pod",                      // service.rs `pods_of` (list by a Deployment's selector)
         "OpenStackExternalService", // external.rs, keystone.rs, webhook.rs (get)
         "Secret",                   // external.rs, keystone.rs
         "Job",                      // keystone.rs
