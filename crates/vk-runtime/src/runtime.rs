@@ -49,6 +49,9 @@ pub const LEASE_NAMESPACE: &str = "kube-node-lease";
 /// on a slow pod and the next one.
 const MAX_FULL_PASSES: usize = 2;
 
+/// Passes held back by slow ones are said at most this often.
+const SKIP_WARN_EVERY: Duration = Duration::from_secs(30);
+
 /// What to do with the Node on SIGTERM.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OnShutdown {
@@ -251,6 +254,8 @@ pub async fn run(
     let mut moving: tokio::task::JoinSet<()> = tokio::task::JoinSet::new();
     // A pass was due while none could start: it starts when one ends.
     let mut pending = false;
+    // When passes were last said to be held back (said once per SKIP_WARN_EVERY).
+    let mut warned: Option<tokio::time::Instant> = None;
     let mut poll_tick = tokio::time::interval(cfg.poll_interval);
     poll_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // Pods in transition are looked at between full passes (a far-off tick when the provider
@@ -273,11 +278,12 @@ pub async fn run(
                     full.spawn(passes.clone().full(Duration::ZERO));
                 } else {
                     pending = true;
-                    if overlap {
+                    if overlap && warned.is_none_or(|t| t.elapsed() >= SKIP_WARN_EVERY) {
+                        warned = Some(tokio::time::Instant::now());
                         warn!(
                             node = %id.name,
                             running = full.len(),
-                            "pod passes still wait on the backend; this interval's pass starts when one ends"
+                            "pod passes still wait on the backend; the next starts when one ends"
                         );
                     }
                 }

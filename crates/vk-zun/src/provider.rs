@@ -179,6 +179,9 @@ pub struct ZunProvider {
     exit_check: Option<std::time::Duration>,
     /// The pods whose pass runs now.
     in_flight: InFlight,
+    /// Held while a pass lists the node's containers: passes that overlap list one after the
+    /// other, so a Zun that queues requests gets no more lists for being slow.
+    listing: tokio::sync::Mutex<()>,
 }
 
 /// Pods whose pass runs at the same time, by default.
@@ -214,6 +217,7 @@ impl ZunProvider {
             ),
             exit_check: Some(DEFAULT_EXIT_CHECK),
             in_flight: InFlight::default(),
+            listing: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -360,12 +364,14 @@ impl ZunProvider {
                 fresh.push((pod, now_seen));
             }
         } else {
+            let listing = self.listing.lock().await;
             let all = self
                 .zun
                 .list_containers(&labels::ours(&self.cfg.node_name), None)
                 .await
                 .map_err(unavailable)?;
             let all = self.refresh_stale_stops(all).await;
+            drop(listing);
             for (pod, _) in due {
                 let uid = pod.metadata.uid.as_deref().unwrap_or_default();
                 let mine = all
@@ -1417,11 +1423,16 @@ impl Provider for ZunProvider {
                 }
             }
         }
+        let listing = self.listing.lock().await;
+        let asked = std::time::Instant::now();
         let all = self
             .zun
             .list_containers(&labels::ours(&self.cfg.node_name), None)
             .await
             .map_err(|e| ProviderError::Unavailable(e.to_string()))?;
+        // A slow list means Zun is queueing: the exit checks, which only hurry what its own
+        // state sync shows anyway, wait for a pass that finds it answering.
+        let zun_answers = asked.elapsed() < crate::timed::SLOW_CALL;
         {
             let mut m = self.mem();
             m.own_usage = all.iter().fold((0.0, 0, 0), |(c, mm, n), z| {
@@ -1435,6 +1446,7 @@ impl Provider for ZunProvider {
             });
         }
         let all = self.refresh_stale_stops(all).await;
+        drop(listing);
         let mut by_uid: BTreeMap<String, Vec<ZunContainer>> = BTreeMap::new();
         for c in all {
             let uid = c.labels.get(labels::POD_UID).cloned().unwrap_or_default();
@@ -1461,7 +1473,9 @@ impl Provider for ZunProvider {
                 by_uid.remove(uid);
             }
         }
-        let exit_checks = {
+        let exit_checks = if !zun_answers {
+            HashSet::new()
+        } else {
             let live_running: Vec<ZunContainer> = work
                 .iter()
                 .filter(|(p, ..)| p.metadata.deletion_timestamp.is_none())
