@@ -80,6 +80,10 @@ struct Memory {
     /// Running containers by uuid: when a GET last asked whether they still run
     /// ([`ZunProvider::with_exit_check`]).
     exit_checked: HashMap<String, std::time::Instant>,
+    /// The last full pass's list took [`crate::timed::SLOW_CALL`] or more: Zun is queueing,
+    /// and the GETs of the transition pass and the exit checks (the costliest reads: zun-api
+    /// asks zun-compute, which asks Docker) wait until it answers again.
+    zun_slow: bool,
 }
 
 /// Containers the list shows running that a full pass asks about with a GET, at most (the
@@ -325,6 +329,9 @@ impl ZunProvider {
         let now = jiff::Timestamp::now();
         let due: Vec<(&Pod, Vec<ZunContainer>)> = {
             let m = self.mem();
+            if m.zun_slow {
+                return Ok(Vec::new());
+            }
             pods.iter()
                 .filter_map(|p| {
                     let (since, seen) = m.transitions.get(p.metadata.uid.as_deref()?)?;
@@ -1430,11 +1437,12 @@ impl Provider for ZunProvider {
             .list_containers(&labels::ours(&self.cfg.node_name), None)
             .await
             .map_err(|e| ProviderError::Unavailable(e.to_string()))?;
-        // A slow list means Zun is queueing: the exit checks, which only hurry what its own
-        // state sync shows anyway, wait for a pass that finds it answering.
+        // A slow list means Zun is queueing: the exit checks and the transition pass, which
+        // only hurry what the full passes show, wait for a pass that finds it answering.
         let zun_answers = asked.elapsed() < crate::timed::SLOW_CALL;
         {
             let mut m = self.mem();
+            m.zun_slow = !zun_answers;
             m.own_usage = all.iter().fold((0.0, 0, 0), |(c, mm, n), z| {
                 let mib = z
                     .memory

@@ -1105,3 +1105,19 @@ async fn a_zun_call_without_an_answer_ends_at_its_deadline() {
         Some("Running")
     );
 }
+
+#[tokio::test]
+async fn while_zun_queues_the_transition_pass_leaves_its_pods_to_the_full_passes() {
+    let z = FakeZun::new();
+    let o = NoObjects::default();
+    let p = provider(&z);
+    let mut pods = vec![seed_pod()];
+    sync(&p, &mut pods, &o).await;
+    // Created, not yet seen running: in transition, read with a GET.
+    assert_eq!(p.sync_transitions(&pods, &o).await.unwrap().len(), 1);
+    assert_eq!(z.calls("get_container"), 1);
+    // The last list was slow: no GET (zun-api would queue it behind everything else).
+    p.mem().zun_slow = true;
+    assert!(p.sync_transitions(&pods, &o).await.unwrap().is_empty());
+    assert_eq!(z.calls("get_container"), 1);
+}
