@@ -73,8 +73,18 @@ pub struct VkArgs {
     /// Milliseconds between two reads of the pods in transition only (containers starting,
     /// stopping, deleted, a restart due: one GET per container, or one list when many); 0 turns
     /// it off, leaving them to the full syncs.
-    #[arg(long, default_value_t = 500)]
+    #[arg(long, env = "VK_TRANSITION_POLL_MILLIS", default_value_t = 500)]
     pub transition_poll_millis: u64,
+    /// Seconds a Zun call of the pod passes or the node's state may take before it is given
+    /// up (logged and counted in vk_zun_slow_calls_total; the pod's pass goes on and the next
+    /// one tries again), so that one call Zun does not answer holds back nothing else.
+    #[arg(long, env = "VK_ZUN_CALL_TIMEOUT_SECONDS", default_value_t = 30)]
+    pub zun_call_timeout_seconds: u64,
+    /// Seconds between two GETs of a running container asking Docker, through Zun, whether it
+    /// still runs (a few containers per pass, asked longest ago first): Zun's list shows an
+    /// exit only after zun-compute's periodic state sync (60 s by default); 0 turns it off.
+    #[arg(long, env = "VK_EXIT_CHECK_SECONDS", default_value_t = 10)]
+    pub exit_check_seconds: u64,
     /// Pods whose Zun actions (create, stop, delete) run at the same time in a pass.
     #[arg(long, default_value_t = vk_zun::provider::DEFAULT_POD_CONCURRENCY)]
     pub pod_concurrency: usize,
@@ -158,6 +168,16 @@ impl VkArgs {
         (self.transition_poll_millis > 0)
             .then(|| Duration::from_millis(self.transition_poll_millis))
     }
+
+    /// A Zun call's deadline in the node's loops.
+    pub fn zun_call_timeout(&self) -> Duration {
+        Duration::from_secs(self.zun_call_timeout_seconds.max(1))
+    }
+
+    /// How often a running container is asked about (`None`: never).
+    pub fn exit_check(&self) -> Option<Duration> {
+        (self.exit_check_seconds > 0).then(|| Duration::from_secs(self.exit_check_seconds))
+    }
 }
 
 /// `kubernetes.io/arch` of this build.
@@ -184,6 +204,8 @@ pub async fn run(args: VkArgs) -> anyhow::Result<()> {
     let options = ClientOptions::from_env()?;
     let mut metrics_registry = prometheus_client::registry::Registry::default();
     options.metrics.register(&mut metrics_registry);
+    let call_metrics = vk_zun::timed::CallMetrics::default();
+    call_metrics.register(&mut metrics_registry);
     let core = Core::connect(&selector, options)
         .await
         .with_context(|| format!("connecting to OpenStack ({selector:?})"))?;
@@ -231,6 +253,8 @@ pub async fn run(args: VkArgs) -> anyhow::Result<()> {
         ZunProvider::new(zun, cfg, project_id.clone(), UnlimitedCapacity::default())
             .with_pod_concurrency(args.pod_concurrency)
             .with_transition_poll(args.transition_poll(), args.poll_interval())
+            .with_zun_calls(args.zun_call_timeout(), call_metrics)
+            .with_exit_check(args.exit_check())
             .with_ports(ports, neutron),
     );
     let client = Client::try_default()

@@ -466,6 +466,8 @@ async fn reconcile(
     let options = ClientOptions::default();
     let mut metrics = prometheus_client::registry::Registry::default();
     options.metrics.register(&mut metrics);
+    let call_metrics = vk_zun::timed::CallMetrics::default();
+    call_metrics.register(&mut metrics);
     let core = match Core::connect(&selector, options).await {
         Ok(c) => c,
         Err(e) => {
@@ -511,6 +513,8 @@ async fn reconcile(
         ZunProvider::new(zun, cfg, project_id.clone(), UnlimitedCapacity::default())
             .with_pod_concurrency(args.pod_concurrency)
             .with_transition_poll(args.transition_poll(), args.poll_interval())
+            .with_zun_calls(args.zun_call_timeout(), call_metrics)
+            .with_exit_check(args.exit_check())
             .with_ports(ports, neutron),
     );
     let node_provider = provider.clone();

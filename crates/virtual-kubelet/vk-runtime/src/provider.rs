@@ -174,6 +174,30 @@ pub trait Provider: Send + Sync + 'static {
         complete: bool,
     ) -> Result<Vec<PodUpdate>, ProviderError>;
 
+    /// [`Provider::sync`], handing each pod's update to `emit` as soon as it is known, so that
+    /// a pod whose backend calls are slow does not hold back the other pods' statuses. The
+    /// runtime calls this one; the default emits `sync`'s answers when it returns.
+    async fn sync_each(
+        &self,
+        pods: &[Pod],
+        objects: &dyn Objects,
+        complete: bool,
+        emit: &(dyn Fn(PodUpdate) + Send + Sync),
+    ) -> Result<(), ProviderError> {
+        for u in self.sync(pods, objects, complete).await? {
+            emit(u);
+        }
+        Ok(())
+    }
+
+    /// Whether a pass may start while an earlier one still runs (`false`: passes, full and
+    /// transition, run one at a time). A provider saying `true` keeps each pod out of a pass
+    /// while another pass acts on it, so that a pod waiting on a slow backend call holds back
+    /// only itself, not the next pass of every other pod.
+    fn passes_may_overlap(&self) -> bool {
+        false
+    }
+
     /// How often [`Provider::sync_transitions`] runs between full passes (`None`: never).
     fn transition_interval(&self) -> Option<std::time::Duration> {
         None

@@ -45,6 +45,13 @@ use crate::provider::{EventType, Objects, PodUpdate, Provider};
 /// Namespace of node leases.
 pub const LEASE_NAMESPACE: &str = "kube-node-lease";
 
+/// Full passes running at once at most, when the provider lets them overlap: the one waiting
+/// on a slow pod and the next one.
+const MAX_FULL_PASSES: usize = 2;
+
+/// Passes held back by slow ones are said at most this often.
+const SKIP_WARN_EVERY: Duration = Duration::from_secs(30);
+
 /// What to do with the Node on SIGTERM.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OnShutdown {
@@ -186,11 +193,11 @@ pub async fn run(
     let state = provider.node_state().await;
     let node = register(&nodes, id, state.zone.as_deref()).await?;
     let now = jiff::Timestamp::now();
-    let mut last_status = node::status(id, &state, node.status.as_ref(), now);
+    let last_status = node::status(id, &state, node.status.as_ref(), now);
     write_node_status(&nodes, &id.name, &last_status)
         .await
         .map_err(kube_err(format!("writing the status of node {}", id.name)))?;
-    let mut last_write = tokio::time::Instant::now();
+    let last_write = tokio::time::Instant::now();
     info!(node = %id.name, "node registered");
 
     let node_uid = node.metadata.uid.clone().unwrap_or_default();
@@ -220,11 +227,35 @@ pub async fn run(
         }
     });
 
-    let objects = KubeObjects {
+    let last_status = Arc::new(std::sync::Mutex::new(last_status));
+    // The node's status has a task of its own, as its lease: pod passes waiting on a slow
+    // backend do not hold it back.
+    let status_task = tokio::spawn(status_loop(
+        nodes.clone(),
+        cfg.clone(),
+        provider.clone(),
+        last_status.clone(),
+        last_write,
+        shutdown.clone(),
+    ));
+    let passes = Passes {
         client: client.clone(),
+        store,
+        provider: provider.clone(),
+        objects: Arc::new(KubeObjects {
+            client: client.clone(),
+        }),
     };
-    let mut status_tick = tokio::time::interval(cfg.status_interval);
-    status_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let overlap = provider.passes_may_overlap();
+    // Full passes run as tasks: up to MAX_FULL_PASSES at once when the provider keeps each
+    // pod in one pass at a time (a pass still waiting on one pod's slow call then holds back
+    // no other pod), else one pass of either kind at a time, as a loop would run them.
+    let mut full: tokio::task::JoinSet<()> = tokio::task::JoinSet::new();
+    let mut moving: tokio::task::JoinSet<()> = tokio::task::JoinSet::new();
+    // A pass was due while none could start: it starts when one ends.
+    let mut pending = false;
+    // When passes were last said to be held back (said once per SKIP_WARN_EVERY).
+    let mut warned: Option<tokio::time::Instant> = None;
     let mut poll_tick = tokio::time::interval(cfg.poll_interval);
     poll_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // Pods in transition are looked at between full passes (a far-off tick when the provider
@@ -232,36 +263,78 @@ pub async fn run(
     let fast = provider.transition_interval();
     let mut fast_tick = tokio::time::interval(fast.unwrap_or(Duration::from_secs(3600)));
     fast_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let full_room = |full: &tokio::task::JoinSet<()>, moving: &tokio::task::JoinSet<()>| {
+        if overlap {
+            full.len() < MAX_FULL_PASSES
+        } else {
+            full.is_empty() && moving.is_empty()
+        }
+    };
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => break,
-            _ = status_tick.tick() => {
-                let state = provider.node_state().await;
-                let now = jiff::Timestamp::now();
-                let next = node::status(id, &state, Some(&last_status), now);
-                if node::changed(&last_status, &next) || last_write.elapsed() >= cfg.status_max_age {
-                    match write_node_status(&nodes, &id.name, &next).await {
-                        Ok(()) => {
-                            last_status = next;
-                            last_write = tokio::time::Instant::now();
-                        }
-                        Err(e) => warn!(error = %e, "node status write failed; retrying"),
+            _ = poll_tick.tick() => {
+                if full_room(&full, &moving) {
+                    full.spawn(passes.clone().full(Duration::ZERO));
+                } else {
+                    pending = true;
+                    if overlap && warned.is_none_or(|t| t.elapsed() >= SKIP_WARN_EVERY) {
+                        warned = Some(tokio::time::Instant::now());
+                        warn!(
+                            node = %id.name,
+                            running = full.len(),
+                            "pod passes still wait on the backend; the next starts when one ends"
+                        );
                     }
                 }
             }
-            _ = poll_tick.tick() => sync_once(&client, &store, provider.as_ref(), &objects).await,
             _ = fast_tick.tick(), if fast.is_some() => {
-                sync_transitions(&client, &store, provider.as_ref(), &objects).await;
+                let room = moving.is_empty() && (overlap || full.is_empty());
+                if room {
+                    moving.spawn(passes.clone().transitions());
+                }
             }
             _ = wake.notified() => {
-                // Let a burst of events settle into one pass.
-                tokio::time::sleep(Duration::from_millis(200)).await;
-                sync_once(&client, &store, provider.as_ref(), &objects).await;
+                if full_room(&full, &moving) {
+                    // Let a burst of events settle into one pass.
+                    full.spawn(passes.clone().full(Duration::from_millis(200)));
+                } else {
+                    pending = true;
+                }
+            }
+            Some(done) = full.join_next(), if !full.is_empty() => {
+                if let Err(e) = done {
+                    warn!(error = %e, "a pod pass ended abnormally");
+                }
+                if pending && full_room(&full, &moving) {
+                    pending = false;
+                    full.spawn(passes.clone().full(Duration::ZERO));
+                }
+            }
+            Some(done) = moving.join_next(), if !moving.is_empty() => {
+                if let Err(e) = done {
+                    warn!(error = %e, "a transition pass ended abnormally");
+                }
+                if pending && full_room(&full, &moving) {
+                    pending = false;
+                    full.spawn(passes.clone().full(Duration::ZERO));
+                }
             }
         }
     }
+    // Passes in flight stop where they are (as when the process is killed): pods keep running
+    // in the backend and the next start takes them back.
+    full.abort_all();
+    moving.abort_all();
     watch_task.abort();
     lease_task.abort();
+    if let Err(e) = status_task.await {
+        warn!(error = %e, "the node status task ended abnormally");
+    }
+    let last_status = last_status
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone();
     // Cordoned first, so that nothing is scheduled to the node while it is down (or between
     // the cordon and the deletion).
     if let Err(e) = cordon(&nodes, &id.name).await {
@@ -449,54 +522,131 @@ async fn renew_lease(
     Ok(())
 }
 
-async fn sync_once(
-    client: &Client,
-    store: &Store<Pod>,
-    provider: &dyn Provider,
-    objects: &dyn Objects,
+/// Writes the node's status every `status_interval` when it changed, and at least every
+/// `status_max_age`, until `shutdown`; `last` is the status last written.
+async fn status_loop(
+    nodes: Api<Node>,
+    cfg: NodeConfig,
+    provider: Arc<dyn Provider>,
+    last: Arc<std::sync::Mutex<NodeStatus>>,
+    mut last_write: tokio::time::Instant,
+    shutdown: CancellationToken,
 ) {
-    let complete = store.wait_until_ready().now_or_never_ready();
-    let pods: Vec<Pod> = store.state().iter().map(|p| (**p).clone()).collect();
-    let updates = match provider.sync(&pods, objects, complete).await {
-        Ok(u) => u,
-        Err(e) => {
-            warn!(error = %e, "provider sync failed; retrying next interval");
-            return;
+    let id = &cfg.identity;
+    let mut tick = tokio::time::interval(cfg.status_interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tick.tick() => {}
         }
-    };
-    for u in updates {
-        let Some(pod) = pods
-            .iter()
-            .find(|p| p.metadata.uid.as_deref() == Some(&u.uid))
-        else {
-            continue;
+        let step = async {
+            let state = provider.node_state().await;
+            let now = jiff::Timestamp::now();
+            let prev = last.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            let next = node::status(id, &state, Some(&prev), now);
+            if !node::changed(&prev, &next) && last_write.elapsed() < cfg.status_max_age {
+                return false;
+            }
+            match write_node_status(&nodes, &id.name, &next).await {
+                Ok(()) => {
+                    *last.lock().unwrap_or_else(|p| p.into_inner()) = next;
+                    true
+                }
+                Err(e) => {
+                    warn!(error = %e, "node status write failed; retrying");
+                    false
+                }
+            }
         };
-        apply_update(client, pod, &u).await;
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            wrote = step => {
+                if wrote {
+                    last_write = tokio::time::Instant::now();
+                }
+            }
+        }
     }
 }
 
-/// The provider's short pass over its pods in transition; updates written as in a full pass.
-async fn sync_transitions(
-    client: &Client,
-    store: &Store<Pod>,
-    provider: &dyn Provider,
-    objects: &dyn Objects,
-) {
-    if store.wait_until_ready().now_or_never_ready() {
-        let pods: Vec<Pod> = store.state().iter().map(|p| (**p).clone()).collect();
-        match provider.sync_transitions(&pods, objects).await {
+/// What a pass needs; cloned into each pass's task.
+#[derive(Clone)]
+struct Passes {
+    client: Client,
+    store: Store<Pod>,
+    provider: Arc<dyn Provider>,
+    objects: Arc<dyn Objects>,
+}
+
+impl Passes {
+    /// One full pass after `settle`: each pod's update is written as the provider hands it
+    /// over, while it still works on the others.
+    async fn full(self, settle: Duration) {
+        if !settle.is_zero() {
+            tokio::time::sleep(settle).await;
+        }
+        let complete = self.store.wait_until_ready().now_or_never_ready();
+        let pods: Vec<Pod> = self.store.state().iter().map(|p| (**p).clone()).collect();
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<PodUpdate>();
+        let produce = async {
+            let emit = move |u: PodUpdate| {
+                // The receiver lives until this pass ends.
+                let _ = tx.send(u);
+            };
+            self.provider
+                .sync_each(&pods, self.objects.as_ref(), complete, &emit)
+                .await
+        };
+        let consume = async {
+            while let Some(u) = rx.recv().await {
+                self.apply(&pods, &u).await;
+            }
+        };
+        let (result, ()) = tokio::join!(produce, consume);
+        if let Err(e) = result {
+            warn!(error = %e, "provider sync failed; retrying next interval");
+        }
+    }
+
+    /// The provider's short pass over its pods in transition; updates written as in a full
+    /// pass.
+    async fn transitions(self) {
+        if !self.store.wait_until_ready().now_or_never_ready() {
+            return;
+        }
+        let pods: Vec<Pod> = self.store.state().iter().map(|p| (**p).clone()).collect();
+        match self
+            .provider
+            .sync_transitions(&pods, self.objects.as_ref())
+            .await
+        {
             Ok(updates) => {
                 for u in updates {
-                    if let Some(pod) = pods
-                        .iter()
-                        .find(|p| p.metadata.uid.as_deref() == Some(&u.uid))
-                    {
-                        apply_update(client, pod, &u).await;
-                    }
+                    self.apply(&pods, &u).await;
                 }
             }
             Err(e) => debug!(error = %e, "transition pass failed; the next full pass covers it"),
         }
+    }
+
+    /// Writes `u` over the pod as the watch shows it now (a pass may end well after it
+    /// started), or as the pass saw it.
+    async fn apply(&self, seen: &[Pod], u: &PodUpdate) {
+        let key = reflector::ObjectRef::<Pod>::new(&u.name).within(&u.namespace);
+        let now = self
+            .store
+            .get(&key)
+            .filter(|p| p.metadata.uid.as_deref() == Some(&u.uid))
+            .map(|p| (*p).clone());
+        let Some(pod) = now.or_else(|| {
+            seen.iter()
+                .find(|p| p.metadata.uid.as_deref() == Some(&u.uid))
+                .cloned()
+        }) else {
+            return;
+        };
+        apply_update(&self.client, &pod, u).await;
     }
 }
 

@@ -20,6 +20,7 @@
 //! - [`volumes`]: ConfigMap, Secret, downwardAPI, projected and emptyDir volumes as
 //!   files written into the containers (pure).
 //! - [`labels`], [`quantity`]: ownership labels and resource quantities.
+//! - [`timed`]: a deadline on each Zun call of the node's loops, slow calls logged and counted.
 
 pub mod downward;
 pub mod events;
@@ -41,6 +42,7 @@ pub mod run_logs;
 pub mod services;
 pub mod status;
 pub mod tenant;
+pub mod timed;
 pub mod translate;
 pub mod volumes;
 

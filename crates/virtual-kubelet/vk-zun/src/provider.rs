@@ -77,6 +77,54 @@ struct Memory {
     /// Pods in transition ([`status::in_transition`]) by uid: since when, and their Zun
     /// containers as the last pass left them (what the transition pass reads again).
     transitions: HashMap<String, (jiff::Timestamp, Vec<ZunContainer>)>,
+    /// Running containers by uuid: when a GET last asked whether they still run
+    /// ([`ZunProvider::with_exit_check`]).
+    exit_checked: HashMap<String, std::time::Instant>,
+    /// The last full pass's list took [`crate::timed::SLOW_CALL`] or more: Zun is queueing,
+    /// and the GETs of the transition pass and the exit checks (the costliest reads: zun-api
+    /// asks zun-compute, which asks Docker) wait until it answers again.
+    zun_slow: bool,
+}
+
+/// Containers the list shows running that a full pass asks about with a GET, at most (the
+/// ones asked longest ago first).
+const EXIT_CHECKS_PER_PASS: usize = 2;
+
+/// How often a running container is asked about with a GET, by default.
+pub const DEFAULT_EXIT_CHECK: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The pods whose pass runs now, by uid: a pass (full or transition) reads and acts on a pod
+/// only while it holds the pod's [`Claim`], so two passes never act on one pod at once, and a
+/// pass still waiting on a slow Zun call for one pod does not hold back the next pass of the
+/// others.
+#[derive(Default)]
+struct InFlight(Mutex<HashSet<String>>);
+
+impl InFlight {
+    /// The pod's claim, or `None` while another pass holds it.
+    fn claim(&self, uid: &str) -> Option<Claim<'_>> {
+        let mut set = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        set.insert(uid.to_string()).then(|| Claim {
+            owner: self,
+            uid: uid.to_string(),
+        })
+    }
+}
+
+/// A pass's hold on one pod, released when dropped (also when the pass is cancelled).
+struct Claim<'a> {
+    owner: &'a InFlight,
+    uid: String,
+}
+
+impl Drop for Claim<'_> {
+    fn drop(&mut self) {
+        self.owner
+            .0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&self.uid);
+    }
 }
 
 /// How long a pod stays in the transition pass: one that takes longer (an image pulled for
@@ -114,7 +162,10 @@ type CreateErrors = BTreeMap<Key, (String, String)>;
 
 /// The Zun provider of one node (one tenant project).
 pub struct ZunProvider {
+    /// Zun, each call with its deadline ([`crate::timed`]).
     zun: Arc<dyn Container>,
+    /// Zun without deadlines (what [`ZunProvider::with_zun_calls`] wraps again).
+    raw_zun: Arc<dyn Container>,
     ports: Option<Arc<dyn Ports>>,
     neutron: Option<Arc<dyn Network>>,
     cfg: Config,
@@ -128,6 +179,13 @@ pub struct ZunProvider {
     /// The transition pass's interval (`None`: off) and the full passes' (a restart due
     /// within it is looked at in the transition pass).
     transition: (Option<std::time::Duration>, std::time::Duration),
+    /// How often a running container is asked about with a GET (`None`: never).
+    exit_check: Option<std::time::Duration>,
+    /// The pods whose pass runs now.
+    in_flight: InFlight,
+    /// Held while a pass lists the node's containers: passes that overlap list one after the
+    /// other, so a Zun that queues requests gets no more lists for being slow.
+    listing: tokio::sync::Mutex<()>,
 }
 
 /// Pods whose pass runs at the same time, by default.
@@ -143,7 +201,12 @@ impl ZunProvider {
     ) -> Self {
         Self {
             prober: crate::prober::Prober::new(zun.clone(), crate::prober::DEFAULT_MAX_CHECKS),
-            zun,
+            zun: Arc::new(crate::timed::TimedZun::new(
+                zun.clone(),
+                crate::timed::DEFAULT_CALL_TIMEOUT,
+                crate::timed::CallMetrics::default(),
+            )),
+            raw_zun: zun,
             ports: None,
             neutron: None,
             cfg,
@@ -156,7 +219,92 @@ impl ZunProvider {
                 Some(DEFAULT_TRANSITION_INTERVAL),
                 std::time::Duration::from_secs(5),
             ),
+            exit_check: Some(DEFAULT_EXIT_CHECK),
+            in_flight: InFlight::default(),
+            listing: tokio::sync::Mutex::new(()),
         }
+    }
+
+    /// Each Zun call of the pod passes and the node's state ends after `timeout` (see
+    /// [`crate::timed`]); slow and timed-out calls are counted in `metrics`.
+    pub fn with_zun_calls(
+        mut self,
+        timeout: std::time::Duration,
+        metrics: crate::timed::CallMetrics,
+    ) -> Self {
+        self.zun = Arc::new(crate::timed::TimedZun::new(
+            self.raw_zun.clone(),
+            timeout,
+            metrics,
+        ));
+        self
+    }
+
+    /// Running containers are asked about with a GET every `every` (`None`: never), a few per
+    /// full pass: Zun's list answers from its database, which its compute brings in line with
+    /// Docker only every `sync_container_state_interval` (60 s by default), so a container
+    /// that exited on its own would show running until then; a GET asks Docker (and updates
+    /// that database).
+    pub fn with_exit_check(mut self, every: Option<std::time::Duration>) -> Self {
+        self.exit_check = every;
+        self
+    }
+
+    /// The running containers of `pods` the list shows as running whose exit check is due,
+    /// at most [`EXIT_CHECKS_PER_PASS`], asked longest ago first; marked as checked now.
+    fn exit_checks_due(&self, listed: &[ZunContainer]) -> HashSet<String> {
+        let Some(every) = self.exit_check else {
+            return HashSet::new();
+        };
+        let now = std::time::Instant::now();
+        let mut m = self.mem();
+        let running: HashSet<&str> = listed
+            .iter()
+            .filter(|c| c.status == zs::RUNNING && c.task_state.is_none())
+            .map(|c| c.uuid.as_str())
+            .collect();
+        m.exit_checked.retain(|id, _| running.contains(id.as_str()));
+        let mut due: Vec<(Option<std::time::Instant>, &str)> = running
+            .iter()
+            .map(|id| (m.exit_checked.get(*id).copied(), *id))
+            .filter(|(last, _)| last.is_none_or(|t| now.duration_since(t) >= every))
+            .collect();
+        due.sort();
+        due.truncate(EXIT_CHECKS_PER_PASS);
+        let out: HashSet<String> = due.into_iter().map(|(_, id)| id.to_string()).collect();
+        for id in &out {
+            m.exit_checked.insert(id.clone(), now);
+        }
+        out
+    }
+
+    /// `observed` with each container of `due` as a GET shows it (a failed GET keeps the
+    /// listed state: the next check tries again).
+    async fn check_exits(
+        &self,
+        observed: Vec<ZunContainer>,
+        due: &HashSet<String>,
+    ) -> Vec<ZunContainer> {
+        let mut out = Vec::with_capacity(observed.len());
+        for c in observed {
+            if !due.contains(&c.uuid) {
+                out.push(c);
+                continue;
+            }
+            match self.zun.get_container(&c.uuid).await {
+                Ok(fresh) => {
+                    if fresh.status != c.status {
+                        debug!(zun = %c.uuid, listed = %c.status, now = %fresh.status, "a GET shows what the list does not yet");
+                    }
+                    out.push(fresh);
+                }
+                Err(e) => {
+                    debug!(zun = %c.uuid, error = %e, "exit check failed; the listed state stands");
+                    out.push(c);
+                }
+            }
+        }
+        out
     }
 
     /// Pods in transition (containers starting, stopping, deleted, a restart due) are read
@@ -181,6 +329,9 @@ impl ZunProvider {
         let now = jiff::Timestamp::now();
         let due: Vec<(&Pod, Vec<ZunContainer>)> = {
             let m = self.mem();
+            if m.zun_slow {
+                return Ok(Vec::new());
+            }
             pods.iter()
                 .filter_map(|p| {
                     let (since, seen) = m.transitions.get(p.metadata.uid.as_deref()?)?;
@@ -188,6 +339,19 @@ impl ZunProvider {
                 })
                 .collect()
         };
+        // Pods a full pass is working on are left to it.
+        let mut claims = Vec::with_capacity(due.len());
+        let due: Vec<(&Pod, Vec<ZunContainer>)> = due
+            .into_iter()
+            .filter(|(p, _)| {
+                let claim = self
+                    .in_flight
+                    .claim(p.metadata.uid.as_deref().unwrap_or_default());
+                let held = claim.is_some();
+                claims.extend(claim);
+                held
+            })
+            .collect();
         if due.is_empty() {
             return Ok(Vec::new());
         }
@@ -207,12 +371,14 @@ impl ZunProvider {
                 fresh.push((pod, now_seen));
             }
         } else {
+            let listing = self.listing.lock().await;
             let all = self
                 .zun
                 .list_containers(&labels::ours(&self.cfg.node_name), None)
                 .await
                 .map_err(unavailable)?;
             let all = self.refresh_stale_stops(all).await;
+            drop(listing);
             for (pod, _) in due {
                 let uid = pod.metadata.uid.as_deref().unwrap_or_default();
                 let mine = all
@@ -1211,6 +1377,11 @@ impl Provider for ZunProvider {
         }
     }
 
+    /// Each pass claims its pods ([`InFlight`]).
+    fn passes_may_overlap(&self) -> bool {
+        true
+    }
+
     fn transition_interval(&self) -> Option<std::time::Duration> {
         self.transition.0
     }
@@ -1229,13 +1400,49 @@ impl Provider for ZunProvider {
         objects: &dyn Objects,
         complete: bool,
     ) -> Result<Vec<PodUpdate>, ProviderError> {
+        let out = Mutex::new(Vec::with_capacity(pods.len()));
+        self.sync_each(pods, objects, complete, &|u| {
+            out.lock().unwrap_or_else(|p| p.into_inner()).push(u)
+        })
+        .await?;
+        Ok(out.into_inner().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    async fn sync_each(
+        &self,
+        pods: &[Pod],
+        objects: &dyn Objects,
+        complete: bool,
+        emit: &(dyn Fn(PodUpdate) + Send + Sync),
+    ) -> Result<(), ProviderError> {
+        // Each pod is claimed before the list is read, so that what its pass acts on is never
+        // older than what another pass did to it; a pod still held by an earlier pass (waiting
+        // on Zun) is left to that pass.
+        let mut claimed = Vec::with_capacity(pods.len());
+        for pod in pods {
+            let Some(uid) = pod.metadata.uid.as_deref() else {
+                continue;
+            };
+            match self.in_flight.claim(uid) {
+                Some(c) => claimed.push((pod, c)),
+                None => {
+                    debug!(pod = %pod.metadata.name.as_deref().unwrap_or_default(), "an earlier pass still works on the pod; skipped")
+                }
+            }
+        }
+        let listing = self.listing.lock().await;
+        let asked = std::time::Instant::now();
         let all = self
             .zun
             .list_containers(&labels::ours(&self.cfg.node_name), None)
             .await
             .map_err(|e| ProviderError::Unavailable(e.to_string()))?;
+        // A slow list means Zun is queueing: the exit checks and the transition pass, which
+        // only hurry what the full passes show, wait for a pass that finds it answering.
+        let zun_answers = asked.elapsed() < crate::timed::SLOW_CALL;
         {
             let mut m = self.mem();
+            m.zun_slow = !zun_answers;
             m.own_usage = all.iter().fold((0.0, 0, 0), |(c, mm, n), z| {
                 let mib = z
                     .memory
@@ -1247,20 +1454,17 @@ impl Provider for ZunProvider {
             });
         }
         let all = self.refresh_stale_stops(all).await;
+        drop(listing);
         let mut by_uid: BTreeMap<String, Vec<ZunContainer>> = BTreeMap::new();
         for c in all {
             let uid = c.labels.get(labels::POD_UID).cloned().unwrap_or_default();
             by_uid.entry(uid).or_default().push(c);
         }
         let now = jiff::Timestamp::now();
-        let mut live = BTreeSet::new();
-        let mut work = Vec::with_capacity(pods.len());
-        for pod in pods {
-            let Some(uid) = pod.metadata.uid.clone() else {
-                continue;
-            };
-            live.insert(uid.clone());
-            let observed = by_uid.remove(&uid).unwrap_or_default();
+        let live: BTreeSet<String> = pods.iter().filter_map(|p| p.metadata.uid.clone()).collect();
+        let mut work = Vec::with_capacity(claimed.len());
+        for (pod, claim) in claimed {
+            let observed = by_uid.remove(&claim.uid).unwrap_or_default();
             // The span names the pod in every log line of its pass, the OpenStack client's
             // request lines included (fields as the operator's reconcile span).
             let span = tracing::info_span!(
@@ -1269,22 +1473,46 @@ impl Provider for ZunProvider {
                 namespace = pod.metadata.namespace.as_deref().unwrap_or_default(),
                 object = pod.metadata.name.as_deref().unwrap_or_default(),
             );
-            work.push((pod, observed, span));
+            work.push((pod, claim, observed, span));
         }
+        // Pods held by an earlier pass keep their containers out of the orphans.
+        for p in pods {
+            if let Some(uid) = p.metadata.uid.as_deref() {
+                by_uid.remove(uid);
+            }
+        }
+        let exit_checks = if !zun_answers {
+            HashSet::new()
+        } else {
+            let live_running: Vec<ZunContainer> = work
+                .iter()
+                .filter(|(p, ..)| p.metadata.deletion_timestamp.is_none())
+                .flat_map(|(_, _, observed, _)| observed.iter().cloned())
+                .collect();
+            self.exit_checks_due(&live_running)
+        };
         // Pods are independent: their Zun actions (a create takes a second or more) overlap,
-        // up to `pod_concurrency` pods at a time; the client's own limits still apply.
+        // up to `pod_concurrency` pods at a time; the client's own limits still apply. Each
+        // pod's update goes out as soon as its pass is done, so one pod waiting on a slow Zun
+        // call holds back no other pod's status.
         // (The futures are made first: a closure inside the stream trips the async-trait
         // future's lifetime inference.)
         let passes: Vec<_> = work
             .into_iter()
-            .map(|(pod, observed, span)| {
-                self.sync_pod(pod, observed, objects, now).instrument(span)
+            .map(|(pod, claim, observed, span)| {
+                let checks = &exit_checks;
+                async move {
+                    let _claim = claim;
+                    let observed = self.check_exits(observed, checks).await;
+                    self.sync_pod(pod, observed, objects, now).await
+                }
+                .instrument(span)
             })
             .collect();
-        let out: Vec<PodUpdate> = futures::stream::iter(passes)
-            .buffered(self.pod_concurrency)
-            .collect()
-            .await;
+        let mut done = futures::stream::iter(passes).buffer_unordered(self.pod_concurrency);
+        while let Some(u) = done.next().await {
+            emit(u);
+        }
         if complete {
             let busy: BTreeSet<String> = by_uid.keys().cloned().collect();
             for (uid, list) in by_uid {
@@ -1304,10 +1532,11 @@ impl Provider for ZunProvider {
                     .last_port_sweep
                     .is_none_or(|t| t.elapsed() >= PORT_SWEEP_EVERY);
                 if due {
+                    // Marked first: a pass overlapping this one does not sweep as well.
+                    self.mem().last_port_sweep = Some(std::time::Instant::now());
                     if let Err(e) = self.sweep_ports(ports.as_ref(), &live, &busy).await {
                         warn!(error = %e, "cannot list ports or security groups to sweep; retrying later");
                     }
-                    self.mem().last_port_sweep = Some(std::time::Instant::now());
                 }
             }
             let mut m = self.mem();
@@ -1320,7 +1549,7 @@ impl Provider for ZunProvider {
             self.prober.retain_pods(&live);
             crate::run_logs::global().retain_pods(&live);
         }
-        Ok(out)
+        Ok(())
     }
 }
 

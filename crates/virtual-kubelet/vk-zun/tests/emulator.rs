@@ -278,3 +278,102 @@ async fn unsupported_pod_fails_with_provider_failed() -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+/// The Ready condition's `lastHeartbeatTime` of node `name`.
+async fn heartbeat(nodes: &Api<Node>, name: &str) -> anyhow::Result<Option<String>> {
+    let n = nodes.get_opt(name).await?;
+    Ok(n.and_then(|n| {
+        n.status?
+            .conditions?
+            .into_iter()
+            .find(|c| c.type_ == "Ready")?
+            .last_heartbeat_time
+            .map(|t| t.0.to_string())
+    }))
+}
+
+/// A pod whose Zun create never answers (a zun-api queueing it behind something that does not
+/// end) holds back neither the node's status nor any other pod: their passes go on, and the
+/// other pod runs, while the stuck pod's pass still waits within its call deadline.
+#[tokio::test]
+async fn a_hung_zun_call_holds_back_neither_the_node_nor_the_other_pods() -> anyhow::Result<()> {
+    let emu = Emulator::start(EmulatorOptions::default()).await?;
+    let client = emu.client().await?;
+    let zun = FakeZun::new();
+    let provider = Arc::new(ZunProvider::new(
+        Arc::new(zun.clone()),
+        Config {
+            node_name: "vk-hung".into(),
+            host_ip: "192.0.2.10".into(),
+            ..Default::default()
+        },
+        Some("project".into()),
+        UnlimitedCapacity::default(),
+    ));
+    let token = CancellationToken::new();
+    let mut cfg = node_config("vk-hung", OnShutdown::NotReady);
+    // The status is written every pass even when unchanged, so its heartbeat shows the
+    // status loop going on.
+    cfg.status_max_age = Duration::from_millis(300);
+    let task = tokio::spawn(vk_runtime::run(
+        client.clone(),
+        cfg,
+        provider,
+        token.clone(),
+    ));
+    let nodes: Api<Node> = Api::all(client.clone());
+    wait_for(T, POLL, "the node", async || {
+        Ok(match heartbeat(&nodes, "vk-hung").await? {
+            Some(_) => Check::Done(()),
+            None => Check::Pending("no node status yet".into()),
+        })
+    })
+    .await?;
+
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let mut stuck = seed_pod("vk-hung");
+    stuck.metadata.name = Some("stuck".into());
+    let stuck = pods.create(&PostParams::default(), &stuck).await?;
+    zun.hang_creates_labelled(
+        vk_zun::labels::POD_UID,
+        stuck.metadata.uid.as_deref().unwrap_or_default(),
+    );
+    wait_for(T, POLL, "the stuck pod's create to be sent", async || {
+        Ok(if zun.calls("create_container") >= 1 {
+            Check::Done(())
+        } else {
+            Check::Pending("no create yet".into())
+        })
+    })
+    .await?;
+    let before = heartbeat(&nodes, "vk-hung").await?;
+    pods.create(&PostParams::default(), &seed_pod("vk-hung"))
+        .await?;
+    wait_for(T, POLL, "the other pod to run", async || {
+        let p = pods.get("myapp-pod").await?;
+        let phase = p.status.as_ref().and_then(|s| s.phase.clone());
+        Ok(if phase.as_deref() == Some("Running") {
+            Check::Done(())
+        } else {
+            Check::Pending(format!("{:?}", p.status))
+        })
+    })
+    .await?;
+    wait_for(T, POLL, "the node's heartbeat to go on", async || {
+        let now = heartbeat(&nodes, "vk-hung").await?;
+        Ok(if now != before {
+            Check::Done(())
+        } else {
+            Check::Pending(format!("{now:?}"))
+        })
+    })
+    .await?;
+    assert_eq!(
+        zun.calls("create_container"),
+        2,
+        "the stuck pod's create is sent once, while its pass waits"
+    );
+    token.cancel();
+    task.await??;
+    Ok(())
+}

@@ -1401,6 +1401,9 @@ fn virtual_kubelet_options_change_what_they_say() {
         "rotateServerCertificates": false,
         "credentials": {"cloudsYaml": "clouds: {}\n", "secretName": "vk-creds", "cloud": "zun"},
         "log": {"format": "text", "level": "debug"},
+        "transitionPollMillis": 0,
+        "zunCallTimeoutSeconds": 12,
+        "exitCheckSeconds": 0,
     }}));
     let dep = find(&docs, "Deployment", VK);
     let c = &dep["spec"]["template"]["spec"]["containers"][0];
@@ -1416,6 +1419,9 @@ fn virtual_kubelet_options_change_what_they_say() {
     assert_eq!(value("VK_NETWORK"), "pods-net");
     assert_eq!(value("OS_CLOUD"), "zun");
     assert_eq!(value("LOG_LEVEL"), "debug");
+    assert_eq!(value("VK_TRANSITION_POLL_MILLIS"), "0");
+    assert_eq!(value("VK_ZUN_CALL_TIMEOUT_SECONDS"), "12");
+    assert_eq!(value("VK_EXIT_CHECK_SECONDS"), "0");
     assert_eq!(
         dep["spec"]["template"]["spec"]["volumes"][0]["secret"]["secretName"],
         "vk-creds"
@@ -1829,6 +1835,68 @@ fn clap_args(file: &str) -> BTreeMap<String, Flag> {
     }
     assert!(!flags.is_empty(), "{file}: no #[arg] found");
     flags
+}
+
+/// The literal defaults of the flags in `file` that have an environment variable, by that
+/// variable (`default_value_t = 500` or `default_value = "info"`; defaults naming a constant
+/// are left out).
+fn clap_env_defaults(file: &str) -> BTreeMap<String, String> {
+    let src = std::fs::read_to_string(repo().join(file)).unwrap();
+    let mut out = BTreeMap::new();
+    for (i, _) in src.match_indices("#[arg(") {
+        let rest = &src[i..];
+        let attr = &rest[..rest.find(")]").unwrap()];
+        let after = |key: &str| attr.find(key).map(|j| &attr[j + key.len()..]);
+        let Some(env) = after("env = \"").map(|v| v[..v.find('"').unwrap()].to_string()) else {
+            continue;
+        };
+        let default = after("default_value = \"")
+            .map(|v| v[..v.find('"').unwrap()].to_string())
+            .or_else(|| {
+                after("default_value_t = ").map(|v| {
+                    v[..v.find([',', ')']).unwrap_or(v.len())]
+                        .trim()
+                        .to_string()
+                })
+            });
+        if let Some(d) = default.filter(|d| !d.contains("::")) {
+            out.insert(env, d);
+        }
+    }
+    out
+}
+
+/// What the chart's and the kustomize base's virtual kubelet set by default through a flag's
+/// environment variable is that flag's default in the binary: a value that restates a default
+/// must not drift from it.
+#[test]
+fn virtual_kubelet_deployments_restate_the_binarys_defaults() {
+    let defaults = clap_env_defaults("crates/openstack-operator/src/vk.rs");
+    for name in [
+        "VK_TRANSITION_POLL_MILLIS",
+        "VK_ZUN_CALL_TIMEOUT_SECONDS",
+        "VK_EXIT_CHECK_SECONDS",
+    ] {
+        assert!(defaults.contains_key(name), "{name} in {defaults:?}");
+    }
+    for (what, docs) in [
+        ("chart", chart(json!({"virtualKubelet": {"enabled": true}}))),
+        ("kustomize", overlay_with_parts(&["virtual-kubelet"])),
+    ] {
+        let dep = find(&docs, "Deployment", VK);
+        let mut checked = 0;
+        for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]
+            .as_array()
+            .unwrap()
+        {
+            let name = e["name"].as_str().unwrap();
+            if let (Some(v), Some(d)) = (e["value"].as_str(), defaults.get(name)) {
+                assert_eq!(v, d, "{what}: {name} is {v}, the binary's default {d}");
+                checked += 1;
+            }
+        }
+        assert!(checked >= 3, "{what}: {checked} defaults checked");
+    }
 }
 
 /// The values clap accepts for a `ValueEnum` defined in crates/openstack-operator/src: its

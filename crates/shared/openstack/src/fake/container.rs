@@ -41,6 +41,12 @@ struct State {
     deferred_stops: bool,
     /// Archives put into containers: id → (path, tar), in order.
     archives: BTreeMap<String, Vec<(String, Vec<u8>)>>,
+    /// Containers whose list entry is this older state until a GET of them (zun-api's list
+    /// answers from its database, which zun-compute brings in line with Docker every 60 s;
+    /// a GET asks Docker and saves what it says).
+    unsynced: BTreeMap<String, ZunContainer>,
+    /// Creates of containers with one of these labels are never answered.
+    hung_creates: Vec<(String, String)>,
 }
 
 /// The fake Zun. Cheap to clone; clones share state.
@@ -139,6 +145,34 @@ impl FakeZun {
         }
     }
 
+    /// Make a running container exit with `code` as Docker sees it, while the list keeps
+    /// showing it as it was until a GET of it (or [`FakeZun::sync_states`]), as zun-api's list
+    /// does until zun-compute's periodic state sync.
+    pub fn exit_unsynced(&self, id: &str, code: i32) {
+        let before = {
+            let mut s = self.lock();
+            settle(&mut s);
+            s.containers.get(id).cloned()
+        };
+        self.exit(id, code);
+        if let Some(c) = before {
+            self.lock().unsynced.insert(id.to_string(), c);
+        }
+    }
+
+    /// From now on a create of a container labelled `key=value` is counted and never answered
+    /// (zun-api queueing it behind a request that does not end).
+    pub fn hang_creates_labelled(&self, key: &str, value: &str) {
+        self.lock()
+            .hung_creates
+            .push((key.to_string(), value.to_string()));
+    }
+
+    /// zun-compute's periodic state sync: the list shows every container as Docker does.
+    pub fn sync_states(&self) {
+        self.lock().unsynced.clear();
+    }
+
     /// Put a container in `Error` with `reason`, as zun-compute does when it cannot
     /// create or start it (e.g. its Docker network could not be made).
     pub fn fail(&self, id: &str, reason: &str) {
@@ -179,6 +213,7 @@ impl FakeZun {
         let mut s = self.lock();
         s.containers.remove(id);
         s.pending.remove(id);
+        s.unsynced.remove(id);
     }
 
     /// Every container, in id order.
@@ -254,6 +289,16 @@ fn not_found(kind: &str, id: &str) -> Error {
 #[async_trait]
 impl Container for FakeZun {
     async fn create_container(&self, req: &ZunContainerCreate) -> Result<ZunContainer> {
+        let hung = {
+            let s = self.lock();
+            s.hung_creates
+                .iter()
+                .any(|(k, v)| req.labels.get(k) == Some(v))
+        };
+        if hung {
+            drop(self.enter("create_container")?);
+            return std::future::pending().await;
+        }
         let mut s = self.enter("create_container")?;
         if req.image.len() < 2 {
             return Err(Error::bad_request(
@@ -317,6 +362,7 @@ impl Container for FakeZun {
     async fn get_container(&self, id: &str) -> Result<ZunContainer> {
         let mut s = self.enter("get_container")?;
         settle(&mut s);
+        s.unsynced.remove(id);
         s.containers
             .get(id)
             .cloned()
@@ -335,7 +381,7 @@ impl Container for FakeZun {
             .filter(|c| labels_match(&c.labels, labels))
             .filter(|c| name.is_none_or(|n| c.name.as_deref() == Some(n)))
             .map(|c| {
-                let mut c = c.clone();
+                let mut c = s.unsynced.get(&c.uuid).unwrap_or(c).clone();
                 if let Some(d) = s.stale_in_list.get(&c.uuid) {
                     c.status_detail = Some(d.clone());
                 }
@@ -346,6 +392,8 @@ impl Container for FakeZun {
 
     async fn delete_container(&self, id: &str, stop: bool, force: bool) -> Result<()> {
         let mut s = self.enter("delete_container")?;
+        // Zun's compute acts on the container and saves its state.
+        s.unsynced.remove(id);
         settle(&mut s);
         let c = s
             .containers
@@ -363,6 +411,8 @@ impl Container for FakeZun {
 
     async fn start_container(&self, id: &str) -> Result<()> {
         let mut s = self.enter("start_container")?;
+        // Zun's compute acts on the container and saves its state.
+        s.unsynced.remove(id);
         settle(&mut s);
         let c = s
             .containers
@@ -381,6 +431,8 @@ impl Container for FakeZun {
 
     async fn stop_container(&self, id: &str, _timeout_s: u64) -> Result<()> {
         let mut s = self.enter("stop_container")?;
+        // Zun's compute acts on the container and saves its state.
+        s.unsynced.remove(id);
         settle(&mut s);
         let c = s
             .containers

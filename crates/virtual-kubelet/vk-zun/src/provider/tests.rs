@@ -31,6 +31,7 @@ impl Objects for NoObjects {
     }
 }
 
+/// A provider without exit checks (their GETs are counted in their own tests).
 fn provider(z: &FakeZun) -> ZunProvider {
     ZunProvider::new(
         Arc::new(z.clone()),
@@ -41,6 +42,7 @@ fn provider(z: &FakeZun) -> ZunProvider {
         Some("project".into()),
         UnlimitedCapacity::default(),
     )
+    .with_exit_check(None)
 }
 
 fn pod(name: &str, uid: &str, spec: serde_json::Value) -> Pod {
@@ -921,4 +923,201 @@ async fn a_container_zun_put_in_error_is_made_again_after_the_back_off() {
     let cs = &s.container_statuses.as_ref().unwrap()[0];
     assert_ne!(cs.container_id.as_deref(), Some(&*format!("zun://{first}")));
     assert!(cs.container_id.is_some());
+}
+
+fn never_restarted(name: &str, uid: &str) -> Pod {
+    pod(
+        name,
+        uid,
+        json!({"nodeName": "vk", "restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}),
+    )
+}
+
+#[tokio::test]
+async fn an_exit_zuns_list_does_not_show_yet_is_seen_by_the_exit_check() {
+    let z = FakeZun::new();
+    let o = NoObjects::default();
+    // Without exit checks the pod shows Running for as long as Zun's list lags behind Docker
+    // (until zun-compute's periodic state sync, 60 s by default).
+    let p = provider(&z);
+    let mut pods = vec![never_restarted("a", "uid-a")];
+    sync(&p, &mut pods, &o).await;
+    sync(&p, &mut pods, &o).await;
+    let id = z.containers()[0].uuid.clone();
+    z.exit_unsynced(&id, 3);
+    for _ in 0..3 {
+        let u = sync(&p, &mut pods, &o).await;
+        assert_eq!(
+            u[0].status.as_ref().unwrap().phase.as_deref(),
+            Some("Running")
+        );
+    }
+    z.sync_states();
+
+    // With them, a GET finds the exit the next pass.
+    let z = FakeZun::new();
+    let p = provider(&z).with_exit_check(Some(std::time::Duration::from_secs(3600)));
+    let mut pods = vec![never_restarted("a", "uid-a")];
+    sync(&p, &mut pods, &o).await;
+    sync(&p, &mut pods, &o).await;
+    assert_eq!(
+        z.calls("get_container"),
+        1,
+        "checked when first seen running"
+    );
+    let id = z.containers()[0].uuid.clone();
+    z.exit_unsynced(&id, 3);
+    let u = sync(&p, &mut pods, &o).await;
+    // Checked an hour ago at most: not again yet.
+    assert_eq!(
+        u[0].status.as_ref().unwrap().phase.as_deref(),
+        Some("Running")
+    );
+    assert_eq!(z.calls("get_container"), 1);
+
+    let p = provider(&z).with_exit_check(Some(std::time::Duration::ZERO));
+    let u = sync(&p, &mut pods, &o).await;
+    let s = u[0].status.as_ref().unwrap();
+    assert_eq!(s.phase.as_deref(), Some("Failed"));
+    let t = s.container_statuses.as_ref().unwrap()[0]
+        .state
+        .as_ref()
+        .unwrap()
+        .terminated
+        .clone()
+        .unwrap();
+    assert_eq!(t.exit_code, 3);
+}
+
+#[tokio::test]
+async fn exit_checks_cost_a_few_gets_per_pass_oldest_first() {
+    let z = FakeZun::new();
+    let o = NoObjects::default();
+    let p = provider(&z).with_exit_check(Some(std::time::Duration::ZERO));
+    let mut pods: Vec<Pod> = (0..5)
+        .map(|i| never_restarted(&format!("p{i}"), &format!("uid-{i}")))
+        .collect();
+    sync(&p, &mut pods, &o).await;
+    assert_eq!(z.calls("get_container"), 0, "nothing running yet");
+    let mut seen = BTreeSet::new();
+    for pass in 1..=3 {
+        let before = z.calls("get_container");
+        sync(&p, &mut pods, &o).await;
+        assert_eq!(
+            z.calls("get_container") - before,
+            EXIT_CHECKS_PER_PASS as u64,
+            "pass {pass}"
+        );
+        seen.extend(p.mem().exit_checked.keys().cloned());
+    }
+    // Round robin: the five containers were all asked about within three passes.
+    assert_eq!(seen.len(), 5);
+}
+
+/// Updates handed over by [`Provider::sync_each`], as they come.
+fn collector() -> (
+    impl Fn(PodUpdate) + Send + Sync,
+    tokio::sync::mpsc::UnboundedReceiver<PodUpdate>,
+) {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    (
+        move |u: PodUpdate| {
+            let _ = tx.send(u);
+        },
+        rx,
+    )
+}
+
+#[tokio::test]
+async fn one_pod_waiting_on_zun_holds_back_no_other_pod() {
+    let z = FakeZun::new();
+    z.hang_creates_labelled(labels::POD_UID, "uid-stuck");
+    let o = NoObjects::default();
+    let p = provider(&z);
+    let pods = vec![never_restarted("stuck", "uid-stuck"), seed_pod()];
+    let (emit, mut rx) = collector();
+    let first = p.sync_each(&pods, &o, true, &emit);
+    tokio::pin!(first);
+    // The other pod's update comes out while the stuck pod's create has no answer.
+    let u = tokio::select! {
+        _ = &mut first => panic!("the pass ended though a create never answers"),
+        u = tokio::time::timeout(std::time::Duration::from_secs(20), rx.recv()) => {
+            u.expect("no update while one pod's create hangs").unwrap()
+        }
+    };
+    assert_eq!(u.uid, "uid-1");
+    assert_eq!(u.events[0].reason, "Created");
+    // A pass meanwhile goes on with the other pod and leaves the held one to its pass.
+    let mut later = pods.clone();
+    later[1].status = u.status.clone();
+    let u = p.sync(&later, &o, true).await.unwrap();
+    let uids: Vec<&str> = u.iter().map(|u| u.uid.as_str()).collect();
+    assert_eq!(uids, ["uid-1"]);
+    assert_eq!(
+        u[0].status.as_ref().unwrap().phase.as_deref(),
+        Some("Running")
+    );
+    assert_eq!(
+        z.calls("create_container"),
+        2,
+        "the held pod's create is not sent again"
+    );
+}
+
+#[tokio::test]
+async fn a_zun_call_without_an_answer_ends_at_its_deadline() {
+    let z = FakeZun::new();
+    z.hang_creates_labelled(labels::POD_UID, "uid-stuck");
+    let o = NoObjects::default();
+    let metrics = crate::timed::CallMetrics::default();
+    let p = provider(&z).with_zun_calls(std::time::Duration::from_millis(300), metrics.clone());
+    let mut pods = vec![never_restarted("stuck", "uid-stuck"), seed_pod()];
+    let u = sync(&p, &mut pods, &o).await;
+    let stuck = u.iter().find(|u| u.uid == "uid-stuck").unwrap();
+    let waiting = stuck
+        .status
+        .as_ref()
+        .unwrap()
+        .container_statuses
+        .as_ref()
+        .unwrap()[0]
+        .state
+        .as_ref()
+        .unwrap()
+        .waiting
+        .clone()
+        .unwrap();
+    assert_eq!(waiting.reason.as_deref(), Some("CreateContainerError"));
+    assert!(
+        waiting
+            .message
+            .as_deref()
+            .unwrap_or_default()
+            .contains("no answer within 0.3s"),
+        "{waiting:?}"
+    );
+    assert_eq!(metrics.count("create_container", "timeout"), 1);
+    // The next pass is not held either: the other pod runs.
+    let u = sync(&p, &mut pods, &o).await;
+    let ok = u.iter().find(|u| u.uid == "uid-1").unwrap();
+    assert_eq!(
+        ok.status.as_ref().unwrap().phase.as_deref(),
+        Some("Running")
+    );
+}
+
+#[tokio::test]
+async fn while_zun_queues_the_transition_pass_leaves_its_pods_to_the_full_passes() {
+    let z = FakeZun::new();
+    let o = NoObjects::default();
+    let p = provider(&z);
+    let mut pods = vec![seed_pod()];
+    sync(&p, &mut pods, &o).await;
+    // Created, not yet seen running: in transition, read with a GET.
+    assert_eq!(p.sync_transitions(&pods, &o).await.unwrap().len(), 1);
+    assert_eq!(z.calls("get_container"), 1);
+    // The last list was slow: no GET (zun-api would queue it behind everything else).
+    p.mem().zun_slow = true;
+    assert!(p.sync_transitions(&pods, &o).await.unwrap().is_empty());
+    assert_eq!(z.calls("get_container"), 1);
 }
