@@ -221,6 +221,7 @@ const OTHER_TOOLS_FLAGS: &[&str] = &[
     "--netns",                           // test-node (crates/test-node/src/main.rs)
     "--sandbox-image",                   // test-node
     "--relay-port",                      // test-node
+    "--workload-controllers",            // test-node
     "--set-file",                        // helm
     "--previous",                        // kubectl logs
     "--anonymous-auth",                  // kube-apiserver, kubelet
