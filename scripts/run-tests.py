@@ -40,6 +40,8 @@ LANES = [
     ("images", r"^openstack-operator/service_images$"),
     # Pods as real containers on the same engine (docs/test-node.md).
     ("images", r"^test-node/docker_e2e$"),
+    # The whole control plane as pods on the test node, from the images built just before.
+    ("images", r"^openstack-operator/e2e_control_plane_node$"),
     # Booted OpenStack processes from rendered configuration.
     ("boot", r"^controlplane-render/.*_boot$"),
     ("boot", r"^openstack-operator/examples_on_rendered_cloud$"),
@@ -58,6 +60,15 @@ def lane_of(key):
         if re.search(pattern, key):
             return lane
     return "unit"
+
+
+def rank_of(key):
+    """The index of the first pattern naming `key`: a lane runs its binaries in LANES' order
+    (the images lane builds the images its later binaries run)."""
+    for i, (_, pattern) in enumerate(LANES):
+        if re.search(pattern, key):
+            return i
+    return len(LANES)
 
 
 def build(extra_cargo_args):
@@ -254,6 +265,8 @@ def main():
         if args.only and args.only not in key:
             continue
         lanes.setdefault(lane_of(key), []).append(b)
+    for bs in lanes.values():
+        bs.sort(key=lambda b: rank_of(f"{b[0]}/{b[1]}"))
     if args.list:
         for lane, bs in sorted(lanes.items()):
             print(f"{lane}: " + " ".join(f"{b[0]}/{b[1]}" for b in bs))

@@ -241,6 +241,7 @@ const OTHER_TOOLS_FLAGS: &[&str] = &[
     "--netns",                           // test-node (crates/test-tools/test-node/src/main.rs)
     "--sandbox-image",                   // test-node
     "--relay-port",                      // test-node
+    "--workload-controllers",            // test-node
     "--set-file",                        // helm
     "--previous",                        // kubectl logs
     "--anonymous-auth",                  // kube-apiserver, kubelet

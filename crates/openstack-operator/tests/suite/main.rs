@@ -14,6 +14,7 @@ mod e2e_control_plane_cache;
 mod e2e_control_plane_compute;
 mod e2e_control_plane_full;
 mod e2e_control_plane_network_image;
+mod e2e_control_plane_node;
 mod e2e_control_plane_rollout;
 mod e2e_control_plane_tls;
 mod e2e_external_services;

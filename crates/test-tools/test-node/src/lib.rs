@@ -14,6 +14,8 @@
 //! - [`files`]: volumes as host directories bind-mounted into the containers.
 //! - [`services`]: Service names and forwarders; [`prober`]: probes.
 //! - [`provider`]: the [`vk_runtime::provider::Provider`].
+//! - [`workloads`]: Deployments and Jobs to pods on the node, for an API server without
+//!   controllers (the emulator).
 
 pub mod docker;
 pub mod files;
@@ -23,5 +25,6 @@ pub mod provider;
 pub mod services;
 pub mod spec;
 pub mod state;
+pub mod workloads;
 
 pub use provider::{DockerProvider, Settings};

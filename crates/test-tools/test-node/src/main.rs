@@ -67,6 +67,10 @@ struct Args {
     /// How often all pods are synced, milliseconds.
     #[arg(long, default_value_t = 1000)]
     poll_interval_ms: u64,
+    /// Also run the Deployment and Job controllers, binding their pods to this node, for an
+    /// API server that runs no controllers (the Kubernetes API emulator).
+    #[arg(long)]
+    workload_controllers: bool,
     /// Delete the Node on exit (else it is marked NotReady and its pods keep running).
     #[arg(long)]
     delete_node_on_exit: bool,
@@ -174,6 +178,14 @@ async fn main() -> anyhow::Result<()> {
         }
         s.cancel();
     });
+    if args.workload_controllers {
+        tokio::spawn(test_node::workloads::run(
+            client.clone(),
+            args.node_name.clone(),
+            Duration::from_secs(1),
+            shutdown.clone(),
+        ));
+    }
     vk_runtime::run(client, cfg, provider as Arc<_>, shutdown)
         .await
         .context("the node stopped")?;

@@ -58,6 +58,28 @@ pub struct Watch<'a> {
     pub grace_s: u64,
 }
 
+/// The probe's request (pure): the kubelet's defaults (`Host` the target, `User-Agent`,
+/// `Accept`), each replaced by a probe header of the same name (case-insensitive), as the
+/// kubelet does: a `Host` header in `httpHeaders` is how a probe names a virtual host.
+pub fn probe_request(addr: SocketAddr, path: &str, headers: &[(String, String)]) -> String {
+    let given = |name: &str| headers.iter().any(|(k, _)| k.eq_ignore_ascii_case(name));
+    let mut req = format!("GET {path} HTTP/1.1\r\n");
+    for (k, v) in [
+        ("Host", addr.to_string()),
+        ("User-Agent", "kube-probe/1.36".to_string()),
+        ("Accept", "*/*".to_string()),
+    ] {
+        if !given(k) {
+            req.push_str(&format!("{k}: {v}\r\n"));
+        }
+    }
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("Connection: close\r\n\r\n");
+    req
+}
+
 /// A plain HTTP GET; success is a status in 200..400.
 async fn http_get(
     ns: &NetNs,
@@ -69,13 +91,7 @@ async fn http_get(
         .connect(addr)
         .await
         .map_err(|e| format!("Get \"http://{addr}{path}\": {e}"))?;
-    let mut req = format!(
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nUser-Agent: kube-probe/1.36\r\nAccept: */*\r\nConnection: close\r\n"
-    );
-    for (k, v) in headers {
-        req.push_str(&format!("{k}: {v}\r\n"));
-    }
-    req.push_str("\r\n");
+    let req = probe_request(addr, path, headers);
     s.write_all(req.as_bytes())
         .await
         .map_err(|e| format!("Get \"http://{addr}{path}\": {e}"))?;
@@ -299,5 +315,32 @@ impl Prober {
                 );
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_host_probe_header_replaces_the_target_as_the_host() {
+        let addr: SocketAddr = "10.244.0.7:8080".parse().unwrap();
+        let req = probe_request(
+            addr,
+            "/auth/login/",
+            &[
+                ("Host".into(), "dash.os.svc".into()),
+                ("X-A".into(), "b".into()),
+            ],
+        );
+        assert_eq!(req.matches("Host:").count(), 1, "{req}");
+        assert!(req.contains("Host: dash.os.svc\r\n"), "{req}");
+        assert!(req.contains("X-A: b\r\n") && req.contains("User-Agent: kube-probe/1.36\r\n"));
+        let plain = probe_request(addr, "/", &[]);
+        assert!(
+            plain.starts_with("GET / HTTP/1.1\r\nHost: 10.244.0.7:8080\r\n"),
+            "{plain}"
+        );
+        assert!(plain.ends_with("Connection: close\r\n\r\n"));
     }
 }

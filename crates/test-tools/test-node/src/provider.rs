@@ -439,6 +439,33 @@ impl DockerProvider {
         Vec::new()
     }
 
+    /// `<state dir>/hosts`: every Service by its full names, for a process run in the engine's
+    /// network namespace with this file as its `/etc/hosts` (an operator outside the pods, a
+    /// client on the host: `docs/test-node.md`). Rewritten in place, so a bind mount follows.
+    fn write_node_hosts(&self, svcs: &[HostEntry]) {
+        let body = services::hosts_file("", &self.cfg.node, None, svcs, &self.cfg.extra_hosts);
+        let path = self.cfg.state_dir.join("hosts");
+        let key = path.display().to_string();
+        if self
+            .hosts
+            .lock()
+            .ok()
+            .and_then(|m| m.get(&key).cloned())
+            .as_deref()
+            == Some(body.as_str())
+            && path.exists()
+        {
+            return;
+        }
+        if let Err(e) = std::fs::write(&path, &body) {
+            warn!(path = %path.display(), error = %e, "writing the node's hosts file failed");
+            return;
+        }
+        if let Ok(mut m) = self.hosts.lock() {
+            m.insert(key, body);
+        }
+    }
+
     fn write_hosts(&self, pod: &Pod, pdir: &std::path::Path, ip: Option<&str>, svcs: &[HostEntry]) {
         let ns = pod.metadata.namespace.clone().unwrap_or_default();
         let hostname = pod
@@ -1022,6 +1049,7 @@ impl Provider for DockerProvider {
     ) -> Result<Vec<PodUpdate>, ProviderError> {
         let mut seen = self.observe().await?;
         let svcs = self.services(pods).await;
+        self.write_node_hosts(&svcs);
         let mut updates = Vec::new();
         let mut live_ids = BTreeSet::new();
         for pod in pods {
