@@ -902,12 +902,27 @@ async fn kubectl_with(
         .kill_on_drop(true)
         .spawn()
         .context("kubectl")?;
+    // Written beside the wait: a kubectl that ends early (refused, or an error it prints)
+    // closes its stdin, and the test must then report what it printed, not a broken pipe.
     let mut i = child.stdin.take().context("stdin")?;
-    i.write_all(stdin).await?;
-    drop(i);
-    Ok(tokio::time::timeout(STREAM, child.wait_with_output())
+    let input = stdin.to_vec();
+    let writer = tokio::spawn(async move {
+        let r = i.write_all(&input).await;
+        drop(i);
+        r
+    });
+    let out = tokio::time::timeout(STREAM, child.wait_with_output())
         .await
-        .context("kubectl to finish")??)
+        .context("kubectl to finish")??;
+    match writer.await? {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => anyhow::ensure!(
+            !out.status.success(),
+            "kubectl exited 0 without reading all of its stdin: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ),
+        r => r?,
+    }
+    Ok(out)
 }
 
 #[tokio::test]

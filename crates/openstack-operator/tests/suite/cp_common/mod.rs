@@ -375,7 +375,9 @@ pub fn secret_text(s: &Secret, key: &str) -> String {
 }
 
 /// Waits until `api/name` has condition `type_` True for its current generation (the status
-/// observed the spec): its (reason, message).
+/// observed the spec): its (reason, message). A Ready that only tolerates a failed probe
+/// (the operator's hysteresis: "… tolerated below N failures …") is passed over: it says the
+/// last probe failed, and the operator probes again within 15 s.
 pub async fn wait_cond(
     api: &Api<kube::api::DynamicObject>,
     name: &str,
@@ -386,7 +388,8 @@ pub async fn wait_cond(
         let o = get(api, name).await?;
         Ok(match cond(&o, type_) {
             Some((true, r, m))
-                if o["status"]["observedGeneration"] == o["metadata"]["generation"] =>
+                if o["status"]["observedGeneration"] == o["metadata"]["generation"]
+                    && !m.contains(" tolerated below ") =>
             {
                 Check::Done((r, m))
             }
