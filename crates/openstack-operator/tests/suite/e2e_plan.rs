@@ -15,9 +15,11 @@ use api::{OpenstackDomain, OpenstackFlavor, OpenstackNetwork, OpenstackProject};
 use e2e::proxy::{CloudProxy, RequestRecord};
 use e2e::target::CloudEnv;
 use e2e::{EnvOptions, TestEnv};
+
+use crate::e2e_project::create_user;
 use futures::FutureExt as _;
 use openstack::OptionalExt as _;
-use openstack::adapter::{ClientOptions, CloudSelector, Core, Request, Service};
+use openstack::adapter::{ClientOptions, CloudSelector, Core};
 use openstack::model::IdentityProviderCreate;
 use serde_json::{Value, json};
 
@@ -244,31 +246,6 @@ fn changes(plan: &Value) -> Vec<(String, String, String, String)> {
 fn has(all: &[(String, String, String, String)], resource: &str, op: &str, kind: &str) -> bool {
     all.iter()
         .any(|(r, o, k, _)| r == resource && o == op && k == kind)
-}
-
-async fn create_user(
-    env: &TestEnv,
-    core: &Core,
-    domain_id: &str,
-    name: &str,
-) -> anyhow::Result<()> {
-    let body = json!({"user": {
-        "name": name, "domain_id": domain_id, "enabled": true,
-        "password": e2e::names::random_suffix() + &e2e::names::random_suffix(),
-    }});
-    let req = Request::post(Service::Identity, "create_user", "users").json(&body)?;
-    let user: Value = core.send(&req).await?.json_at("user")?;
-    let id = user["id"].as_str().context("user id")?.to_string();
-    let core = core.clone();
-    env.defer(&format!("user {name}"), move |_| {
-        async move {
-            let req = Request::delete(Service::Identity, "delete_user", format!("users/{id}"));
-            core.send(&req).await.optional()?;
-            Ok(())
-        }
-        .boxed()
-    });
-    Ok(())
 }
 
 #[tokio::test]

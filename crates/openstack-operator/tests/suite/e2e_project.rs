@@ -200,8 +200,8 @@ async fn admin_core(env: &TestEnv) -> anyhow::Result<Core> {
 }
 
 /// Creates a Keystone user (as if it had logged in through federation); removed after the
-/// test (deleting the domain removes it too).
-async fn create_user(
+/// test (deleting the domain removes it too). Its id.
+pub(crate) async fn create_user(
     env: &TestEnv,
     core: &Core,
     domain_id: &str,
