@@ -403,13 +403,7 @@ fn render_object(
     Ok(match mode {
         Render::Full => obj,
         Render::Metadata => partial_metadata(&obj),
-        // a single object's Table carries that object's resourceVersion
-        Render::Table => crate::table::table(
-            info,
-            std::slice::from_ref(&obj),
-            crate::util::meta_str(&obj, "resourceVersion"),
-            include_object(params)?,
-        ),
+        Render::Table => crate::table::object_table(info, &obj, include_object(params)?),
     })
 }
 

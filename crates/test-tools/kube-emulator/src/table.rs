@@ -446,6 +446,16 @@ pub fn table(info: &ResourceInfo, items: &[Value], rv: &str, include: IncludeObj
     table_at(info, items, rv, include, Timestamp::now())
 }
 
+/// One object as a Table, carrying that object's resourceVersion (a GET, or a watch event).
+pub fn object_table(info: &ResourceInfo, obj: &Value, include: IncludeObject) -> Value {
+    table(
+        info,
+        std::slice::from_ref(obj),
+        crate::util::meta_str(obj, "resourceVersion"),
+        include,
+    )
+}
+
 /// [`table`] with the current time given (for deterministic tests).
 pub fn table_at(
     info: &ResourceInfo,

@@ -90,9 +90,7 @@ impl WatchStream {
         let obj = match self.mode {
             Render::Metadata => partial_metadata(&obj),
             Render::Table => {
-                let rv = crate::util::meta_str(&obj, "resourceVersion").to_string();
-                let mut table =
-                    crate::table::table(&self.info, std::slice::from_ref(&obj), &rv, self.include);
+                let mut table = crate::table::object_table(&self.info, &obj, self.include);
                 if self.headers_sent {
                     table["columnDefinitions"] = Value::Null;
                 }
