@@ -282,6 +282,25 @@ impl Journal {
         });
     }
 
+    /// Records a project's quota update (`kind`: "compute quota", …) as old → new limits,
+    /// from the quota read before it.
+    fn quota_update(
+        &self,
+        service: &'static str,
+        kind: &'static str,
+        project_id: &str,
+        limits: &QuotaUpdate,
+    ) {
+        let before = self.seen(kind, project_id);
+        self.link(
+            Op::Update,
+            service,
+            kind,
+            format!("project {}", self.name_of("project", project_id)),
+            quota_changes(before, limits),
+        );
+    }
+
     /// A name for an ID: the object's name when it was read or is planned, else the ID.
     fn name_of(&self, kind: &'static str, id: &str) -> String {
         self.seen(kind, id)
@@ -1021,14 +1040,8 @@ impl Compute for DryRun {
         Ok(q)
     }
     async fn update_compute_quota(&self, project_id: &str, limits: &QuotaUpdate) -> Result<()> {
-        let before = self.j.seen("compute quota", project_id);
-        self.j.link(
-            Op::Update,
-            COMPUTE,
-            "compute quota",
-            format!("project {}", self.j.name_of("project", project_id)),
-            quota_changes(before, limits),
-        );
+        self.j
+            .quota_update(COMPUTE, "compute quota", project_id, limits);
         Ok(())
     }
     async fn get_compute_quota_defaults(&self, project_id: &str) -> Result<QuotaUpdate> {
@@ -1367,14 +1380,8 @@ impl Network for DryRun {
         Ok(q)
     }
     async fn update_network_quota(&self, project_id: &str, limits: &QuotaUpdate) -> Result<()> {
-        let before = self.j.seen("network quota", project_id);
-        self.j.link(
-            Op::Update,
-            NETWORK,
-            "network quota",
-            format!("project {}", self.j.name_of("project", project_id)),
-            quota_changes(before, limits),
-        );
+        self.j
+            .quota_update(NETWORK, "network quota", project_id, limits);
         Ok(())
     }
     async fn get_network_quota_defaults(&self, project_id: &str) -> Result<QuotaUpdate> {
@@ -1422,14 +1429,8 @@ impl BlockStorage for DryRun {
         Ok(q)
     }
     async fn update_volume_quota(&self, project_id: &str, limits: &QuotaUpdate) -> Result<()> {
-        let before = self.j.seen("volume quota", project_id);
-        self.j.link(
-            Op::Update,
-            BLOCK_STORAGE,
-            "volume quota",
-            format!("project {}", self.j.name_of("project", project_id)),
-            quota_changes(before, limits),
-        );
+        self.j
+            .quota_update(BLOCK_STORAGE, "volume quota", project_id, limits);
         Ok(())
     }
     async fn get_volume_quota_defaults(&self, project_id: &str) -> Result<QuotaUpdate> {
