@@ -150,8 +150,17 @@ async fn run_check(
     };
     let wait = Duration::from_secs(timeout_s.max(1) as u64) + EXEC_ALLOWANCE;
     match tokio::time::timeout(wait, zun.exec(zun_id, &cmd)).await {
-        Err(_) => Outcome::Failure(format!("timed out after {}s", wait.as_secs())),
-        Ok(Err(e)) => Outcome::Failure(format!("Zun exec: {}", trim(e.message()))),
+        // httpGet and tcpSocket checks end inside the container within timeoutSeconds, so a
+        // wait past the allowance is Zun's delay, not the container's; an exec command has no
+        // bound of its own, and like the kubelet's a timed-out one fails.
+        Err(_) if matches!(h, Handler::Exec(_)) => {
+            Outcome::Failure(format!("timed out after {}s", wait.as_secs()))
+        }
+        Err(_) => Outcome::Errored(format!(
+            "Zun's exec did not answer within {}s",
+            wait.as_secs()
+        )),
+        Ok(Err(e)) => Outcome::Errored(format!("Zun exec: {}", trim(e.message()))),
         Ok(Ok(out)) if out.exit_code == Some(0) => Outcome::Success,
         Ok(Ok(out)) => Outcome::Failure(match out.exit_code {
             Some(c) => format!("exit code {c}: {}", trim(&out.output)),
@@ -342,7 +351,7 @@ fn terminate(
             };
             match out {
                 Outcome::Success => info!(zun = %id, container = %name, "preStop hook ran"),
-                Outcome::Failure(m) => {
+                Outcome::Failure(m) | Outcome::Errored(m) => {
                     warn!(zun = %id, container = %name, error = %m, "preStop hook failed");
                     shared.event(
                         &uid,
@@ -425,13 +434,24 @@ fn finished(s: &Arc<Shared>, uid: &str, name: &str, zun_id: &str, kind: Kind, ou
         _ => None,
     };
     let mut events = Vec::new();
-    if let Outcome::Failure(m) = &out {
-        debug!(pod_uid = %uid, container = %name, probe = kind.title(), error = %m, "probe failed");
-        events.push(PodEvent {
-            type_: EventType::Warning,
-            reason: "Unhealthy".into(),
-            message: format!("{} probe failed: {m}", kind.title()),
-        });
+    match &out {
+        Outcome::Failure(m) => {
+            debug!(pod_uid = %uid, container = %name, probe = kind.title(), error = %m, "probe failed");
+            events.push(PodEvent {
+                type_: EventType::Warning,
+                reason: "Unhealthy".into(),
+                message: format!("{} probe failed: {m}", kind.title()),
+            });
+        }
+        Outcome::Errored(m) => {
+            warn!(pod_uid = %uid, container = %name, probe = kind.title(), error = %m, "probe errored; its result is not counted");
+            events.push(PodEvent {
+                type_: EventType::Warning,
+                reason: "Unhealthy".into(),
+                message: format!("{} probe errored: {m}", kind.title()),
+            });
+        }
+        Outcome::Success => {}
     }
     match verdict {
         Verdict::Ready(r) => {
@@ -453,5 +473,33 @@ fn finished(s: &Arc<Shared>, uid: &str, name: &str, zun_id: &str, kind: Kind, ou
     if let Some((addr, hook, grace)) = kill {
         info!(pod_uid = %uid, container = %name, zun = %zun_id, "probe failed its threshold; killing the container");
         terminate(s, uid, zun_id, &addr, name, hook, grace);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use openstack::fake::FakeZun;
+
+    fn tcp() -> Handler {
+        Handler::Tcp {
+            host: None,
+            port: 8080,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_check_zun_cannot_run_is_errored_not_failed() {
+        let z = FakeZun::new();
+        z.fail_next("exec", openstack::Error::transient("zun-api: 503"));
+        let out = run_check(&z, "any", "10.0.0.1", &tcp(), 1).await;
+        assert!(
+            matches!(out, Outcome::Errored(ref m) if m.contains("503")),
+            "{out:?}"
+        );
+        // A container Zun does not know: its exec is refused, the check not run.
+        let exec = Handler::Exec(vec!["true".into()]);
+        let out = run_check(&z, "gone", "10.0.0.1", &exec, 1).await;
+        assert!(matches!(out, Outcome::Errored(_)), "{out:?}");
     }
 }

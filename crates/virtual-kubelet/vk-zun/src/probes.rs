@@ -325,8 +325,13 @@ pub fn command(h: &Handler, addr: &str, timeout_s: i64) -> Option<Vec<String>> {
 pub enum Outcome {
     /// It passed.
     Success,
-    /// It failed (the message: the command's output, a timeout, Zun's refusal).
+    /// It failed (the message: the command's output, a timeout).
     Failure(String),
+    /// It could not be run: Zun refused the exec or did not answer in time although the check
+    /// bounds itself inside the container. The kubelet throws an errored probe's result away
+    /// (`worker.doProbe`: "Prober error, throw away the result"), so it counts neither way: a
+    /// slow control plane must not kill or unready a healthy container.
+    Errored(String),
 }
 
 /// What a probe result changed.
@@ -460,6 +465,7 @@ impl ContainerProbes {
                 p.failures = p.failures.saturating_add(1);
                 p.successes = 0;
             }
+            Outcome::Errored(_) => return Verdict::None,
         }
         let (s, f, spec) = (p.successes, p.failures, p.spec.clone());
         match kind {

@@ -1013,7 +1013,14 @@ impl ZunProvider {
                     Ok(()) => {
                         if let Some(c) = observed.iter().find(|c| c.uuid == id) {
                             let finished = status::ended_at(pod, &key, &id, now);
-                            let t = crate::restarts::restarted(tracks.get(&key), c, finished, now);
+                            let shown = status::shown_restarts(pod, &key);
+                            let t = crate::restarts::restarted(
+                                tracks.get(&key),
+                                c,
+                                finished,
+                                now,
+                                shown,
+                            );
                             tracks.insert(key.clone(), t);
                         }
                         events.push(PodEvent {

@@ -55,6 +55,10 @@ pub struct Track {
     pub backoff: Option<Entry>,
     /// A restart sent and not yet shown by Zun.
     pub starting: Option<Starting>,
+    /// The `restartCount` after the node's last restart of the container. The pod a pass reads
+    /// may predate the status the last pass wrote (the watch lags under load), and a write may
+    /// lose to a newer one, so the count is kept here and never goes back.
+    pub restarts: i32,
 }
 
 /// Whether the entry no longer applies to a run that finished at `finished`
@@ -91,12 +95,14 @@ pub fn next(prev: Option<&Entry>, finished: Timestamp, now: Timestamp) -> Entry 
     }
 }
 
-/// The track after a restart sent at `now` to `c`, whose ended run finished at `finished`.
+/// The track after a restart sent at `now` to `c`, whose ended run finished at `finished`;
+/// `shown` is the `restartCount` the pod's status shows (the count after a node restart).
 pub fn restarted(
     prev: Option<&Track>,
     c: &ZunContainer,
     finished: Timestamp,
     now: Timestamp,
+    shown: i32,
 ) -> Track {
     Track {
         backoff: Some(next(prev.and_then(|t| t.backoff.as_ref()), finished, now)),
@@ -104,6 +110,7 @@ pub fn restarted(
             since: now,
             seen: (c.updated_at.clone(), c.status_detail.clone()),
         }),
+        restarts: prev.map_or(0, |t| t.restarts).max(shown).saturating_add(1),
     }
 }
 
@@ -171,7 +178,7 @@ mod tests {
             };
             now += wait;
             assert!(backing_off(track.as_ref(), finished, now).is_none());
-            track = Some(restarted(track.as_ref(), &c, finished, now));
+            track = Some(restarted(track.as_ref(), &c, finished, now, 0));
             out.push(wait);
         }
         out
@@ -196,16 +203,29 @@ mod tests {
     }
 
     #[test]
+    fn the_count_never_goes_back_when_the_pod_read_is_stale() {
+        let t0 = t("2026-12-01T05:00:00Z");
+        let c = stopped("x", "Exited(1)");
+        let one = restarted(None, &c, t0, t0, 0);
+        assert_eq!(one.restarts, 1);
+        // The next pass read the pod before the status with restartCount 1 reached the watch.
+        let two = restarted(Some(&one), &c, t0 + secs(20), t0 + secs(20), 0);
+        assert_eq!(two.restarts, 2);
+        // A node started afresh knows only what the pod shows.
+        assert_eq!(restarted(None, &c, t0, t0, 5).restarts, 6);
+    }
+
+    #[test]
     fn reset_starts_again_at_ten_seconds() {
         let t0 = t("2026-12-01T05:00:00Z");
         let c = stopped("x", "Exited(1)");
-        let mut tr = restarted(None, &c, t0, t0);
-        tr = restarted(Some(&tr), &c, t0 + secs(15), t0 + secs(15));
+        let mut tr = restarted(None, &c, t0, t0, 0);
+        tr = restarted(Some(&tr), &c, t0 + secs(15), t0 + secs(15), 1);
         assert_eq!(tr.backoff.unwrap().delay, secs(20));
         // The next run ends 11 min after that restart: immediate, and the entry is 10 s again.
         let fin = t0 + secs(15 + 660);
         assert_eq!(backing_off(Some(&tr), fin, fin), None);
-        let tr = restarted(Some(&tr), &c, fin, fin);
+        let tr = restarted(Some(&tr), &c, fin, fin, 2);
         assert_eq!(tr.backoff.unwrap().delay, INITIAL);
         // A crash right after it waits those 10 s.
         let fin2 = fin + secs(1);
@@ -219,7 +239,7 @@ mod tests {
     fn a_sent_start_is_pending_until_zun_acts_on_it() {
         let t0 = t("2026-12-01T05:00:00Z");
         let before = stopped("2026-12-01T04:59:59", "Exited(137) 1 second ago");
-        let mut tr = restarted(None, &before, t0, t0);
+        let mut tr = restarted(None, &before, t0, t0, 0);
         // The same listing: Zun has not started it yet.
         settle(&mut tr, Some(&before), t0 + secs(1));
         assert!(tr.starting.is_some());

@@ -94,6 +94,11 @@ pub fn index(observed: &[ZunContainer]) -> (BTreeMap<Key, ZunContainer>, Vec<Zun
     (map, dups)
 }
 
+/// The `restartCount` the pod's status shows for `key` (0 before any).
+pub fn shown_restarts(pod: &Pod, key: &Key) -> i32 {
+    prev_status(pod, key).map_or(0, |p| p.restart_count)
+}
+
 fn prev_status<'a>(pod: &'a Pod, key: &Key) -> Option<&'a ContainerStatus> {
     let st = pod.status.as_ref()?;
     let list = match key.0 {
@@ -504,7 +509,11 @@ fn container_status(
 ) -> ContainerStatus {
     let prev = prev_status(pod, key);
     let track = pass.tracks.get(key);
-    let mut restart_count = prev.map(|p| p.restart_count).unwrap_or(0);
+    // The node's own count wins over a pod read that predates its last write (see `Track`).
+    let mut restart_count = prev
+        .map(|p| p.restart_count)
+        .unwrap_or(0)
+        .max(track.map_or(0, |t| t.restarts));
     let mut last_state = prev.and_then(|p| p.last_state.clone());
     let id = c.map(|c| format!("{ID_SCHEME}{}", c.uuid));
     let state = match c {
@@ -525,7 +534,11 @@ fn container_status(
             None => waiting("ContainerCreating", None),
         },
         Some(c) if pass.restarted.contains(key) => {
-            restart_count += 1;
+            restart_count = prev
+                .map(|p| p.restart_count)
+                .unwrap_or(0)
+                .saturating_add(1)
+                .max(track.map_or(0, |t| t.restarts));
             last_state = Some(ContainerState {
                 terminated: Some(terminated_from(c, prev, ended_at(pod, key, &c.uuid, now))),
                 ..Default::default()

@@ -291,3 +291,33 @@ fn the_stop_after_a_hook_gets_the_rest_of_the_grace_period_and_at_least_two_seco
     assert_eq!(remaining_grace(30, 40), 2);
     assert_eq!(remaining_grace(0, 0), 2);
 }
+
+#[test]
+fn an_errored_check_counts_neither_way() {
+    // failureThreshold 1: a single failure would kill; errors (Zun slow or refusing) must not.
+    let mut p = ContainerProbes::new(
+        &[
+            spec(Kind::Liveness, 0, 1, 1, 1),
+            spec(Kind::Readiness, 0, 1, 1, 1),
+        ],
+        t(0),
+    );
+    assert_eq!(p.start_due(t(0)).len(), 2);
+    assert_eq!(
+        p.finish(Kind::Readiness, &Outcome::Success),
+        Verdict::Ready(true)
+    );
+    let errored = Outcome::Errored("Zun's exec did not answer within 11s".into());
+    assert_eq!(p.finish(Kind::Liveness, &errored), Verdict::None);
+    assert_eq!(p.start_due(t(1)).len(), 2, "both checked again next period");
+    assert_eq!(p.finish(Kind::Readiness, &errored), Verdict::None);
+    assert!(!p.killed() && p.ready(), "an error keeps the last result");
+    assert_eq!(
+        p.finish(Kind::Liveness, &fail()),
+        Verdict::Kill {
+            kind: Kind::Liveness,
+            grace_s: None
+        },
+        "a real failure still counts"
+    );
+}

@@ -178,7 +178,13 @@ fn provider_pass(
         if let Action::Restart { id, key } = a {
             let c = observed.iter().find(|c| &c.uuid == id).unwrap();
             let finished = ended_at(p, key, id, now);
-            let t = crate::restarts::restarted(tracks.get(key), c, finished, now);
+            let t = crate::restarts::restarted(
+                tracks.get(key),
+                c,
+                finished,
+                now,
+                shown_restarts(p, key),
+            );
             tracks.insert(key.clone(), t);
             pass.restarted.insert(key.clone());
         }
@@ -667,6 +673,7 @@ fn only_pods_in_transition_get_the_fast_poll() {
                 last_update: now,
             }),
             starting: None,
+            restarts: 1,
         },
     );
     // The run ended at `now`, as the status recorded it.
@@ -736,4 +743,47 @@ fn only_pods_in_transition_get_the_fast_poll() {
         h
     ));
     assert!(!in_transition(&going, &[], &none, now, h));
+}
+
+#[test]
+fn restart_count_survives_a_stale_pod_read() {
+    let t0 = t("2026-12-01T05:00:00Z");
+    let s = |n: i64| t0 + jiff::SignedDuration::from_secs(n);
+    let mut p = pod("Always", &[], &["c"]);
+    let mut tracks = BTreeMap::new();
+    provider_pass(&mut p, &[run_state(zs::RUNNING, "u0")], &mut tracks, t0);
+    let before_first = p.clone();
+    let (a, st) = provider_pass(&mut p, &[run_state(zs::STOPPED, "u1")], &mut tracks, s(5));
+    assert!(matches!(&a[..], [Action::Restart { .. }]), "{a:?}");
+    assert_eq!(st.container_statuses.as_ref().unwrap()[0].restart_count, 1);
+    provider_pass(&mut p, &[run_state(zs::RUNNING, "u2")], &mut tracks, s(6));
+    // The next passes read the pod as it was before the first restart (the watch lags, or the
+    // write with restartCount 1 lost to an older one): the count must not fall back.
+    let mut stale = before_first.clone();
+    let (_, st) = provider_pass(
+        &mut stale,
+        &[run_state(zs::RUNNING, "u2")],
+        &mut tracks,
+        s(7),
+    );
+    assert_eq!(st.container_statuses.as_ref().unwrap()[0].restart_count, 1);
+    // The second crash, read on that old pod: the back-off (10 s) is shown with count 1,
+    // and the restart after it makes 2.
+    let mut stale = before_first;
+    let (a, st) = provider_pass(
+        &mut stale,
+        &[run_state(zs::STOPPED, "u3")],
+        &mut tracks,
+        s(30),
+    );
+    assert!(a.is_empty(), "{a:?}");
+    assert_eq!(st.container_statuses.as_ref().unwrap()[0].restart_count, 1);
+    let (a, st) = provider_pass(
+        &mut stale,
+        &[run_state(zs::STOPPED, "u3")],
+        &mut tracks,
+        s(40),
+    );
+    assert!(matches!(&a[..], [Action::Restart { .. }]), "{a:?}");
+    assert_eq!(st.container_statuses.as_ref().unwrap()[0].restart_count, 2);
 }
