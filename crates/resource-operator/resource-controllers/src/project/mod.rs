@@ -909,8 +909,10 @@ pub async fn cleanup_project(
 }
 
 /// The projects a change of `domain` may unblock: those naming it in `spec.domain` (by name
-/// or ID) that are not Ready. Only a Ready domain unblocks anything, and Ready projects are
-/// left alone, so a domain's periodic status writes cost its projects nothing.
+/// or ID) whose last pass waited for a dependency (phase `Pending`). Only a Ready domain
+/// unblocks anything; projects being created or Ready are left alone, so a domain's periodic
+/// status writes cost its projects nothing (a project's cached status may lag its last write,
+/// and a pass under way ends by itself).
 pub fn projects_waiting_for(
     domain: &OpenstackDomain,
     projects: &[Arc<OpenstackProject>],
@@ -927,7 +929,10 @@ pub fn projects_waiting_for(
     projects
         .iter()
         .filter(|p| p.spec.domain == domain.spec.name || Some(p.spec.domain.as_str()) == id)
-        .filter(|p| !ready(p.status.as_ref().map(|s| &s.conditions)))
+        .filter(|p| {
+            p.status.as_ref().and_then(|s| s.phase) == Some(api::Phase::Pending)
+                && !ready(p.status.as_ref().map(|s| &s.conditions))
+        })
         .map(|p| ObjectRef::from_obj(p.as_ref()))
         .collect()
 }

@@ -2147,7 +2147,27 @@ async fn the_drift_check_reads_per_cluster_not_per_tenant() {
 
 #[test]
 fn a_ready_domain_unblocks_only_its_waiting_projects() {
-    let waiting = Arc::new(from_yaml(SEED_README, "uid-wait"));
+    let mut waiting = from_yaml(SEED_README, "uid-wait");
+    waiting.status = Some(OpenstackProjectStatus {
+        phase: Some(api::Phase::Pending),
+        conditions: vec![api::Condition::new(
+            "Ready",
+            false,
+            "WaitingForDependency",
+            "domain sso-users not found",
+        )],
+        ..Default::default()
+    });
+    let waiting = Arc::new(waiting);
+    // Its first pass is under way or queued: a domain event adds nothing.
+    let mut creating = from_yaml(SEED_README, "uid-new");
+    creating.metadata.name = Some("new".into());
+    let mut provisioning = from_yaml(SEED_README, "uid-prov");
+    provisioning.metadata.name = Some("provisioning".into());
+    provisioning.status = Some(OpenstackProjectStatus {
+        phase: Some(api::Phase::Provisioning),
+        ..Default::default()
+    });
     let mut ready = from_yaml(SEED_README, "uid-ready");
     ready.metadata.name = Some("ready".into());
     ready.status = Some(OpenstackProjectStatus {
@@ -2157,7 +2177,13 @@ fn a_ready_domain_unblocks_only_its_waiting_projects() {
     let mut elsewhere = from_yaml(SEED_README, "uid-else");
     elsewhere.metadata.name = Some("elsewhere".into());
     elsewhere.spec.domain = "other".into();
-    let projects = vec![waiting.clone(), Arc::new(ready), Arc::new(elsewhere)];
+    let projects = vec![
+        waiting.clone(),
+        Arc::new(creating),
+        Arc::new(provisioning),
+        Arc::new(ready),
+        Arc::new(elsewhere),
+    ];
     let mut domain: api::OpenstackDomain = serde_json::from_value(serde_json::json!({
         "apiVersion": "sunet.se/v1alpha1",
         "kind": "OpenstackDomain",
