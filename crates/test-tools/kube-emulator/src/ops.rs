@@ -667,9 +667,24 @@ impl State {
         })
     }
 
-    /// Store an updated object, or remove it if it is being deleted and has no finalizers left.
+    /// Store an updated object, or remove it if it is being deleted, has no finalizers left and
+    /// its deletion waits for nothing else (`shouldDeleteDuringUpdate` in the apiserver's
+    /// `registry/generic/registry/store.go`: no finalizers and the stored object's
+    /// `deletionGracePeriodSeconds` is 0). A pod in its graceful termination (a period above 0)
+    /// stays through updates, its kubelet's status writes included, until the kubelet deletes
+    /// it with period 0.
     fn commit(&mut self, key: &StorageKey, ns: &str, name: &str, new: Value) -> Value {
-        if !meta_str(&new, "deletionTimestamp").is_empty() && finalizers(&new).is_empty() {
+        let no_grace_left = self
+            .store
+            .get(key, ns, name)
+            .and_then(meta)
+            .and_then(|m| m.get("deletionGracePeriodSeconds"))
+            .and_then(Value::as_i64)
+            == Some(0);
+        if !meta_str(&new, "deletionTimestamp").is_empty()
+            && finalizers(&new).is_empty()
+            && no_grace_left
+        {
             let is_ns_blocked = key.resource == "namespaces"
                 && key.group.is_empty()
                 && new

@@ -108,6 +108,58 @@ async fn bound_pod_waits_for_the_kubelet() {
     assert!(pods.get_opt("bound").await.unwrap().is_none());
 }
 
+/// `shouldDeleteDuringUpdate` (`registry/generic/registry/store.go`): an update removes an
+/// object only when it has no finalizers and its `deletionGracePeriodSeconds` is 0. A pod in its
+/// grace period has none and stays through its kubelet's status writes and label changes; only
+/// the kubelet's delete with period 0 removes it.
+#[tokio::test]
+async fn a_terminating_pod_stays_through_updates_until_the_kubelet_deletes_it() {
+    let env = start().await;
+    let pods: Api<Pod> = Api::namespaced(env.client.clone(), "default");
+    pods.create(&PostParams::default(), &pod("term", Some("vk"), Some(30)))
+        .await
+        .unwrap();
+    pods.delete("term", &DeleteParams::default()).await.unwrap();
+    let mut t = pods.get("term").await.unwrap();
+    t.status = Some(
+        serde_json::from_value(json!({"phase": "Running", "conditions": [
+            {"type": "Ready", "status": "False"}]}))
+        .unwrap(),
+    );
+    let after = pods
+        .replace_status("term", &PostParams::default(), &t)
+        .await
+        .expect("the kubelet's status write is accepted");
+    assert!(after.metadata.deletion_timestamp.is_some());
+    let t = pods
+        .get("term")
+        .await
+        .expect("still there after the status write");
+    assert_eq!(t.status.and_then(|s| s.phase).as_deref(), Some("Running"));
+    let mut t = pods.get("term").await.unwrap();
+    t.metadata
+        .labels
+        .get_or_insert_default()
+        .insert("seen".into(), "yes".into());
+    pods.replace("term", &PostParams::default(), &t)
+        .await
+        .unwrap();
+    assert!(
+        pods.get_opt("term").await.unwrap().is_some(),
+        "still there after a metadata update"
+    );
+    pods.delete(
+        "term",
+        &DeleteParams {
+            grace_period_seconds: Some(0),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    assert!(pods.get_opt("term").await.unwrap().is_none());
+}
+
 #[tokio::test]
 async fn default_grace_is_thirty_seconds() {
     let env = start().await;
