@@ -52,6 +52,9 @@ LANES = [
     # The control plane end to end, and the external-service checks.
     ("control-plane", r"^openstack-operator/(e2e_control_plane.*|e2e_external_services)$"),
     ("control-plane", r"^external-checks/"),
+    # The operator killed and restarted mid-pass (its own process, not the cloud's): the
+    # resource lane's longest binary (about 370 s of 1,390), run beside it.
+    ("faults", r"^openstack-operator/e2e_faults_crash$"),
     # The resource operator end to end and the OpenStack port against the test cloud.
     ("resource", r"^openstack-operator/e2e_"),
     ("resource", r"^openstack/"),
@@ -280,7 +283,7 @@ def main():
     cpu = CpuSampler()
     exclusive = lanes.pop("exclusive", [])
     # The longest lanes start first; the unit lane is short and CPU-light.
-    order = ["images", "boot", "zun", "resource", "control-plane", "unit"]
+    order = ["images", "boot", "zun", "resource", "control-plane", "faults", "unit"]
     lane_names = sorted(lanes, key=lambda n: order.index(n) if n in order else len(order))
     print(f"run-tests: {len(binaries)} test binaries in lanes "
           + ", ".join(f"{n} ({len(lanes[n])})" for n in lane_names)
