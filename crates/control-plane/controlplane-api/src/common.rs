@@ -27,6 +27,9 @@ pub mod condition_types {
     pub const AUTHENTICATED: &str = "Authenticated";
     /// External services: the TLS handshake and verification succeeded (or TLS is not asked for).
     pub const TLS_READY: &str = "TLSReady";
+    /// Nova with availability zones: every listed compute host is registered and in its
+    /// zone's aggregate. Not part of `Ready` (hypervisors join after the control plane).
+    pub const ZONES_COMPLETE: &str = "ZonesComplete";
 }
 
 /// The status every control-plane kind has.

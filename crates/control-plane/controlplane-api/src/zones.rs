@@ -34,8 +34,8 @@ pub struct AvailabilityZone {
     #[schemars(extend("maxProperties" = 16))]
     pub node_selector: BTreeMap<String, String>,
     /// Nova host names (`[DEFAULT] host` of the compute nodes) of the zone: the aggregate Job
-    /// adds them to the zone's host aggregate. A host that has not registered yet fails the Job,
-    /// which is retried until it has.
+    /// adds them to the zone's host aggregate. A host that has not registered yet is skipped,
+    /// named by Nova's `ZonesComplete` condition, and added once its nova-compute registers.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 256), inner(length(min = 1, max = 255)))]
     pub compute_hosts: Vec<String>,

@@ -13,20 +13,24 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
 
+use controlplane_api::condition_types as ct;
+use controlplane_api::status::Conditioned;
 use controlplane_api::validation::Validate;
 use controlplane_api::{Glance, Neutron, Nova, NovaSpec, Placement, ServiceName, ServiceStatus};
 use controlplane_render::authtoken::KeystoneAuth;
 use controlplane_render::ini::Ini;
+use controlplane_render::nova::zones::AggregateStep;
 use controlplane_render::nova::{
     self as render, ComputeNode, Databases, NovaError, NovaInputs, Paths, Peers, Vnc,
 };
 use controlplane_render::objects::{self, Check, ComponentParams};
 use controlplane_render::secrets;
 use controlplane_render::tls;
+use kube::runtime::events::EventType;
 use kube::{Api, Resource, ResourceExt};
 
 use crate::runtime::{self, Ctx, Error, State};
-use crate::service::{Pass, ServiceKind, Watched, or_state, secret_str};
+use crate::service::{Pass, ServiceKind, StepState, Watched, or_state, secret_str};
 use controlplane_render::cache::CacheClient;
 
 /// The Job steps, in order (`online-data-migrations` runs once the Deployments rolled).
@@ -68,6 +72,8 @@ pub fn compute_config_secret_name(name: &str) -> String {
 /// The step of the zones' host aggregates (only with availability zones; after
 /// `online-data-migrations`).
 pub const ZONE_STEP: &str = "aggregates";
+/// The compute services the aggregate step looks for its hosts in (below `/v2.1`).
+pub const COMPUTE_SERVICES_PATH: &str = "/os-services?binary=nova-compute";
 /// Key of the zone's name in Secret `<name>-compute-config-<zone>`.
 pub const ZONE_KEY: &str = "availability-zone";
 
@@ -638,39 +644,107 @@ async fn pass(p: &mut Pass<'_, Nova>) -> Result<State, Error> {
     {
         return Ok(s);
     }
-    // The zones' host aggregates, through the deployed API as Nova's service user.
-    if !zones.is_empty() {
-        let env = render::zones::aggregate_env(
-            &ks.internal_url,
-            Nova::SERVICE,
-            "service",
+    // The zones' host aggregates, through the deployed API as Nova's service user; what is
+    // missing goes to `ZonesComplete`, not to `Ready` (hypervisors join after the control plane).
+    let url = p.operator_url(&internal);
+    if zones.is_empty() {
+        p.status
+            .conditions
+            .retain(|c| c.type_ != ct::ZONES_COMPLETE);
+    } else {
+        let (condition, failed) = zones_pass(
+            p,
+            &ks,
+            &url,
             &internal,
-            zones,
-        );
-        let hash = render::zones::aggregate_hash(&image, &env, &service_password);
-        let mut env: Vec<_> = env.into_iter().map(|(k, v)| objects::env(&k, v)).collect();
-        env.push(objects::env_from_secret(
-            "OS_PASSWORD",
+            &image,
+            &service_password,
             &user_secret,
-            "password",
-        ));
-        if let Some(s) = p
-            .job_step(
-                ZONE_STEP,
-                &hash,
-                &image,
-                render::zones::aggregate_command("python3"),
-                env,
-                vec![],
-            )
-            .await?
-        {
+        )
+        .await?;
+        let before = obj
+            .status
+            .as_ref()
+            .and_then(|s| s.condition(ct::ZONES_COMPLETE));
+        if let Some((reason, note)) = render::zones::zones_event(before, &condition) {
+            p.ctx.event(obj, EventType::Normal, &reason, note).await;
+        }
+        runtime::set(
+            &mut p.status,
+            condition,
+            obj.meta().generation,
+            &jiff::Timestamp::now().to_string(),
+        );
+        if let Some(s) = failed {
             return Ok(s);
         }
     }
-    let url = p.operator_url(&internal);
     Ok(p.authenticated_probe(&ks, &url, PROBE_PATH, available)
         .await)
+}
+
+/// The aggregate step: lists the compute services (the listed hosts registered are an input of
+/// the step's hash, so a hypervisor that registers runs it again), runs the Job, and returns
+/// the `ZonesComplete` condition, with the Degraded state of a failed Job. While hosts are
+/// missing, the next pass comes after the check interval rather than the resync.
+async fn zones_pass(
+    p: &mut Pass<'_, Nova>,
+    ks: &crate::service::KeystoneAccess,
+    url: &str,
+    internal: &str,
+    image: &str,
+    service_password: &str,
+    user_secret: &str,
+) -> Result<(api::Condition, Option<State>), Error> {
+    let obj = p.obj;
+    let zones = &obj.spec.availability_zones;
+    let recheck = p.ctx.config.check_interval;
+    let listed = p
+        .admin_get_json(ks, url, |_| COMPUTE_SERVICES_PATH.to_string())
+        .await
+        .and_then(|body| render::zones::ComputeHosts::read(zones, &body));
+    let hosts = match listed {
+        Ok(h) => h,
+        Err(why) => {
+            // Nothing known to run the step for: look again soon, Ready stays the probe's.
+            p.soon(recheck);
+            return Ok((render::zones::services_unknown(&why), None));
+        }
+    };
+    let env =
+        render::zones::aggregate_env(&ks.internal_url, Nova::SERVICE, "service", internal, zones);
+    let hash = render::zones::aggregate_hash(image, &env, service_password, &hosts.registered);
+    let mut env: Vec<_> = env.into_iter().map(|(k, v)| objects::env(&k, v)).collect();
+    env.push(objects::env_from_secret(
+        "OS_PASSWORD",
+        user_secret,
+        "password",
+    ));
+    let step = p
+        .job_step_state(
+            ZONE_STEP,
+            &hash,
+            image,
+            render::zones::aggregate_command("python3"),
+            env,
+            vec![],
+        )
+        .await?;
+    if !hosts.missing.is_empty() {
+        p.soon(recheck);
+    }
+    let (step, failed) = match step {
+        StepState::Done => (AggregateStep::Done, None),
+        StepState::Running(m) => (AggregateStep::Running(m), None),
+        StepState::Failed(m) => (
+            AggregateStep::Failed(m.clone()),
+            StepState::Failed(m).blocking(),
+        ),
+    };
+    Ok((
+        render::zones::zones_condition(zones, &hosts, &step, recheck),
+        failed,
+    ))
 }
 
 fn uwsgi(file: &str) -> Vec<String> {

@@ -838,24 +838,38 @@ impl<K: ServiceKind> Pass<'_, K> {
         env: Vec<k8s_openapi::api::core::v1::EnvVar>,
         volumes: Vec<(Volume, VolumeMount)>,
     ) -> Result<Option<State>, Error> {
-        let owner = self.owner.clone();
         let state = self
-            .step(step, hash, |name| {
-                objects::job(
-                    &owner,
-                    JobParams {
-                        name,
-                        step: step.into(),
-                        hash: hash.into(),
-                        image: image.into(),
-                        command: command.clone(),
-                        env: env.clone(),
-                        volumes: volumes.clone(),
-                    },
-                )
-            })
+            .job_step_state(step, hash, image, command, env, volumes)
             .await?;
         Ok(state.blocking())
+    }
+
+    /// [`Pass::job_step`] for a step that does not end the pass: where it is.
+    pub async fn job_step_state(
+        &mut self,
+        step: &str,
+        hash: &str,
+        image: &str,
+        command: Vec<String>,
+        env: Vec<k8s_openapi::api::core::v1::EnvVar>,
+        volumes: Vec<(Volume, VolumeMount)>,
+    ) -> Result<StepState, Error> {
+        let owner = self.owner.clone();
+        self.step(step, hash, |name| {
+            objects::job(
+                &owner,
+                JobParams {
+                    name,
+                    step: step.into(),
+                    hash: hash.into(),
+                    image: image.into(),
+                    command: command.clone(),
+                    env: env.clone(),
+                    volumes: volumes.clone(),
+                },
+            )
+        })
+        .await
     }
 
     /// The `db-init` step: creates the database and the service's user (password from Secret

@@ -6,7 +6,9 @@
 //! Cinder with three zones get one volume Deployment per zone pinned to the zone's nodes, one
 //! compute configuration Secret per zone, the aggregate Job with the three zones and their
 //! hosts, and zone spread constraints on the zone-wide Deployments; a zone removed from the
-//! list takes its objects with it and runs the aggregate Job again.
+//! list takes its objects with it and runs the aggregate Job again. The listed hosts, which the
+//! test cloud does not run, are named by `ZonesComplete=False` (`ComputeHostsMissing`) while
+//! Nova is Ready.
 
 use crate::cp_common;
 
@@ -237,6 +239,24 @@ async fn control_plane_three_availability_zones() -> anyhow::Result<()> {
         steps.last().map(String::as_str),
         Some("aggregates"),
         "{steps:?}"
+    );
+    // The test cloud's Nova runs none of the listed hosts: Nova is Ready, and its zones name
+    // them as not registered yet (the aggregate Job succeeded without them).
+    let (complete, reason, message) = wait_for(WAIT, POLL, "ZonesComplete", async || {
+        Ok(match cond(&get(&nv_api, "nv").await?, ct::ZONES_COMPLETE) {
+            Some(c) if c.1 != "AggregatesPending" => Check::Done(c),
+            other => Check::Pending(format!("{other:?}")),
+        })
+    })
+    .await?;
+    assert!(!complete, "{reason}: {message}");
+    assert_eq!(reason, "ComputeHostsMissing", "{message}");
+    assert!(
+        message.starts_with(
+            "compute hosts not registered yet: compute-a1 (az1), compute-a2 (az1), \
+             compute-b1 (az2), compute-c1 (az3);"
+        ),
+        "{message}"
     );
 
     // Two zones: az3's volume Deployment and compute Secret go, the aggregate Job runs again.

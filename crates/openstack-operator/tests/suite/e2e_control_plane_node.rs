@@ -281,7 +281,7 @@ async fn failed_container_logs(docker: &Docker, node: &str) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "Nova never Ready: its aggregates Job waits for the example's compute hosts (compute-a1 …), which no node runs; run with --ignored"]
+#[ignore = "Cinder never Ready: cinder-volume cannot reach the example's Ceph monitors (10.0.0.11 …), which the test does not adapt; ~20 min; run with --ignored"]
 async fn control_plane_example_runs_as_pods_on_the_test_node() -> anyhow::Result<()> {
     let env = harness_env()?;
     let pod_host = env
@@ -551,6 +551,16 @@ async fn scenario(
         );
     }
     eprintln!("  {:<10} {total:6.0}", "cluster");
+    // No hypervisor runs here: Nova is Ready all the same, and says which hosts have not
+    // registered yet.
+    let nova = get(&dyn_api(client, NS, "Nova", "novas"), "cloud-nova").await?;
+    let (complete, reason, message) =
+        cond(&nova, ct::ZONES_COMPLETE).context("Nova has no ZonesComplete condition")?;
+    eprintln!("Nova ZonesComplete={complete} {reason}: {message}");
+    anyhow::ensure!(
+        !complete && reason == "ComputeHostsMissing" && message.contains("compute-a1"),
+        "ZonesComplete: {complete} {reason}: {message}"
+    );
 
     // The client pod: every API through its Service name.
     let ks = get(
