@@ -91,6 +91,8 @@ pub trait Managed:
 
     /// Current status.
     fn status(&self) -> Option<&Self::Status>;
+    /// The `OpenstackCloud` named by `spec.cloudRef` (None: the operator's own cloud).
+    fn cloud_ref(&self) -> Option<&str>;
     /// The API to write this object through (namespaced kinds need its namespace).
     fn api(client: kube::Client, obj: &Self) -> Api<Self>;
     /// Pure validation of the spec (CEL rules evaluated client-side + semantic checks).
@@ -272,6 +274,7 @@ pub fn failure_report(e: &ReconcileError, first_pass: bool) -> FailureReport {
     let (event_type, reason) = match e {
         ReconcileError::DependencyMissing(_) => (EventType::Normal, "WaitingForDependency"),
         ReconcileError::InvalidSpec(_) => (EventType::Warning, "InvalidSpec"),
+        ReconcileError::CloudBlocked(_) => (EventType::Warning, "Blocked"),
         _ if first_pass => (EventType::Warning, "CreateFailed"),
         _ => (EventType::Warning, "UpdateFailed"),
     };
@@ -289,7 +292,17 @@ async fn apply_one<K: Managed>(
     let key = key_of(&*obj);
     let errors = obj.validate();
     let result = if errors.is_empty() {
-        obj.apply(ctx, &mut status).await
+        match ctx
+            .for_object(obj.cloud_ref(), obj.namespace().as_deref())
+            .await
+        {
+            Ok(cctx) => {
+                let r = obj.apply(&cctx, &mut status).await;
+                forget_refused_cloud(&cctx, &r);
+                r
+            }
+            Err(e) => Err(e.into()),
+        }
     } else {
         Err(ReconcileError::InvalidSpec(errors))
     };
@@ -454,7 +467,19 @@ async fn cleanup_one<K: Managed>(
             return Ok(Action::await_change());
         }
     }
-    let result = obj.cleanup(ctx, &mut status).await;
+    // A resource whose cloud cannot be used keeps its finalizer (and says why) rather than
+    // forgetting what it made there.
+    let result = match ctx
+        .for_object(obj.cloud_ref(), obj.namespace().as_deref())
+        .await
+    {
+        Ok(cctx) => {
+            let r = obj.cleanup(&cctx, &mut status).await;
+            forget_refused_cloud(&cctx, &r);
+            r
+        }
+        Err(e) => Err(e.into()),
+    };
     let outcome = match &result {
         Ok(()) => {
             ctx.metrics.set_phase(K::kind(&()).as_ref(), &key, None);
@@ -510,6 +535,17 @@ async fn cleanup_one<K: Managed>(
         })
         .inc();
     result.map(|()| Action::await_change())
+}
+
+/// After an OpenStack refusal of an `OpenstackCloud`'s credentials (revoked, expired), the
+/// next pass connects again from its Secret instead of reusing the refused client; until the
+/// Secret is repaired that pass is `Blocked` with the reason.
+fn forget_refused_cloud<T>(ctx: &Context, result: &Result<T, ReconcileError>) {
+    if let (Some(name), Err(ReconcileError::OpenStack(openstack::Error::Unauthorized { .. }))) =
+        (&ctx.cloud_name, result)
+    {
+        ctx.clouds.forget(name);
+    }
 }
 
 /// Errors the framework hands to the error policy.
