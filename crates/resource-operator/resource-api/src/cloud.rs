@@ -154,6 +154,12 @@ impl OpenstackCloudSpec {
     }
 }
 
+impl crate::validation::Validate for OpenstackCloudSpec {
+    fn validate(&self) -> Vec<FieldError> {
+        OpenstackCloudSpec::validate(self)
+    }
+}
+
 /// Why a resource's `spec.cloudRef` cannot be used; the message names the field and the cloud.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum CloudRefError {

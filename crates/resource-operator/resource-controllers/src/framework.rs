@@ -468,7 +468,9 @@ async fn cleanup_one<K: Managed>(
         }
     }
     // A resource whose cloud cannot be used keeps its finalizer (and says why) rather than
-    // forgetting what it made there.
+    // forgetting what it made there, unless it never recorded an object there: a resource
+    // refused its cloud from the start made nothing (a create whose answer was lost carries
+    // our owner mark and is the GC sweep's once the resource is gone).
     let result = match ctx
         .for_object(obj.cloud_ref(), obj.namespace().as_deref())
         .await
@@ -477,6 +479,10 @@ async fn cleanup_one<K: Managed>(
             let r = obj.cleanup(&cctx, &mut status).await;
             forget_refused_cloud(&cctx, &r);
             r
+        }
+        Err(e) if before.openstack_id().is_none() => {
+            info!(error = %e, "deleting a resource that never reached its cloud: nothing to clean up in OpenStack");
+            Ok(())
         }
         Err(e) => Err(e.into()),
     };
