@@ -255,6 +255,9 @@ async fn two_clouds_objects_land_where_they_name_refusals_touch_nothing_one_brok
         // the credentials that created it.
         let a: OpenstackNetwork = env.wait_ready(&net_a, READY).await?;
         let b: OpenstackNetwork = env.wait_ready(&net_b, READY).await?;
+        let m = ready_message(&b);
+        assert!(m.ends_with(&format!("(OpenstackCloud {cloud_b})")), "{m}");
+        assert!(!ready_message(&a).contains("OpenstackCloud"), "{a:?}");
         let a_id = a.status.and_then(|s| s.network_id).context("net-a id")?;
         let b_id = b.status.and_then(|s| s.network_id).context("net-b id")?;
         let a_net = env.cloud.network.get_network(&a_id).await?;

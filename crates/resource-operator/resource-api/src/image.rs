@@ -26,6 +26,7 @@ use crate::common::{Condition, DeletionPolicy, Phase};
     printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
     printcolumn = r#"{"name":"Upload Status","type":"string","jsonPath":".status.uploadStatus"}"#,
     printcolumn = r#"{"name":"ID","type":"string","jsonPath":".status.imageId","priority":1}"#,
+    printcolumn = r#"{"name":"Cloud","type":"string","jsonPath":".spec.cloudRef.name","priority":1}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[x_kube(validation = Rule::new(crate::cloud::CLOUD_REF_IMMUTABLE).message("spec.cloudRef cannot change after creation: delete the resource and create it in the other cloud"))]

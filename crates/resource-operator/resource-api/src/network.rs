@@ -26,6 +26,7 @@ pub const IPV4_CIDR_PATTERN: &str = r"^([0-9]{1,3}\.){3}[0-9]{1,3}/[0-9]{1,2}$";
     printcolumn = r#"{"name":"Type","type":"string","jsonPath":".spec.providerNetworkType"}"#,
     printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
     printcolumn = r#"{"name":"ID","type":"string","jsonPath":".status.networkId","priority":1}"#,
+    printcolumn = r#"{"name":"Cloud","type":"string","jsonPath":".spec.cloudRef.name","priority":1}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[x_kube(validation = Rule::new("!has(self.providerSegmentationId) || !has(self.providerNetworkType) || self.providerNetworkType != 'flat'").message("providerSegmentationId must not be set for a flat network"))]

@@ -26,6 +26,7 @@ use crate::common::{Condition, Phase, default_true};
     printcolumn = r#"{"name":"Domain","type":"string","jsonPath":".spec.domain"}"#,
     printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
     printcolumn = r#"{"name":"ID","type":"string","jsonPath":".status.projectId","priority":1}"#,
+    printcolumn = r#"{"name":"Cloud","type":"string","jsonPath":".spec.cloudRef.name","priority":1}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[x_kube(validation = Rule::new(crate::cloud::CLOUD_REF_IMMUTABLE).message("spec.cloudRef cannot change after creation: delete the resource and create it in the other cloud"))]

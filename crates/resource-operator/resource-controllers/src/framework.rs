@@ -291,6 +291,8 @@ async fn apply_one<K: Managed>(
     let generation = obj.meta().generation;
     let key = key_of(&*obj);
     let errors = obj.validate();
+    // The OpenstackCloud the pass ran in, named in its conditions.
+    let mut pass_cloud = None;
     let result = if errors.is_empty() {
         match ctx
             .for_object(obj.cloud_ref(), obj.namespace().as_deref())
@@ -299,6 +301,7 @@ async fn apply_one<K: Managed>(
             Ok(cctx) => {
                 let r = obj.apply(&cctx, &mut status).await;
                 forget_refused_cloud(&cctx, &r);
+                pass_cloud = cctx.cloud_name.clone();
                 r
             }
             Err(e) => Err(e.into()),
@@ -322,6 +325,7 @@ async fn apply_one<K: Managed>(
                     (Phase::Error, false, reason, message, ctx.config.resync)
                 }
             };
+            let message = &in_cloud(message, pass_cloud.as_deref());
             *status.phase_mut() = Some(phase);
             apply_conditions(
                 &mut status,
@@ -332,7 +336,7 @@ async fn apply_one<K: Managed>(
                 generation,
             );
             *status.observed_generation_mut() = generation;
-            if let Progress::Failed { reason, message } = progress
+            if let Progress::Failed { reason, .. } = progress
                 && before
                     .clone()
                     .conditions_mut()
@@ -368,7 +372,7 @@ async fn apply_one<K: Managed>(
                 Phase::Error
             };
             *status.phase_mut() = Some(phase);
-            let message = e.to_string();
+            let message = in_cloud(&e.to_string(), pass_cloud.as_deref());
             apply_conditions(
                 &mut status,
                 K::READY_CONDITION,
@@ -541,6 +545,15 @@ async fn cleanup_one<K: Managed>(
         })
         .inc();
     result.map(|()| Action::await_change())
+}
+
+/// A condition message of a pass in `cloud` (an `OpenstackCloud`), saying where: with several
+/// clouds, "created" or "quota exceeded" alone does not say in which.
+pub fn in_cloud(message: &str, cloud: Option<&str>) -> String {
+    match cloud {
+        None => message.to_string(),
+        Some(c) => format!("{message} (OpenstackCloud {c})"),
+    }
 }
 
 /// After an OpenStack refusal of an `OpenstackCloud`'s credentials (revoked, expired), the
@@ -831,6 +844,15 @@ mod tests {
         );
         assert_eq!(p.finalizers(), ["f"]);
         assert_eq!(p.spec.name, "p.example.com");
+    }
+
+    #[test]
+    fn conditions_of_a_named_cloud_say_which() {
+        assert_eq!(in_cloud("created", None), "created");
+        assert_eq!(
+            in_cloud("created", Some("site-b")),
+            "created (OpenstackCloud site-b)"
+        );
     }
 
     #[test]
