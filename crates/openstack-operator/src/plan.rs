@@ -153,6 +153,11 @@ fn load(paths: &[PathBuf], namespace: &str) -> anyhow::Result<Manifests> {
                 ("sunet.se/v1alpha1", "OpenstackImage") => m.images.push(typed(&doc, &file)?),
                 ("sunet.se/v1alpha1", "OpenstackNetwork") => m.networks.push(typed(&doc, &file)?),
                 ("sunet.se/v1alpha1", "OpenstackProject") => m.projects.push(typed(&doc, &file)?),
+                // A cloud has no OpenStack object of its own; resources naming it are
+                // reported as not planned.
+                ("sunet.se/v1alpha1", "OpenstackCloud") => {
+                    m.skipped.push(format!("OpenstackCloud {name}"))
+                }
                 (v, k) if v.starts_with("sunet.se/") => {
                     anyhow::bail!("{}: unknown kind {k} in {v} ({name})", file.display())
                 }

@@ -384,7 +384,14 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         metrics: os_metrics,
         ..ClientOptions::default()
     };
-    let cloud = connect_cloud(options, &token).await?;
+    // Each OpenstackCloud gets a client of its own from these options (its own limits and
+    // its name on the per-cloud metrics); the operator's own cloud is `(default)` there.
+    let cloud_options = options.clone();
+    let own_options = ClientOptions {
+        metrics: options.metrics.with_cloud("(default)"),
+        ..options
+    };
+    let cloud = connect_cloud(own_options, &token).await?;
     health.cloud.store(true, Ordering::SeqCst);
     info!("connected to OpenStack");
 
@@ -408,13 +415,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         dependency_retry: Duration::from_secs(args.dependency_retry_seconds.max(1)),
     };
     let instance = Some(instance_name());
-    let ctx = Arc::new(Context::new(
-        client.clone(),
-        cloud,
-        config,
-        ctl_metrics,
-        instance,
-    ));
+    let ctx = Arc::new(
+        Context::new(client.clone(), cloud, config, ctl_metrics, instance)
+            .with_cloud_options(cloud_options),
+    );
 
     // With leader election, wait for the Lease before touching anything; losing it later
     // stops the controllers and ends the process, so a restart comes back as a follower.

@@ -207,11 +207,23 @@ pub(crate) async fn create_user(
     domain_id: &str,
     name: &str,
 ) -> anyhow::Result<String> {
+    let password = e2e::names::random_suffix() + &e2e::names::random_suffix();
+    create_user_with_password(env, core, domain_id, name, &password).await
+}
+
+/// [`create_user`] with a password the test uses to log in as the user.
+pub(crate) async fn create_user_with_password(
+    env: &TestEnv,
+    core: &Core,
+    domain_id: &str,
+    name: &str,
+    password: &str,
+) -> anyhow::Result<String> {
     let body = json!({"user": {
         "name": name,
         "domain_id": domain_id,
         "enabled": true,
-        "password": e2e::names::random_suffix() + &e2e::names::random_suffix(),
+        "password": password,
     }});
     let req = Request::post(Service::Identity, "create_user", "users").json(&body)?;
     let user: Value = core

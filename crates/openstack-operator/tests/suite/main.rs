@@ -4,6 +4,7 @@
 
 mod cp_common;
 mod e2e_bad_input;
+mod e2e_clouds;
 mod e2e_cluster_kinds;
 mod e2e_cluster_policies;
 mod e2e_control_plane;

@@ -1,6 +1,7 @@
 //! The `sunet.se/v1alpha1` API: CRD types compatible with the seed operator, their schema
 //! rules (OpenAPI + CEL) and pure spec validation. No I/O lives here.
 
+pub mod cloud;
 pub mod common;
 pub mod domain;
 pub mod flavor;
@@ -13,6 +14,7 @@ pub mod reference;
 pub mod tenant;
 pub mod validation;
 
+pub use cloud::{CloudRef, OpenstackCloud, OpenstackCloudSpec, OpenstackCloudStatus};
 pub use common::{CommonStatus, Condition, ConditionStatus, DeletionPolicy, Phase};
 pub use domain::{OpenstackDomain, OpenstackDomainSpec, OpenstackDomainStatus};
 pub use flavor::{OpenstackFlavor, OpenstackFlavorSpec, OpenstackFlavorStatus};
@@ -40,6 +42,7 @@ pub fn all_crds() -> Vec<CustomResourceDefinition> {
         OpenstackImage::crd(),
         OpenstackNetwork::crd(),
         OpenstackProject::crd(),
+        OpenstackCloud::crd(),
     ]
 }
 

@@ -79,6 +79,7 @@ pub fn check(doc: &Value) -> Result<Option<Checked>, ManifestError> {
         "OpenstackImage" => check_kind::<OpenstackImage>(doc, |o| &o.spec)?,
         "OpenstackNetwork" => check_kind::<OpenstackNetwork>(doc, |o| &o.spec)?,
         "OpenstackProject" => check_kind::<OpenstackProject>(doc, |o| &o.spec)?,
+        "OpenstackCloud" => check_kind::<crate::OpenstackCloud>(doc, |o| &o.spec)?,
         other => {
             return Err(ManifestError::Schema {
                 kind: other.to_string(),

@@ -26,11 +26,17 @@ pub const IPV4_CIDR_PATTERN: &str = r"^([0-9]{1,3}\.){3}[0-9]{1,3}/[0-9]{1,2}$";
     printcolumn = r#"{"name":"Type","type":"string","jsonPath":".spec.providerNetworkType"}"#,
     printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
     printcolumn = r#"{"name":"ID","type":"string","jsonPath":".status.networkId","priority":1}"#,
+    printcolumn = r#"{"name":"Cloud","type":"string","jsonPath":".spec.cloudRef.name","priority":1}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[x_kube(validation = Rule::new("!has(self.providerSegmentationId) || !has(self.providerNetworkType) || self.providerNetworkType != 'flat'").message("providerSegmentationId must not be set for a flat network"))]
+#[x_kube(validation = Rule::new(crate::cloud::CLOUD_REF_IMMUTABLE).message("spec.cloudRef cannot change after creation: delete the resource and create it in the other cloud"))]
 #[serde(rename_all = "camelCase")]
 pub struct OpenstackNetworkSpec {
+    /// The OpenstackCloud this resource lives in (extension). Unset: the cloud the operator
+    /// was started with (`OS_CLOUD`), as with the seed. Cannot change after creation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cloud_ref: Option<crate::cloud::CloudRef>,
     /// Neutron network name; also how an existing network is found.
     #[schemars(length(min = 1, max = 255))]
     pub name: String,

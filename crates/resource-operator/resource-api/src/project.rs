@@ -26,10 +26,16 @@ use crate::common::{Condition, Phase, default_true};
     printcolumn = r#"{"name":"Domain","type":"string","jsonPath":".spec.domain"}"#,
     printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
     printcolumn = r#"{"name":"ID","type":"string","jsonPath":".status.projectId","priority":1}"#,
+    printcolumn = r#"{"name":"Cloud","type":"string","jsonPath":".spec.cloudRef.name","priority":1}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
+#[x_kube(validation = Rule::new(crate::cloud::CLOUD_REF_IMMUTABLE).message("spec.cloudRef cannot change after creation: delete the resource and create it in the other cloud"))]
 #[serde(rename_all = "camelCase")]
 pub struct OpenstackProjectSpec {
+    /// The OpenstackCloud this resource lives in (extension). Unset: the cloud the operator
+    /// was started with (`OS_CLOUD`), as with the seed. Cannot change after creation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cloud_ref: Option<crate::cloud::CloudRef>,
     /// Keystone project name; how the project is found in its domain and the source of the
     /// user group name (`<sanitized name>-users`).
     #[schemars(length(min = 1, max = 64))]

@@ -6,9 +6,14 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event, Recorder, Reporter};
-use openstack::Cloud;
+use std::sync::Arc;
 
+use openstack::Cloud;
+use openstack::adapter::ClientOptions;
+
+use crate::clouds::{CloudRegistry, ConnectedCloud};
 use crate::metrics::Metrics;
+use crate::project::cache::LookupCache;
 use crate::project::federation::MappingQueue;
 
 /// Operator configuration the controllers act on (set by flags).
@@ -53,15 +58,13 @@ impl Default for Config {
     }
 }
 
-/// Shared state of all controllers.
-pub struct Context {
+/// What every pass shares, whatever cloud it works in.
+pub struct Shared {
     /// Kubernetes client.
     pub client: kube::Client,
-    /// The OpenStack port.
-    pub cloud: Cloud,
     /// Configuration.
     pub config: Config,
-    /// Who publishes the Events (see [`Context::publish_event`]).
+    /// Who publishes the Events (see [`Shared::publish_event`]).
     reporter: Reporter,
     /// Reconcile metrics.
     pub metrics: Metrics,
@@ -71,14 +74,36 @@ pub struct Context {
     locks: Mutex<HashMap<String, std::sync::Arc<tokio::sync::Mutex<()>>>>,
     /// Kinds whose converged objects a periodic drift check watches (no per-object resync).
     drift_checked: Mutex<BTreeSet<String>>,
-    /// Lookups every project pass repeats (roles, domains, users, external networks).
-    pub lookups: crate::project::cache::LookupCache,
-    /// The federation mapping batches' queues, by IdP.
+    /// The federation mapping batches' queues, by cloud and IdP.
     mapping_queues: Mutex<HashMap<String, std::sync::Arc<MappingQueue>>>,
+    /// The clouds named by `OpenstackCloud`s, connected on first use.
+    pub clouds: CloudRegistry,
+}
+
+/// The state of one pass: the cloud it works in (the operator's own, or the `OpenstackCloud`
+/// its object names) and everything shared ([`Shared`], reached through `Deref`). Cheap to
+/// clone.
+#[derive(Clone)]
+pub struct Context {
+    /// The OpenStack port of this pass's cloud.
+    pub cloud: Cloud,
+    /// The `OpenstackCloud` this pass works in; None: the operator's own cloud.
+    pub cloud_name: Option<String>,
+    /// Lookups every project pass repeats in this cloud (roles, domains, users, external
+    /// networks); one cache per cloud, since the same name means another object elsewhere.
+    pub lookups: Arc<LookupCache>,
+    shared: Arc<Shared>,
+}
+
+impl std::ops::Deref for Context {
+    type Target = Shared;
+    fn deref(&self) -> &Shared {
+        &self.shared
+    }
 }
 
 impl Context {
-    /// Builds the context.
+    /// Builds the context of the operator's own cloud.
     pub fn new(
         client: kube::Client,
         cloud: Cloud,
@@ -91,19 +116,94 @@ impl Context {
             instance,
         };
         Context {
-            reporter,
-            client,
             cloud,
-            config,
-            metrics,
-            failures: Mutex::new(HashMap::new()),
-            locks: Mutex::new(HashMap::new()),
-            drift_checked: Mutex::new(BTreeSet::new()),
+            cloud_name: None,
             lookups: Default::default(),
-            mapping_queues: Mutex::new(HashMap::new()),
+            shared: Arc::new(Shared {
+                reporter,
+                client,
+                config,
+                metrics,
+                failures: Mutex::new(HashMap::new()),
+                locks: Mutex::new(HashMap::new()),
+                drift_checked: Mutex::new(BTreeSet::new()),
+                mapping_queues: Mutex::new(HashMap::new()),
+                clouds: CloudRegistry::new(ClientOptions::default()),
+            }),
         }
     }
 
+    /// The same context whose `OpenstackCloud` connections use `options` (rate limits,
+    /// timeouts, metric handles); called once, before the context is shared.
+    pub fn with_cloud_options(mut self, options: ClientOptions) -> Self {
+        if let Some(shared) = Arc::get_mut(&mut self.shared) {
+            shared.clouds = CloudRegistry::new(options);
+        }
+        self
+    }
+
+    /// The context of a pass in `cloud` (None: the operator's own cloud, i.e. `self`).
+    pub fn in_cloud(&self, cloud: Option<ConnectedCloud>) -> Context {
+        match cloud {
+            None => self.clone(),
+            Some(c) => Context {
+                cloud: c.cloud,
+                cloud_name: Some(c.name),
+                lookups: c.lookups,
+                shared: self.shared.clone(),
+            },
+        }
+    }
+
+    /// The context for a pass over `obj`: its `spec.cloudRef`'s cloud, connected (or
+    /// reconnected after its Secret changed), once the object's namespace is allowed to use
+    /// it. A refusal names the field and the cloud and nothing is touched.
+    pub async fn for_object(
+        &self,
+        cloud_ref: Option<&str>,
+        namespace: Option<&str>,
+    ) -> Result<Context, api::cloud::CloudRefError> {
+        match cloud_ref {
+            None => Ok(self.clone()),
+            Some(name) => {
+                let c = self.clouds.resolve(&self.client, name, namespace).await?;
+                Ok(self.in_cloud(Some(c)))
+            }
+        }
+    }
+
+    /// The async lock for `key` in this pass's cloud.
+    pub fn lock_for(&self, key: &str) -> std::sync::Arc<tokio::sync::Mutex<()>> {
+        self.locks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(self.cloud_key(key))
+            .or_default()
+            .clone()
+    }
+
+    /// The queue of `idp`'s next federation mapping batch in this pass's cloud.
+    pub fn mapping_queue(&self, idp: &str) -> std::sync::Arc<MappingQueue> {
+        self.mapping_queues
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(self.cloud_key(idp))
+            .or_default()
+            .clone()
+    }
+
+    /// `key` in this pass's cloud: the same federation mapping name in two clouds is two
+    /// mappings, each with its own lock and queue.
+    fn cloud_key(&self, key: &str) -> String {
+        match &self.cloud_name {
+            None => key.to_string(),
+            // `/` cannot occur in an object name, so no key of one cloud equals another's.
+            Some(c) => format!("cloud/{c}/{key}"),
+        }
+    }
+}
+
+impl Shared {
     /// Publishes an Event about `reference`, always as an Event of its own. kube's
     /// [`Recorder`] folds every Event with the same type, reason and action about one object
     /// into one series that keeps the FIRST note, so a later, different message (a new
@@ -134,26 +234,6 @@ impl Context {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(key);
-    }
-
-    /// The async lock for `key`.
-    pub fn lock_for(&self, key: &str) -> std::sync::Arc<tokio::sync::Mutex<()>> {
-        self.locks
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .entry(key.to_string())
-            .or_default()
-            .clone()
-    }
-
-    /// The queue of `idp`'s next federation mapping batch.
-    pub fn mapping_queue(&self, idp: &str) -> std::sync::Arc<MappingQueue> {
-        self.mapping_queues
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .entry(idp.to_string())
-            .or_default()
-            .clone()
     }
 
     /// Records that a drift check watches the converged objects of `kind`: the framework

@@ -88,6 +88,9 @@ impl Managed for OpenstackDomain {
     fn status(&self) -> Option<&Self::Status> {
         self.status.as_ref()
     }
+    fn cloud_ref(&self) -> Option<&str> {
+        self.spec.cloud_ref.as_ref().map(|c| c.name.as_str())
+    }
 
     fn api(client: kube::Client, _obj: &Self) -> Api<Self> {
         Api::all(client)
@@ -245,6 +248,7 @@ mod tests {
 
     fn spec(adopt: bool) -> OpenstackDomainSpec {
         OpenstackDomainSpec {
+            cloud_ref: None,
             name: "d".into(),
             description: "x".into(),
             enabled: true,

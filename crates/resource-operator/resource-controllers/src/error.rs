@@ -23,6 +23,10 @@ pub enum ReconcileError {
     /// OpenStack refused or failed.
     #[error("OpenStack: {0}")]
     OpenStack(#[from] openstack::Error),
+    /// The resource's `spec.cloudRef` cannot be used (missing, not allowed for its namespace,
+    /// or its credentials fail); nothing was touched in any cloud.
+    #[error("blocked: {0}")]
+    CloudBlocked(#[from] api::cloud::CloudRefError),
     /// The Kubernetes API failed.
     #[error("Kubernetes API: {0}")]
     Kube(#[from] kube::Error),
@@ -38,6 +42,7 @@ impl ReconcileError {
             ReconcileError::PolicyViolation(_) => "PolicyViolation",
             ReconcileError::OpenStack(e) if e.is_transient() => "TransientError",
             ReconcileError::OpenStack(_) => "OpenStackError",
+            ReconcileError::CloudBlocked(_) => "Blocked",
             ReconcileError::Kube(_) => "KubernetesError",
         }
     }
@@ -49,6 +54,13 @@ impl ReconcileError {
                 e.is_transient() || matches!(e, openstack::Error::Conflict { .. })
             }
             ReconcileError::Kube(_) | ReconcileError::DependencyMissing(_) => true,
+            // The cloud (or its Secret) may appear or be repaired at any time; a refused
+            // namespace needs an edit of the cloud's allow-list, seen at the next resync.
+            ReconcileError::CloudBlocked(e) => matches!(
+                e,
+                api::cloud::CloudRefError::Missing(_)
+                    | api::cloud::CloudRefError::Unreachable { .. }
+            ),
             _ => false,
         }
     }

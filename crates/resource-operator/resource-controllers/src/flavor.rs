@@ -281,6 +281,9 @@ impl Managed for OpenstackFlavor {
     fn status(&self) -> Option<&Self::Status> {
         self.status.as_ref()
     }
+    fn cloud_ref(&self) -> Option<&str> {
+        self.spec.cloud_ref.as_ref().map(|c| c.name.as_str())
+    }
 
     fn api(client: kube::Client, _obj: &Self) -> Api<Self> {
         Api::all(client)

@@ -91,6 +91,8 @@ pub trait Managed:
 
     /// Current status.
     fn status(&self) -> Option<&Self::Status>;
+    /// The `OpenstackCloud` named by `spec.cloudRef` (None: the operator's own cloud).
+    fn cloud_ref(&self) -> Option<&str>;
     /// The API to write this object through (namespaced kinds need its namespace).
     fn api(client: kube::Client, obj: &Self) -> Api<Self>;
     /// Pure validation of the spec (CEL rules evaluated client-side + semantic checks).
@@ -272,6 +274,7 @@ pub fn failure_report(e: &ReconcileError, first_pass: bool) -> FailureReport {
     let (event_type, reason) = match e {
         ReconcileError::DependencyMissing(_) => (EventType::Normal, "WaitingForDependency"),
         ReconcileError::InvalidSpec(_) => (EventType::Warning, "InvalidSpec"),
+        ReconcileError::CloudBlocked(_) => (EventType::Warning, "Blocked"),
         _ if first_pass => (EventType::Warning, "CreateFailed"),
         _ => (EventType::Warning, "UpdateFailed"),
     };
@@ -288,8 +291,21 @@ async fn apply_one<K: Managed>(
     let generation = obj.meta().generation;
     let key = key_of(&*obj);
     let errors = obj.validate();
+    // The OpenstackCloud the pass ran in, named in its conditions.
+    let mut pass_cloud = None;
     let result = if errors.is_empty() {
-        obj.apply(ctx, &mut status).await
+        match ctx
+            .for_object(obj.cloud_ref(), obj.namespace().as_deref())
+            .await
+        {
+            Ok(cctx) => {
+                let r = obj.apply(&cctx, &mut status).await;
+                forget_refused_cloud(&cctx, &r);
+                pass_cloud = cctx.cloud_name.clone();
+                r
+            }
+            Err(e) => Err(e.into()),
+        }
     } else {
         Err(ReconcileError::InvalidSpec(errors))
     };
@@ -309,6 +325,7 @@ async fn apply_one<K: Managed>(
                     (Phase::Error, false, reason, message, ctx.config.resync)
                 }
             };
+            let message = &in_cloud(message, pass_cloud.as_deref());
             *status.phase_mut() = Some(phase);
             apply_conditions(
                 &mut status,
@@ -319,7 +336,7 @@ async fn apply_one<K: Managed>(
                 generation,
             );
             *status.observed_generation_mut() = generation;
-            if let Progress::Failed { reason, message } = progress
+            if let Progress::Failed { reason, .. } = progress
                 && before
                     .clone()
                     .conditions_mut()
@@ -355,7 +372,7 @@ async fn apply_one<K: Managed>(
                 Phase::Error
             };
             *status.phase_mut() = Some(phase);
-            let message = e.to_string();
+            let message = in_cloud(&e.to_string(), pass_cloud.as_deref());
             apply_conditions(
                 &mut status,
                 K::READY_CONDITION,
@@ -454,7 +471,25 @@ async fn cleanup_one<K: Managed>(
             return Ok(Action::await_change());
         }
     }
-    let result = obj.cleanup(ctx, &mut status).await;
+    // A resource whose cloud cannot be used keeps its finalizer (and says why) rather than
+    // forgetting what it made there, unless it never recorded an object there: a resource
+    // refused its cloud from the start made nothing (a create whose answer was lost carries
+    // our owner mark and is the GC sweep's once the resource is gone).
+    let result = match ctx
+        .for_object(obj.cloud_ref(), obj.namespace().as_deref())
+        .await
+    {
+        Ok(cctx) => {
+            let r = obj.cleanup(&cctx, &mut status).await;
+            forget_refused_cloud(&cctx, &r);
+            r
+        }
+        Err(e) if before.openstack_id().is_none() => {
+            info!(error = %e, "deleting a resource that never reached its cloud: nothing to clean up in OpenStack");
+            Ok(())
+        }
+        Err(e) => Err(e.into()),
+    };
     let outcome = match &result {
         Ok(()) => {
             ctx.metrics.set_phase(K::kind(&()).as_ref(), &key, None);
@@ -510,6 +545,26 @@ async fn cleanup_one<K: Managed>(
         })
         .inc();
     result.map(|()| Action::await_change())
+}
+
+/// A condition message of a pass in `cloud` (an `OpenstackCloud`), saying where: with several
+/// clouds, "created" or "quota exceeded" alone does not say in which.
+pub fn in_cloud(message: &str, cloud: Option<&str>) -> String {
+    match cloud {
+        None => message.to_string(),
+        Some(c) => format!("{message} (OpenstackCloud {c})"),
+    }
+}
+
+/// After an OpenStack refusal of an `OpenstackCloud`'s credentials (revoked, expired), the
+/// next pass connects again from its Secret instead of reusing the refused client; until the
+/// Secret is repaired that pass is `Blocked` with the reason.
+fn forget_refused_cloud<T>(ctx: &Context, result: &Result<T, ReconcileError>) {
+    if let (Some(name), Err(ReconcileError::OpenStack(openstack::Error::Unauthorized { .. }))) =
+        (&ctx.cloud_name, result)
+    {
+        ctx.clouds.forget(name);
+    }
 }
 
 /// Errors the framework hands to the error policy.
@@ -789,6 +844,15 @@ mod tests {
         );
         assert_eq!(p.finalizers(), ["f"]);
         assert_eq!(p.spec.name, "p.example.com");
+    }
+
+    #[test]
+    fn conditions_of_a_named_cloud_say_which() {
+        assert_eq!(in_cloud("created", None), "created");
+        assert_eq!(
+            in_cloud("created", Some("site-b")),
+            "created (OpenstackCloud site-b)"
+        );
     }
 
     #[test]

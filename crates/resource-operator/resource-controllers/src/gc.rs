@@ -295,7 +295,7 @@ impl Sweeper {
             }
             wait = self.cfg.interval;
             let started = Instant::now();
-            let status = match self.sweep(ctx).await {
+            let status = match self.sweep_all(ctx).await {
                 Ok(()) => "success",
                 Err(e) => {
                     warn!(error = %e, "garbage-collection sweep aborted; nothing was deleted after the failure");
@@ -458,7 +458,41 @@ impl Sweeper {
         Ok(out)
     }
 
-    async fn sweep(&self, ctx: &Context) -> Result<(), ReconcileError> {
+    /// One sweep of the operator's own cloud, then one of each `OpenstackCloud`. Every sweep
+    /// takes the owners from every resource of every cloud, so nothing a resource of another
+    /// cloud owns is ever an orphan (two `OpenstackCloud`s may well be one OpenStack seen
+    /// with two credentials). A cloud that cannot be reached is left for the next sweep.
+    async fn sweep_all(&self, ctx: &Context) -> Result<(), ReconcileError> {
+        let own = self.sweep(ctx, true).await;
+        let clouds = match Api::<api::OpenstackCloud>::all(ctx.client.clone())
+            .list(&ListParams::default())
+            .await
+        {
+            Ok(l) => l.items,
+            Err(e) => {
+                warn!(error = %e, "cannot list OpenstackClouds; only the operator's own cloud was swept");
+                Vec::new()
+            }
+        };
+        for c in clouds {
+            let name = c.name_any();
+            match ctx.clouds.connect_by_name(&ctx.client, &name).await {
+                Ok(cc) => {
+                    if let Err(e) = self.sweep(&ctx.in_cloud(Some(cc)), false).await {
+                        warn!(cloud = %name, error = %e, "garbage-collection sweep of an OpenstackCloud aborted; nothing was deleted after the failure");
+                    }
+                }
+                Err(e) => {
+                    info!(cloud = %name, error = %e, "OpenstackCloud not swept: not connectable")
+                }
+            }
+        }
+        own
+    }
+
+    /// One sweep of `ctx`'s cloud. Only the operator's own cloud (`primary`) keeps the seed's
+    /// registry ConfigMap and the orphan gauges.
+    async fn sweep(&self, ctx: &Context, primary: bool) -> Result<(), ReconcileError> {
         let marked = self.inventory(ctx).await?;
         let live = Self::live_resources(ctx).await?;
         let uids: HashSet<String> = live.keys().cloned().collect();
@@ -473,6 +507,9 @@ impl Sweeper {
             ResourceType::ProviderNetwork,
             ResourceType::Project,
         ] {
+            if !primary {
+                break;
+            }
             let n = marked
                 .iter()
                 .filter(|m| m.kind == t && !uids.contains(&m.owner_uid))
@@ -556,8 +593,11 @@ impl Sweeper {
                 }
             }
         }
-        let remaining: Vec<&Marked> = marked.iter().filter(|m| !deleted.contains(&m.id)).collect();
-        self.write_registry(ctx, &remaining, &live).await?;
+        if primary {
+            let remaining: Vec<&Marked> =
+                marked.iter().filter(|m| !deleted.contains(&m.id)).collect();
+            self.write_registry(ctx, &remaining, &live).await?;
+        }
         Ok(())
     }
 
@@ -774,6 +814,10 @@ impl Sweeper {
     }
 
     async fn event(&self, ctx: &Context, type_: EventType, reason: &str, note: String) {
+        let note = match &ctx.cloud_name {
+            Some(c) => format!("OpenstackCloud {c}: {note}"),
+            None => note,
+        };
         let reference = ObjectReference {
             api_version: Some("v1".into()),
             kind: Some("ConfigMap".into()),

@@ -5,6 +5,7 @@
 //! [`framework`] holds what all kinds share: the kube-runtime `Controller` wiring, the
 //! finalizer, status writes by server-side apply, Events, error classification and metrics.
 
+pub mod clouds;
 pub mod context;
 pub mod domain;
 pub mod error;

@@ -167,6 +167,15 @@ pub async fn plan_object<K: Managed>(
             reason: "InvalidSpec".into(),
             message: api::validation::summarize(&errors),
         }
+    } else if let Some(cloud) = obj.cloud_ref() {
+        // Planning it against the operator's own cloud would show writes that never happen
+        // there; said plainly instead.
+        Outcome::Fails {
+            reason: "NotPlanned".into(),
+            message: format!(
+                "spec.cloudRef.name names OpenstackCloud {cloud:?}: plan reads only the operator's own cloud (OS_CLOUD)"
+            ),
+        }
     } else if delete {
         match obj.cleanup(ctx, &mut status).await {
             Ok(()) => Outcome::Done,

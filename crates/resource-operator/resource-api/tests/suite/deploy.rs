@@ -856,6 +856,20 @@ fn calls() -> Vec<Call> {
     // openstack-operator-managed-resources in the operator's namespace: get_opt, create when
     // missing, replace (PUT, resourceVersion precondition) otherwise.
     out.push(c("", "configmaps", "create", None, Operator));
+    // controllers/src/clouds.rs `resolve`: Api::<OpenstackCloud>::get_opt by the name in
+    // spec.cloudRef, patch_status with the connection's outcome; gc.rs `sweep_all` lists
+    // them; Api::<Secret>::get_opt of the cloud's clouds.yaml Secret, which the RBAC allows
+    // in the operator's namespace.
+    out.push(c("sunet.se", "openstackclouds", "get", None, Cluster));
+    out.push(c("sunet.se", "openstackclouds", "list", None, Cluster));
+    out.push(c(
+        "sunet.se",
+        "openstackclouds/status",
+        "patch",
+        None,
+        Cluster,
+    ));
+    out.push(c("", "secrets", "get", None, Operator));
     for verb in ["get", "update"] {
         out.push(c(
             "",
@@ -1037,6 +1051,8 @@ fn calls_list_covers_the_apis_the_code_uses() {
         "OpenstackImage",
         "OpenstackNetwork",
         "OpenstackProject",
+        "OpenstackCloud", // clouds.rs resolve and status, gc.rs sweep_all
+        "Secret",         // clouds.rs: an OpenstackCloud's clouds.yaml
     ];
     let mut found = BTreeSet::new();
     for dir in [

@@ -53,6 +53,12 @@ fn seed_readme_manifests_are_accepted() {
 }
 
 #[test]
+fn the_several_clouds_example_is_accepted() {
+    // The OpenstackCloud, a network and a project naming it.
+    assert_eq!(check_dir("examples/clouds"), 3);
+}
+
+#[test]
 fn demo_examples_are_accepted() {
     assert!(check_dir("examples") >= 5);
 }

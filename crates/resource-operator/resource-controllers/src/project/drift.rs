@@ -515,28 +515,63 @@ async fn read_quota(
     Ok(((svc, project), q))
 }
 
-/// One drift check: the converged projects in `store` compared with one snapshot; returns the
-/// projects to reconcile.
+/// One drift check: the converged projects in `store` compared with one snapshot per cloud
+/// (the operator's own and each `OpenstackCloud` some of them name); returns the projects to
+/// reconcile. A cloud that cannot be read sends its projects to a full pass, which reports
+/// why on each of them; the other clouds are checked as usual.
 pub async fn check(
     ctx: &Context,
     store: &Store<OpenstackProject>,
 ) -> Result<Vec<ObjectRef<OpenstackProject>>, openstack::Error> {
-    let converged: Vec<Arc<OpenstackProject>> = store
-        .state()
-        .into_iter()
-        .filter(|p| is_resync(p.as_ref()))
-        .collect();
-    if converged.is_empty() {
-        return Ok(Vec::new());
+    let mut by_cloud: BTreeMap<Option<String>, Vec<Arc<OpenstackProject>>> = BTreeMap::new();
+    for p in store.state() {
+        if is_resync(p.as_ref()) {
+            let cloud = p.spec.cloud_ref.as_ref().map(|c| c.name.clone());
+            by_cloud.entry(cloud).or_default().push(p);
+        }
     }
-    let inv = snapshot(&ctx.cloud, &ctx.config.cluster_id, &converged).await?;
     let mut out = Vec::new();
-    for p in &converged {
+    let mut failed = None;
+    for (cloud, converged) in by_cloud {
+        let cctx = match &cloud {
+            None => ctx.clone(),
+            Some(name) => match ctx.clouds.connect_by_name(&ctx.client, name).await {
+                Ok(c) => ctx.in_cloud(Some(c)),
+                Err(e) => {
+                    warn!(cloud = %name, error = %e, "drift check: cloud unavailable; its projects get a full pass");
+                    out.extend(converged.iter().map(|p| ObjectRef::from_obj(p.as_ref())));
+                    continue;
+                }
+            },
+        };
+        match check_cloud(&cctx, &converged).await {
+            Ok(refs) => out.extend(refs),
+            Err(e) => {
+                warn!(cloud = cloud.as_deref().unwrap_or("(default)"), error = %e, "drift check of a cloud failed");
+                failed = Some(e);
+            }
+        }
+    }
+    match failed {
+        Some(e) if out.is_empty() => Err(e),
+        _ => Ok(out),
+    }
+}
+
+/// The drift check of the converged projects of one cloud.
+async fn check_cloud(
+    ctx: &Context,
+    converged: &[Arc<OpenstackProject>],
+) -> Result<Vec<ObjectRef<OpenstackProject>>, openstack::Error> {
+    let inv = snapshot(&ctx.cloud, &ctx.config.cluster_id, converged).await?;
+    let mut out = Vec::new();
+    for p in converged {
         let reasons = drift(p, &inv, &owner_of(p.as_ref(), ctx), &ctx.config);
         if !reasons.is_empty() {
             info!(
                 namespace = %p.namespace().unwrap_or_default(),
                 object = %p.name_any(),
+                cloud = ctx.cloud_name.as_deref().unwrap_or("(default)"),
                 reasons = %reasons.join("; "),
                 "drift found; reconciling"
             );
@@ -544,6 +579,7 @@ pub async fn check(
         }
     }
     info!(
+        cloud = ctx.cloud_name.as_deref().unwrap_or("(default)"),
         checked = converged.len(),
         drifted = out.len(),
         "drift check done"

@@ -1377,6 +1377,7 @@ mod tests {
 
     fn spec() -> OpenstackProjectSpec {
         OpenstackProjectSpec {
+            cloud_ref: None,
             name: "My_Project.example".into(),
             description: "d".into(),
             domain: "sso".into(),

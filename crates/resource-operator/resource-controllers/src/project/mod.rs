@@ -359,7 +359,8 @@ fn urgency(e: &ReconcileError) -> u8 {
         ReconcileError::NotOwned(_) => 3,
         ReconcileError::PolicyViolation(_) => 4,
         ReconcileError::InvalidSpec(_) => 5,
-        ReconcileError::Kube(_) => 6,
+        ReconcileError::CloudBlocked(_) => 6,
+        ReconcileError::Kube(_) => 7,
     }
 }
 
@@ -394,7 +395,7 @@ pub fn combine(mut failures: Vec<(&'static str, ReconcileError)>) -> Option<Reco
             });
             ReconcileError::InvalidSpec(v)
         }
-        e @ ReconcileError::Kube(_) => e,
+        e @ (ReconcileError::Kube(_) | ReconcileError::CloudBlocked(_)) => e,
     })
 }
 
@@ -440,7 +441,7 @@ impl AreaOutcome {
                 }));
                 ReconcileError::InvalidSpec(v)
             }
-            e @ ReconcileError::Kube(_) => e,
+            e @ (ReconcileError::Kube(_) | ReconcileError::CloudBlocked(_)) => e,
         })
     }
 }
@@ -1032,6 +1033,9 @@ impl Managed for OpenstackProject {
 
     fn status(&self) -> Option<&Self::Status> {
         self.status.as_ref()
+    }
+    fn cloud_ref(&self) -> Option<&str> {
+        self.spec.cloud_ref.as_ref().map(|c| c.name.as_str())
     }
 
     fn api(client: kube::Client, obj: &Self) -> Api<Self> {

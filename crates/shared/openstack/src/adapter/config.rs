@@ -37,6 +37,17 @@ pub enum CloudSelector {
         /// Region (none: the catalog's only one).
         region: Option<String>,
     },
+    /// A `clouds.yaml` document held in memory (an `OpenstackCloud`'s Secret), no file.
+    Yaml {
+        /// The document.
+        yaml: secrecy::SecretString,
+        /// Entry under `clouds:`.
+        cloud: String,
+        /// Region overriding the entry's `region_name`.
+        region: Option<String>,
+        /// Where the document came from, for error messages (e.g. `Secret ns/name`).
+        origin: String,
+    },
 }
 
 impl CloudSelector {
@@ -146,6 +157,12 @@ pub(crate) fn load_cloud_config(sel: &CloudSelector) -> Result<(CloudConfig, Str
             };
             return Ok((cfg, format!("application credential {id}")));
         }
+        CloudSelector::Yaml {
+            yaml,
+            cloud,
+            region,
+            origin,
+        } => return yaml_cloud_config(yaml, cloud, region.as_deref(), origin),
         CloudSelector::File { path, cloud } => (
             ConfigFile::builder()
                 .add_source(path)
@@ -197,6 +214,50 @@ pub(crate) fn load_cloud_config(sel: &CloudSelector) -> Result<(CloudConfig, Str
             ))
         })?;
     Ok((cfg, cloud))
+}
+
+/// The entry `cloud` of an in-memory `clouds.yaml`, with `region` (if any) overriding its own.
+/// Errors never quote the document: it holds the credentials.
+fn yaml_cloud_config(
+    yaml: &secrecy::SecretString,
+    cloud: &str,
+    region: Option<&str>,
+    origin: &str,
+) -> Result<(CloudConfig, String)> {
+    use secrecy::ExposeSecret;
+    // The parser's message may quote the offending line, which may be a password: not kept.
+    let file: ConfigFile = serde_saphyr::from_str(yaml.expose_secret()).map_err(|_| {
+        Error::config(format!(
+            "{origin} does not hold a valid clouds.yaml (a mapping with `clouds:`)"
+        ))
+    })?;
+    let clouds = file.clouds.unwrap_or_default();
+    let mut cfg = clouds.get(cloud).cloned().ok_or_else(|| {
+        let mut known: Vec<&str> = clouds.keys().map(String::as_str).collect();
+        known.sort_unstable();
+        Error::config(format!(
+            "cloud {cloud:?} not found in {origin} (known: {})",
+            known.join(", ")
+        ))
+    })?;
+    if let Some(r) = region {
+        cfg.region_name = Some(r.to_string());
+    }
+    if cfg.auth_type.is_none() {
+        let app_cred = cfg.auth.as_ref().is_some_and(|a| {
+            a.application_credential_id.is_some() || a.application_credential_name.is_some()
+        });
+        cfg.auth_type = Some(
+            if app_cred {
+                "v3applicationcredential"
+            } else {
+                "password"
+            }
+            .into(),
+        );
+    }
+    cfg.name.get_or_insert_with(|| cloud.to_string());
+    Ok((cfg, cloud.to_string()))
 }
 
 /// A cloud configuration from the `OS_*` variables. `OS_DOMAIN_ID` /
@@ -277,5 +338,41 @@ mod tests {
         assert!(matches!(e, Error::Config { .. }));
         assert!(e.to_string().contains("known: a"), "{e}");
         let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn in_memory_clouds_yaml_with_region_override_and_no_secret_in_errors() {
+        let yaml: secrecy::SecretString = "clouds:\n  east:\n    region_name: r1\n    auth:\n      auth_url: http://127.0.0.1:1/v3\n      application_credential_id: abc\n      application_credential_secret: s3cret\n".into();
+        let sel = |cloud: &str, region: Option<&str>| CloudSelector::Yaml {
+            yaml: yaml.clone(),
+            cloud: cloud.into(),
+            region: region.map(String::from),
+            origin: "Secret ns/creds".into(),
+        };
+        let (cfg, name) = load_cloud_config(&sel("east", None)).unwrap();
+        assert_eq!(name, "east");
+        assert_eq!(cfg.region_name.as_deref(), Some("r1"));
+        assert_eq!(cfg.auth_type.as_deref(), Some("v3applicationcredential"));
+        let (cfg, _) = load_cloud_config(&sel("east", Some("r2"))).unwrap();
+        assert_eq!(cfg.region_name.as_deref(), Some("r2"));
+        let e = load_cloud_config(&sel("west", None))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("\"west\" not found in Secret ns/creds (known: east)"),
+            "{e}"
+        );
+        let broken = CloudSelector::Yaml {
+            yaml: "clouds: [password: s3cret".into(),
+            cloud: "east".into(),
+            region: None,
+            origin: "Secret ns/creds".into(),
+        };
+        let e = load_cloud_config(&broken).unwrap_err().to_string();
+        assert!(
+            e.contains("Secret ns/creds does not hold a valid clouds.yaml"),
+            "{e}"
+        );
+        assert!(!e.contains("s3cret"), "{e}");
     }
 }

@@ -5,6 +5,12 @@
 //! working. `calls_total.status` is `success`/`error` per logical call (after
 //! retries), as in the seed; the HTTP status of every attempt is in the extra
 //! `openstack_operator_openstack_api_responses_total{code}` counter.
+//!
+//! A client made for one of several clouds ([`Metrics::with_cloud`]) also counts into
+//! `openstack_operator_cloud_api_calls_total{cloud,service,operation,status}`,
+//! `openstack_operator_cloud_api_responses_total{cloud,service,operation,code}` and
+//! `openstack_operator_cloud_rate_limit_wait_seconds{cloud}`: new families, so the seed's
+//! series (and every dashboard or parser reading them) keep their labels.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -21,6 +27,39 @@ pub struct CallLabels {
     pub operation: String,
     /// `success` or `error`.
     pub status: String,
+}
+
+/// Labels `cloud`, `service`, `operation`, `status`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CloudCallLabels {
+    /// The cloud's name (an `OpenstackCloud`, or `(default)` for the operator's own).
+    pub cloud: String,
+    /// Service label.
+    pub service: String,
+    /// Operation label.
+    pub operation: String,
+    /// `success` or `error`.
+    pub status: String,
+}
+
+/// Labels `cloud`, `service`, `operation`, `code`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CloudResponseLabels {
+    /// The cloud's name.
+    pub cloud: String,
+    /// Service label.
+    pub service: String,
+    /// Operation label.
+    pub operation: String,
+    /// HTTP status code, `transport` or `timeout`.
+    pub code: String,
+}
+
+/// Label `cloud`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CloudLabel {
+    /// The cloud's name.
+    pub cloud: String,
 }
 
 /// Labels `service`, `operation`.
@@ -58,6 +97,15 @@ pub struct Metrics {
     duration: HistogramFamily<OpLabels>,
     retries: Family<OpLabels, Counter>,
     rate_limit_wait: Histogram,
+    cloud_calls: Family<CloudCallLabels, Counter>,
+    cloud_responses: Family<CloudResponseLabels, Counter>,
+    cloud_rate_limit_wait: HistogramFamily<CloudLabel>,
+    /// The cloud this client's calls are counted for (None: no per-cloud series).
+    cloud: Option<std::sync::Arc<str>>,
+}
+
+fn rate_limit_histogram() -> Histogram {
+    Histogram::new([0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5])
 }
 
 impl Default for Metrics {
@@ -74,9 +122,20 @@ impl Metrics {
             responses: Family::default(),
             duration: Family::new_with_constructor(api_duration_histogram),
             retries: Family::default(),
-            rate_limit_wait: Histogram::new([
-                0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
-            ]),
+            rate_limit_wait: rate_limit_histogram(),
+            cloud_calls: Family::default(),
+            cloud_responses: Family::default(),
+            cloud_rate_limit_wait: Family::new_with_constructor(rate_limit_histogram),
+            cloud: None,
+        }
+    }
+
+    /// The same metrics (shared counters), also counted under `cloud` in the per-cloud
+    /// families: one client per cloud of a multi-cloud operator.
+    pub fn with_cloud(&self, cloud: &str) -> Self {
+        Self {
+            cloud: Some(cloud.into()),
+            ..self.clone()
         }
     }
 
@@ -108,6 +167,21 @@ impl Metrics {
             "Time spent waiting for the client-side rate limiter",
             self.rate_limit_wait.clone(),
         );
+        registry.register(
+            "openstack_operator_cloud_api_calls",
+            "OpenStack API calls by cloud, service, operation and final status",
+            self.cloud_calls.clone(),
+        );
+        registry.register(
+            "openstack_operator_cloud_api_responses",
+            "OpenStack HTTP responses (every attempt) by cloud and status code",
+            self.cloud_responses.clone(),
+        );
+        registry.register(
+            "openstack_operator_cloud_rate_limit_wait_seconds",
+            "Time spent waiting for a cloud's client-side rate limiter",
+            self.cloud_rate_limit_wait.clone(),
+        );
     }
 
     pub(crate) fn observe_call(&self, service: &str, operation: &str, ok: bool) {
@@ -118,6 +192,16 @@ impl Metrics {
                 status: if ok { "success" } else { "error" }.into(),
             })
             .inc();
+        if let Some(cloud) = &self.cloud {
+            self.cloud_calls
+                .get_or_create(&CloudCallLabels {
+                    cloud: cloud.to_string(),
+                    service: service.into(),
+                    operation: operation.into(),
+                    status: if ok { "success" } else { "error" }.into(),
+                })
+                .inc();
+        }
     }
 
     pub(crate) fn observe_attempt(&self, service: &str, operation: &str, code: &str, secs: f64) {
@@ -128,6 +212,16 @@ impl Metrics {
                 code: code.into(),
             })
             .inc();
+        if let Some(cloud) = &self.cloud {
+            self.cloud_responses
+                .get_or_create(&CloudResponseLabels {
+                    cloud: cloud.to_string(),
+                    service: service.into(),
+                    operation: operation.into(),
+                    code: code.into(),
+                })
+                .inc();
+        }
         self.duration
             .get_or_create(&OpLabels {
                 service: service.into(),
@@ -149,6 +243,13 @@ impl Metrics {
         // As in the seed: only waits above 1 ms are interesting.
         if secs > 0.001 {
             self.rate_limit_wait.observe(secs);
+            if let Some(cloud) = &self.cloud {
+                self.cloud_rate_limit_wait
+                    .get_or_create(&CloudLabel {
+                        cloud: cloud.to_string(),
+                    })
+                    .observe(secs);
+            }
         }
     }
 }
@@ -175,5 +276,29 @@ mod tests {
         assert!(out.contains("openstack_operator_openstack_api_retries_total{service=\"identity\",operation=\"get_project\"} 1"));
         assert!(out.contains("openstack_operator_rate_limit_wait_seconds_count 1"));
         assert!(out.contains("code=\"200\""));
+        // Without a cloud, no per-cloud series.
+        assert!(
+            !out.contains("openstack_operator_cloud_api_calls_total{"),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn a_cloud_client_counts_in_both_families_under_its_name() {
+        let m = Metrics::new();
+        let mut reg = Registry::default();
+        m.register(&mut reg);
+        let east = m.with_cloud("east");
+        let west = m.with_cloud("west");
+        east.observe_call("identity", "list_projects", true);
+        west.observe_call("identity", "list_projects", false);
+        east.observe_attempt("identity", "list_projects", "200", 0.01);
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &reg).unwrap();
+        assert!(out.contains("openstack_operator_cloud_api_calls_total{cloud=\"east\",service=\"identity\",operation=\"list_projects\",status=\"success\"} 1"), "{out}");
+        assert!(out.contains("openstack_operator_cloud_api_calls_total{cloud=\"west\",service=\"identity\",operation=\"list_projects\",status=\"error\"} 1"), "{out}");
+        assert!(out.contains("openstack_operator_cloud_api_responses_total{cloud=\"east\",service=\"identity\",operation=\"list_projects\",code=\"200\"} 1"), "{out}");
+        // The seed's family still counts every call, without the label.
+        assert!(out.contains("openstack_operator_openstack_api_calls_total{service=\"identity\",operation=\"list_projects\",status=\"success\"} 1"), "{out}");
     }
 }
