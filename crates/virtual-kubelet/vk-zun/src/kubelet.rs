@@ -62,13 +62,16 @@ impl ZunKubelet {
     ) -> Result<Result<(Session, Stderr), WrapperError>, KubeletError> {
         let nonce = exec_session::nonce();
         let argv = exec_session::wrapper_command(command, mode, &nonce);
+        let t0 = std::time::Instant::now();
         let s = self
             .zun
             .exec_interactive(uuid, &argv)
             .await
             .map_err(|e| refused("exec", container, e))?;
+        tracing::debug!(container, ?mode, elapsed = ?t0.elapsed(), "exec: Zun's interactive execute answered");
         let resize = self.exec_resizer(uuid, s.exec_id.clone());
         let (tx, mut output) = open(&s.url, container).await?;
+        tracing::debug!(container, elapsed = ?t0.elapsed(), "exec: zun-wsproxy connected");
         let mut preamble = Preamble::default();
         let first = loop {
             let next = tokio::time::timeout(WRAPPER_START, output.next())
@@ -88,6 +91,7 @@ impl ZunKubelet {
                 },
             }
         };
+        tracing::debug!(container, elapsed = ?t0.elapsed(), "exec: the wrapper is ready");
         let exit_code = ExitCode::default();
         let stderr = Stderr::default();
         let ended = (exit_code.clone(), stderr.clone());
@@ -532,25 +536,43 @@ enum OnClose {
     Close,
 }
 
+/// Raw stdin bytes sent to the wrapper in one batch at most.
+const STDIN_BATCH: usize = 1 << 20;
+
 /// The session's stdin: what the client sends, encoded for the wrapper, in
-/// order; its end as `on_close` says.
+/// order; its end as `on_close` says. What has queued up while the previous
+/// batch went out is sent as one: a command reading slower than the client
+/// writes gets fewer, larger batches (each batch costs the wrapper two
+/// processes), and typed input still goes out at once.
 fn input_task(mut tx: WsSink, enc: StdinEncoder, on_close: OnClose) -> SessionInput {
     let (in_tx, mut in_rx) = futures::channel::mpsc::channel::<Bytes>(8);
     tokio::spawn(async move {
-        while let Some(b) = in_rx.next().await {
+        let mut sent = 0usize;
+        while let Some(first) = in_rx.next().await {
+            let mut b = bytes::BytesMut::from(&first[..]);
+            while b.len() < STDIN_BATCH {
+                match in_rx.try_recv() {
+                    Ok(more) => b.extend_from_slice(&more),
+                    // Nothing queued, or the end (the next `next` sees it).
+                    Err(_) => break,
+                }
+            }
             let data = enc.encode(&b);
             if data.is_empty() {
                 continue;
             }
-            if tx.send(Message::Binary(data.into())).await.is_err() {
+            if let Err(e) = tx.send(Message::Binary(data.into())).await {
+                tracing::debug!(error = %e, sent, "exec stdin: zun-wsproxy refused it");
                 return;
             }
+            sent += b.len();
         }
         match on_close {
             OnClose::Eof => {
-                let _ = tx
+                let r = tx
                     .send(Message::Binary(Bytes::from_static(enc.eof())))
                     .await;
+                tracing::debug!(sent, ok = r.is_ok(), "exec stdin: ended, end-of-input sent");
             }
             OnClose::Close => {
                 let _ = tx.close().await;
@@ -585,6 +607,7 @@ fn exit_stream(
                     Some(Ok(chunk)) => {
                         let data = reader.feed(&chunk);
                         if let Some(c) = reader.code() {
+                            tracing::debug!(code = c, "exec: the command's exit marker read");
                             let _ = code.0.set(c);
                             let _ = code.1.set(reader.stderr().to_vec());
                             return Some((Ok(Bytes::from(data)), (all, reader, code, true)));
@@ -593,8 +616,12 @@ fn exit_stream(
                             return Some((Ok(Bytes::from(data)), (all, reader, code, false)));
                         }
                     }
-                    Some(Err(e)) => return Some((Err(e), (all, reader, code, true))),
+                    Some(Err(e)) => {
+                        tracing::debug!(error = %e.message, "exec: the session broke");
+                        return Some((Err(e), (all, reader, code, true)));
+                    }
                     None => {
+                        tracing::debug!("exec: the session ended without an exit marker");
                         let held = reader.finish();
                         return (!held.is_empty())
                             .then(|| (Ok(Bytes::from(held)), (all, reader, code, true)));
