@@ -159,6 +159,12 @@ impl StdinEncoder {
         }
     }
 
+    /// Whether each [`Self::encode`] is a batch the wrapper pays processes
+    /// for (so the client's small writes are better gathered into one).
+    pub fn batched(&self) -> bool {
+        self.mode == Mode::Pipe
+    }
+
     /// The end of stdin: Ctrl-D, at the start of a line after [`Self::encode`]'s
     /// lines.
     pub fn eof(&self) -> &'static [u8] {

@@ -538,22 +538,30 @@ enum OnClose {
 
 /// Raw stdin bytes sent to the wrapper in one batch at most.
 const STDIN_BATCH: usize = 1 << 20;
+/// How long the next piece of the client's stdin may take to come and still
+/// join the batch (batched encodings only): clients write in small pieces
+/// (kube-rs 1 KiB, kubectl 32 KiB) and each batch costs the wrapper two
+/// processes; typed input waits no longer than this.
+const STDIN_GATHER: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// The session's stdin: what the client sends, encoded for the wrapper, in
-/// order; its end as `on_close` says. What has queued up while the previous
-/// batch went out is sent as one: a command reading slower than the client
-/// writes gets fewer, larger batches (each batch costs the wrapper two
-/// processes), and typed input still goes out at once.
+/// order; its end as `on_close` says. For a batched encoding, what comes
+/// while a batch gathers ([`STDIN_GATHER`] between pieces, up to
+/// [`STDIN_BATCH`]) is sent as one batch.
 fn input_task(mut tx: WsSink, enc: StdinEncoder, on_close: OnClose) -> SessionInput {
     let (in_tx, mut in_rx) = futures::channel::mpsc::channel::<Bytes>(8);
     tokio::spawn(async move {
         let mut sent = 0usize;
-        while let Some(first) = in_rx.next().await {
+        let mut ended = false;
+        while !ended && let Some(first) = in_rx.next().await {
             let mut b = bytes::BytesMut::from(&first[..]);
-            while b.len() < STDIN_BATCH {
-                match in_rx.try_recv() {
-                    Ok(more) => b.extend_from_slice(&more),
-                    // Nothing queued, or the end (the next `next` sees it).
+            while enc.batched() && b.len() < STDIN_BATCH {
+                match tokio::time::timeout(STDIN_GATHER, in_rx.next()).await {
+                    Ok(Some(more)) => b.extend_from_slice(&more),
+                    Ok(None) => {
+                        ended = true;
+                        break;
+                    }
                     Err(_) => break,
                 }
             }
@@ -683,6 +691,51 @@ mod tests {
         );
         let later = session_error("Connection reset by peer", true);
         assert_eq!(later.message, "zun-wsproxy: Connection reset by peer");
+    }
+
+    #[tokio::test]
+    async fn piped_stdin_written_in_small_pieces_goes_in_few_batches() {
+        use base64::Engine as _;
+        // What zun-wsproxy would get.
+        let (ws_tx, ws_rx) = futures::channel::mpsc::unbounded::<Message>();
+        let sink: WsSink = Box::pin(ws_tx.sink_map_err(|_| tungstenite::Error::ConnectionClosed));
+        let mut input = input_task(sink, StdinEncoder::new(Mode::Pipe), OnClose::Eof);
+        // kube-rs writes stdin in 1 KiB messages.
+        let data: Vec<u8> = (0..1000 * 1024).map(|i| (i % 251) as u8).collect();
+        for piece in data.chunks(1024) {
+            input.send(Bytes::copy_from_slice(piece)).await.unwrap();
+        }
+        input.close().await.unwrap();
+        let sent: Vec<Vec<u8>> = ws_rx
+            .map(|m| m.into_data().to_vec())
+            .collect::<Vec<_>>()
+            .await;
+        assert_eq!(
+            sent.last().map(Vec::as_slice),
+            Some(&b"\x04"[..]),
+            "the end"
+        );
+        let batches = &sent[..sent.len() - 1];
+        // Each batch costs the wrapper two processes: one per piece made
+        // 1000 of them (before: as many batches as the channel was found
+        // empty). Pieces pushed back to back gather into one; a stall of
+        // the test process longer than the gathering window splits it.
+        assert!(batches.len() <= 10, "{} batches", batches.len());
+        let engine = base64::engine::general_purpose::STANDARD;
+        let mut got = Vec::new();
+        for b in batches {
+            let mut lines = b.split(|&c| c == b'\n').filter(|l| !l.is_empty());
+            let n: usize = std::str::from_utf8(lines.next().unwrap())
+                .unwrap()
+                .parse()
+                .unwrap();
+            let rest: Vec<&[u8]> = lines.collect();
+            assert_eq!(rest.len(), n, "the count says the batch's lines");
+            for l in rest {
+                got.extend(engine.decode(l).unwrap());
+            }
+        }
+        assert!(got == data, "byte for byte, in order");
     }
 
     #[test]
