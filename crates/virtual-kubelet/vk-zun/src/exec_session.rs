@@ -10,14 +10,22 @@
 //!
 //! - **without a TTY** (`kubectl exec -i`, `kubectl cp`, `sh < script`): the
 //!   wrapper turns echo and output processing off (`stty -echo -opost`:
-//!   output bytes pass unchanged), and the node sends stdin as base64 lines
-//!   ([`StdinEncoder`]: printable ASCII only, which canonical mode passes
-//!   unchanged) that a `read` loop decodes line by line into a pipe to the
-//!   command; end of stdin is a Ctrl-D after the last line, which ends the
-//!   loop and so closes the command's stdin. The command's stdout and stderr
-//!   go through a pipe (`| cat`), as on a kubelet without a TTY (`tar`
-//!   refuses to write an archive to a terminal). The image needs `sh`,
-//!   `stty`, `base64` and `cat` (busybox has them).
+//!   output bytes pass unchanged), and the node sends stdin in batches
+//!   ([`StdinEncoder`]): a line with the number of base64 lines that follow,
+//!   then those lines (printable ASCII only, which canonical mode passes
+//!   unchanged). A loop reads the count with `read` and hands the batch to
+//!   `head -n COUNT | base64 -d`, which writes into a pipe to the command;
+//!   end of stdin is a Ctrl-D after the last batch, which ends the loop and
+//!   so closes the command's stdin. `head` takes exactly the batch: a TTY in
+//!   canonical mode returns at most one line per `read(2)` (POSIX), so
+//!   nothing past it is consumed. Not a `read` per data line: the shell's
+//!   `read` takes one byte per system call and each line then cost two
+//!   processes, about 85 KB/s on an idle machine and under 30 KB/s under
+//!   load, too slow for a `kubectl cp` of a few MiB to finish before the
+//!   client's deadlines. The command's stdout and stderr go through a pipe
+//!   (`| cat`), as on a kubelet without a TTY (`tar` refuses to write an
+//!   archive to a terminal). The image needs `sh`, `stty`, `base64`, `head`
+//!   and `cat` (busybox has them).
 //! - **with a TTY** (`kubectl exec -it`): the command runs on the TTY as it
 //!   is; end of stdin is a Ctrl-D, as typed.
 //! - **without stdin** (`kubectl exec`, `kubectl cp` out): as without a TTY,
@@ -38,12 +46,13 @@ use base64::Engine as _;
 pub const READY: &[u8] = b"\x01vk-exec-ready\x02";
 /// Printed instead when `stty` fails (no `stty` in the image).
 pub const NO_STTY: &[u8] = b"\x01vk-exec-no-stty\x02";
-/// Printed instead when the image has no `base64`.
+/// Printed instead when the image has no `base64` or no `head`.
 pub const NO_BASE64: &[u8] = b"\x01vk-exec-no-base64\x02";
 /// End of stdin on a TTY in canonical mode (at the start of a line).
 pub const EOF: &[u8] = b"\x04";
 /// Raw bytes per base64 line: 4000 characters and the newline, below the
-/// 4095 a Linux TTY keeps of one line in canonical mode.
+/// 4095 a Linux TTY keeps of one line in canonical mode (a multiple of 3, so
+/// only a batch's last line has padding).
 pub const LINE_BYTES: usize = 3000;
 /// How much a wrapper may print before its marker.
 const MAX_PREAMBLE: usize = 64 * 1024;
@@ -92,9 +101,9 @@ pub fn wrapper_command(command: &[String], mode: Mode, nonce: &str) -> Vec<Strin
     let script = match mode {
         Mode::Pipe => format!(
             "stty -echo -opost 2>/dev/null || {{ printf '\\001vk-exec-no-stty\\002'; exit 0; }}; \
-             command -v base64 >/dev/null 2>&1 || {{ printf '\\001vk-exec-no-base64\\002'; exit 0; }}; \
+             {{ command -v base64 && command -v head; }} >/dev/null 2>&1 || {{ printf '\\001vk-exec-no-base64\\002'; exit 0; }}; \
              printf '\\001vk-exec-ready\\002'; \
-             while IFS= read -r l; do printf %s \"$l\" | base64 -d; done | \
+             while IFS= read -r n; do head -n \"$n\" | base64 -d; done | \
              {{ \"$@\"; {exit}; }} 2>&1 | cat"
         ),
         Mode::Tty => format!("printf '\\001vk-exec-ready\\002'; \"$@\"; {exit}"),
@@ -128,15 +137,19 @@ impl StdinEncoder {
     }
 
     /// The bytes to send for `chunk` of the client's stdin: for [`Mode::Pipe`]
-    /// whole base64 lines (each decoded on its own, so nothing waits for
-    /// more input), for [`Mode::Tty`] the bytes as they are.
+    /// one batch, its line count and its base64 lines (decoded as soon as
+    /// the batch is in, so nothing waits for more input), for [`Mode::Tty`]
+    /// the bytes as they are.
     pub fn encode(&self, chunk: &[u8]) -> Vec<u8> {
         match self.mode {
             Mode::Tty => chunk.to_vec(),
             Mode::NoStdin => Vec::new(),
+            Mode::Pipe if chunk.is_empty() => Vec::new(),
             Mode::Pipe => {
                 let engine = base64::engine::general_purpose::STANDARD;
-                let mut out = Vec::with_capacity(chunk.len() * 4 / 3 + 8);
+                let lines = chunk.len().div_ceil(LINE_BYTES);
+                let mut out = Vec::with_capacity(chunk.len() * 4 / 3 + lines + 16);
+                out.extend_from_slice(format!("{lines}\n").as_bytes());
                 for piece in chunk.chunks(LINE_BYTES) {
                     out.extend_from_slice(engine.encode(piece).as_bytes());
                     out.push(b'\n');
@@ -144,6 +157,12 @@ impl StdinEncoder {
                 out
             }
         }
+    }
+
+    /// Whether each [`Self::encode`] is a batch the wrapper pays processes
+    /// for (so the client's small writes are better gathered into one).
+    pub fn batched(&self) -> bool {
+        self.mode == Mode::Pipe
     }
 
     /// The end of stdin: Ctrl-D, at the start of a line after [`Self::encode`]'s
@@ -158,12 +177,12 @@ impl StdinEncoder {
 pub enum WrapperError {
     /// No `stty` in the image.
     #[error(
-        "exec with stdin on this node runs the command under `sh` with `stty`, `base64` and `cat` (busybox has them): the container's image has no working `stty`"
+        "exec with stdin on this node runs the command under `sh` with `stty`, `base64`, `head` and `cat` (busybox has them): the container's image has no working `stty`"
     )]
     NoStty,
-    /// No `base64` in the image.
+    /// No `base64` or no `head` in the image.
     #[error(
-        "exec with stdin on this node runs the command under `sh` with `stty`, `base64` and `cat` (busybox has them): the container's image has no `base64`"
+        "exec with stdin on this node runs the command under `sh` with `stty`, `base64`, `head` and `cat` (busybox has them): the container's image has no `base64` or no `head`"
     )]
     NoBase64,
     /// The wrapper printed something else before its marker, or ended.
@@ -499,13 +518,14 @@ mod tests {
     }
 
     #[test]
-    fn stdin_is_base64_lines_and_its_end_a_ctrl_d() {
+    fn stdin_is_batches_of_base64_lines_and_its_end_a_ctrl_d() {
         let e = StdinEncoder::new(Mode::Pipe);
-        assert_eq!(e.encode(b"abc\n"), b"YWJjCg==\n");
+        assert_eq!(e.encode(b"abc\n"), b"1\nYWJjCg==\n");
         assert_eq!(e.encode(b""), b"");
         let big = vec![0xffu8; LINE_BYTES * 2 + 1];
         let enc = e.encode(&big);
-        let lines: Vec<&[u8]> = enc.split(|&b| b == b'\n').collect();
+        let mut lines: Vec<&[u8]> = enc.split(|&b| b == b'\n').collect();
+        assert_eq!(lines.remove(0), b"3", "the batch's line count first");
         assert_eq!(lines.len(), 4, "three lines and the empty rest");
         assert!(lines.iter().all(|l| l.len() < 4095));
         assert!(
@@ -592,6 +612,191 @@ mod tests {
         let mut neg = ExitReader::new("n9");
         assert_eq!(neg.feed(b"\x01vk-exit-n9:-1\x02"), b"");
         assert_eq!(neg.code(), Some(-1));
+    }
+
+    /// Runs `argv` on a new pseudo-terminal (as Docker's exec with a TTY
+    /// does): waits for the ready marker, then writes each of `batches`
+    /// ([`StdinEncoder`]'s output) and, when `expect` is given for it, reads
+    /// until the output so far contains it before the next batch; then the
+    /// end of stdin. Gives the command's output and exit code.
+    fn on_a_pty(
+        argv: &[String],
+        env: &[(&str, &str)],
+        nonce: &str,
+        batches: &[(Vec<u8>, Option<&[u8]>)],
+    ) -> (Vec<u8>, Option<i32>) {
+        use std::io::{Read as _, Write as _};
+        use std::os::fd::FromRawFd as _;
+        let (mut master, mut slave) = (0, 0);
+        // SAFETY: openpty writes two new descriptors into the given ints.
+        let rc = unsafe {
+            libc::openpty(
+                &mut master,
+                &mut slave,
+                std::ptr::null_mut(),
+                std::ptr::null(),
+                std::ptr::null(),
+            )
+        };
+        assert_eq!(rc, 0, "openpty");
+        // SAFETY: both descriptors are new and owned here alone.
+        let (master, slave) = unsafe {
+            (
+                std::fs::File::from_raw_fd(master),
+                std::os::fd::OwnedFd::from_raw_fd(slave),
+            )
+        };
+        let mut cmd = std::process::Command::new(&argv[0]);
+        cmd.args(&argv[1..])
+            .stdin(slave.try_clone().unwrap())
+            .stdout(slave.try_clone().unwrap())
+            .stderr(slave);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().unwrap();
+        // The parent's copies of the slave are closed (moved into `cmd`).
+        drop(cmd);
+        let (out_tx, out_rx) = std::sync::mpsc::channel::<Vec<u8>>();
+        let mut reader = master.try_clone().unwrap();
+        let pump = std::thread::spawn(move || {
+            let mut buf = [0u8; 65536];
+            // EIO once the last process holding the slave has gone.
+            while let Ok(n @ 1..) = reader.read(&mut buf) {
+                if out_tx.send(buf[..n].to_vec()).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut writer = master;
+        let mut pre = Preamble::default();
+        let mut seen = loop {
+            let chunk = out_rx
+                .recv_timeout(std::time::Duration::from_secs(60))
+                .expect("the ready marker");
+            if let Some(rest) = pre.feed(&chunk).unwrap() {
+                break rest;
+            }
+        };
+        for (batch, expect) in batches {
+            writer.write_all(batch).unwrap();
+            if let Some(want) = expect {
+                while !seen.windows(want.len()).any(|w| w == *want) {
+                    seen.extend(
+                        out_rx
+                            .recv_timeout(std::time::Duration::from_secs(60))
+                            .expect("the answer to the batch before stdin ends"),
+                    );
+                }
+            }
+        }
+        writer
+            .write_all(StdinEncoder::new(Mode::Pipe).eof())
+            .unwrap();
+        let mut r = ExitReader::new(nonce);
+        let mut got = r.feed(&seen);
+        while !r.done() {
+            match out_rx.recv_timeout(std::time::Duration::from_secs(60)) {
+                Ok(chunk) => got.extend(r.feed(&chunk)),
+                Err(_) => break,
+            }
+        }
+        got.extend(r.finish());
+        drop(writer);
+        child.wait().unwrap();
+        pump.join().unwrap();
+        (got, r.code())
+    }
+
+    /// 64 KiB with every byte value, TTY control bytes among them.
+    fn binary(len: usize) -> Vec<u8> {
+        let mut x: u32 = 0x9e37_79b9;
+        (0..len)
+            .map(|i| {
+                if i < 256 {
+                    return i as u8;
+                }
+                x ^= x << 13;
+                x ^= x >> 17;
+                x ^= x << 5;
+                (x >> 8) as u8
+            })
+            .collect()
+    }
+
+    #[test]
+    fn stdin_reaches_the_command_on_a_real_tty_byte_exact_one_decoder_per_batch() {
+        // The real `base64`, behind a shim that counts its runs.
+        let real = std::process::Command::new("sh")
+            .args(["-c", "command -v base64"])
+            .output()
+            .unwrap();
+        let real = String::from_utf8(real.stdout).unwrap().trim().to_string();
+        assert!(!real.is_empty(), "no base64 on this machine");
+        let dir = tempfile::tempdir().unwrap();
+        let count = dir.path().join("runs");
+        let shim = dir.path().join("base64");
+        std::fs::write(
+            &shim,
+            format!("#!/bin/sh\necho run >> \"$RUNS\"\nexec {real} \"$@\"\n"),
+        )
+        .unwrap();
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(&shim, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let path = format!(
+            "{}:{}",
+            dir.path().display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        let env = [("PATH", path.as_str()), ("RUNS", count.to_str().unwrap())];
+        let enc = StdinEncoder::new(Mode::Pipe);
+
+        // A line typed, answered while stdin stays open; then 64 KiB in two
+        // batches of many lines each, byte for byte; then the end of stdin.
+        let data = binary(64 * 1024);
+        let (a, b) = data.split_at(40 * 1024);
+        let argv = wrapper_command(
+            &[
+                "sh".into(),
+                "-c".into(),
+                "read x; echo got:$x; cat; exit 3".into(),
+            ],
+            Mode::Pipe,
+            "p1",
+        );
+        let (got, code) = on_a_pty(
+            &argv,
+            &env,
+            "p1",
+            &[
+                (enc.encode(b"ping\n"), Some(b"got:ping\n")),
+                (enc.encode(a), None),
+                (enc.encode(b), None),
+            ],
+        );
+        let mut want = b"got:ping\n".to_vec();
+        want.extend_from_slice(&data);
+        assert!(
+            got == want,
+            "{} bytes, want {} (first difference at {:?})",
+            got.len(),
+            want.len(),
+            got.iter().zip(&want).position(|(x, y)| x != y)
+        );
+        assert_eq!(code, Some(3));
+        let runs = std::fs::read_to_string(&count).unwrap().lines().count();
+        assert_eq!(
+            runs,
+            3,
+            "one decoder per batch (3 batches of {} base64 lines), not one per line",
+            1 + a.len().div_ceil(LINE_BYTES) + b.len().div_ceil(LINE_BYTES)
+        );
+
+        // The end of stdin with nothing sent: `wc -c` sees it at once.
+        let argv = wrapper_command(&["wc".into(), "-c".into()], Mode::Pipe, "p2");
+        let (got, code) = on_a_pty(&argv, &env, "p2", &[]);
+        assert_eq!(String::from_utf8_lossy(&got).trim(), "0");
+        assert_eq!(code, Some(0));
     }
 
     #[test]

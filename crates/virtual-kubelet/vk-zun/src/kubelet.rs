@@ -62,13 +62,16 @@ impl ZunKubelet {
     ) -> Result<Result<(Session, Stderr), WrapperError>, KubeletError> {
         let nonce = exec_session::nonce();
         let argv = exec_session::wrapper_command(command, mode, &nonce);
+        let t0 = std::time::Instant::now();
         let s = self
             .zun
             .exec_interactive(uuid, &argv)
             .await
             .map_err(|e| refused("exec", container, e))?;
+        tracing::debug!(container, ?mode, elapsed = ?t0.elapsed(), "exec: Zun's interactive execute answered");
         let resize = self.exec_resizer(uuid, s.exec_id.clone());
         let (tx, mut output) = open(&s.url, container).await?;
+        tracing::debug!(container, elapsed = ?t0.elapsed(), "exec: zun-wsproxy connected");
         let mut preamble = Preamble::default();
         let first = loop {
             let next = tokio::time::timeout(WRAPPER_START, output.next())
@@ -88,6 +91,7 @@ impl ZunKubelet {
                 },
             }
         };
+        tracing::debug!(container, elapsed = ?t0.elapsed(), "exec: the wrapper is ready");
         let exit_code = ExitCode::default();
         let stderr = Stderr::default();
         let ended = (exit_code.clone(), stderr.clone());
@@ -532,25 +536,51 @@ enum OnClose {
     Close,
 }
 
+/// Raw stdin bytes sent to the wrapper in one batch at most.
+const STDIN_BATCH: usize = 1 << 20;
+/// How long the next piece of the client's stdin may take to come and still
+/// join the batch (batched encodings only): clients write in small pieces
+/// (kube-rs 1 KiB, kubectl 32 KiB) and each batch costs the wrapper two
+/// processes; typed input waits no longer than this.
+const STDIN_GATHER: std::time::Duration = std::time::Duration::from_millis(20);
+
 /// The session's stdin: what the client sends, encoded for the wrapper, in
-/// order; its end as `on_close` says.
+/// order; its end as `on_close` says. For a batched encoding, what comes
+/// while a batch gathers ([`STDIN_GATHER`] between pieces, up to
+/// [`STDIN_BATCH`]) is sent as one batch.
 fn input_task(mut tx: WsSink, enc: StdinEncoder, on_close: OnClose) -> SessionInput {
     let (in_tx, mut in_rx) = futures::channel::mpsc::channel::<Bytes>(8);
     tokio::spawn(async move {
-        while let Some(b) = in_rx.next().await {
+        let mut sent = 0usize;
+        let mut ended = false;
+        while !ended && let Some(first) = in_rx.next().await {
+            let mut b = bytes::BytesMut::from(&first[..]);
+            while enc.batched() && b.len() < STDIN_BATCH {
+                match tokio::time::timeout(STDIN_GATHER, in_rx.next()).await {
+                    Ok(Some(more)) => b.extend_from_slice(&more),
+                    Ok(None) => {
+                        ended = true;
+                        break;
+                    }
+                    Err(_) => break,
+                }
+            }
             let data = enc.encode(&b);
             if data.is_empty() {
                 continue;
             }
-            if tx.send(Message::Binary(data.into())).await.is_err() {
+            if let Err(e) = tx.send(Message::Binary(data.into())).await {
+                tracing::debug!(error = %e, sent, "exec stdin: zun-wsproxy refused it");
                 return;
             }
+            sent += b.len();
         }
         match on_close {
             OnClose::Eof => {
-                let _ = tx
+                let r = tx
                     .send(Message::Binary(Bytes::from_static(enc.eof())))
                     .await;
+                tracing::debug!(sent, ok = r.is_ok(), "exec stdin: ended, end-of-input sent");
             }
             OnClose::Close => {
                 let _ = tx.close().await;
@@ -585,6 +615,7 @@ fn exit_stream(
                     Some(Ok(chunk)) => {
                         let data = reader.feed(&chunk);
                         if let Some(c) = reader.code() {
+                            tracing::debug!(code = c, "exec: the command's exit marker read");
                             let _ = code.0.set(c);
                             let _ = code.1.set(reader.stderr().to_vec());
                             return Some((Ok(Bytes::from(data)), (all, reader, code, true)));
@@ -593,8 +624,12 @@ fn exit_stream(
                             return Some((Ok(Bytes::from(data)), (all, reader, code, false)));
                         }
                     }
-                    Some(Err(e)) => return Some((Err(e), (all, reader, code, true))),
+                    Some(Err(e)) => {
+                        tracing::debug!(error = %e.message, "exec: the session broke");
+                        return Some((Err(e), (all, reader, code, true)));
+                    }
                     None => {
+                        tracing::debug!("exec: the session ended without an exit marker");
                         let held = reader.finish();
                         return (!held.is_empty())
                             .then(|| (Ok(Bytes::from(held)), (all, reader, code, true)));
@@ -656,6 +691,51 @@ mod tests {
         );
         let later = session_error("Connection reset by peer", true);
         assert_eq!(later.message, "zun-wsproxy: Connection reset by peer");
+    }
+
+    #[tokio::test]
+    async fn piped_stdin_written_in_small_pieces_goes_in_few_batches() {
+        use base64::Engine as _;
+        // What zun-wsproxy would get.
+        let (ws_tx, ws_rx) = futures::channel::mpsc::unbounded::<Message>();
+        let sink: WsSink = Box::pin(ws_tx.sink_map_err(|_| tungstenite::Error::ConnectionClosed));
+        let mut input = input_task(sink, StdinEncoder::new(Mode::Pipe), OnClose::Eof);
+        // kube-rs writes stdin in 1 KiB messages.
+        let data: Vec<u8> = (0..1000 * 1024).map(|i| (i % 251) as u8).collect();
+        for piece in data.chunks(1024) {
+            input.send(Bytes::copy_from_slice(piece)).await.unwrap();
+        }
+        input.close().await.unwrap();
+        let sent: Vec<Vec<u8>> = ws_rx
+            .map(|m| m.into_data().to_vec())
+            .collect::<Vec<_>>()
+            .await;
+        assert_eq!(
+            sent.last().map(Vec::as_slice),
+            Some(&b"\x04"[..]),
+            "the end"
+        );
+        let batches = &sent[..sent.len() - 1];
+        // Each batch costs the wrapper two processes: one per piece made
+        // 1000 of them (before: as many batches as the channel was found
+        // empty). Pieces pushed back to back gather into one; a stall of
+        // the test process longer than the gathering window splits it.
+        assert!(batches.len() <= 10, "{} batches", batches.len());
+        let engine = base64::engine::general_purpose::STANDARD;
+        let mut got = Vec::new();
+        for b in batches {
+            let mut lines = b.split(|&c| c == b'\n').filter(|l| !l.is_empty());
+            let n: usize = std::str::from_utf8(lines.next().unwrap())
+                .unwrap()
+                .parse()
+                .unwrap();
+            let rest: Vec<&[u8]> = lines.collect();
+            assert_eq!(rest.len(), n, "the count says the batch's lines");
+            for l in rest {
+                got.extend(engine.decode(l).unwrap());
+            }
+        }
+        assert!(got == data, "byte for byte, in order");
     }
 
     #[test]
