@@ -41,7 +41,7 @@ fn our_crds() -> Vec<(String, Value)> {
         .map(|p| (p.display().to_string(), load(&p)))
         .collect();
     out.sort_by(|a, b| a.0.cmp(&b.0));
-    assert_eq!(out.len(), 5, "expected the five CRDs of deploy/crds");
+    assert_eq!(out.len(), 6, "expected the six CRDs of deploy/crds");
     out
 }
 
