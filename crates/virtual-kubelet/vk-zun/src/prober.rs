@@ -434,24 +434,23 @@ fn finished(s: &Arc<Shared>, uid: &str, name: &str, zun_id: &str, kind: Kind, ou
         _ => None,
     };
     let mut events = Vec::new();
-    match &out {
+    let unhealthy = match &out {
         Outcome::Failure(m) => {
             debug!(pod_uid = %uid, container = %name, probe = kind.title(), error = %m, "probe failed");
-            events.push(PodEvent {
-                type_: EventType::Warning,
-                reason: "Unhealthy".into(),
-                message: format!("{} probe failed: {m}", kind.title()),
-            });
+            Some(format!("{} probe failed: {m}", kind.title()))
         }
         Outcome::Errored(m) => {
             warn!(pod_uid = %uid, container = %name, probe = kind.title(), error = %m, "probe errored; its result is not counted");
-            events.push(PodEvent {
-                type_: EventType::Warning,
-                reason: "Unhealthy".into(),
-                message: format!("{} probe errored: {m}", kind.title()),
-            });
+            Some(format!("{} probe errored: {m}", kind.title()))
         }
-        Outcome::Success => {}
+        Outcome::Success => None,
+    };
+    if let Some(message) = unhealthy {
+        events.push(PodEvent {
+            type_: EventType::Warning,
+            reason: "Unhealthy".into(),
+            message,
+        });
     }
     match verdict {
         Verdict::Ready(r) => {
