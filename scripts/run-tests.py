@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -166,9 +167,30 @@ class Runner:
 
     def run_once(self, cmd, manifest_dir, package, log_path):
         start = time.monotonic()
+        timed_out = False
         with open(log_path, "w") as log:
-            rc = subprocess.call(cmd, cwd=manifest_dir, env=cargo_env(manifest_dir, package),
-                                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            # Its own session: when it ends, whatever it started and left behind (a uwsgi worker
+            # whose master it killed, holding a database lock the next binary waits on forever)
+            # ends with it; and a binary that hangs is stopped instead of holding CI to its limit.
+            proc = subprocess.Popen(cmd, cwd=manifest_dir, env=cargo_env(manifest_dir, package),
+                                    stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=True)
+            try:
+                rc = proc.wait(timeout=self.args.timeout)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                kill_group(proc.pid, signal.SIGTERM)
+                try:
+                    rc = proc.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    kill_group(proc.pid, signal.SIGKILL)
+                    rc = proc.wait()
+            kill_group(proc.pid, signal.SIGTERM)
+            time.sleep(0.5)
+            kill_group(proc.pid, signal.SIGKILL)
+            if timed_out:
+                log.write(f"\nrun-tests: TIMED OUT: still running after {self.args.timeout} s "
+                          f"(--timeout); stopped\n")
         took = time.monotonic() - start
         passed = failed = ignored = 0
         with open(log_path, errors="replace") as log:
@@ -179,8 +201,10 @@ class Runner:
                 passed += int(m.group(2))
                 failed += int(m.group(3))
                 ignored += int(m.group(4))
-        if rc != 0 and failed == 0:
-            failed = 1  # the binary itself failed (crashed, or a harness error)
+        if (rc != 0 or timed_out) and failed == 0:
+            failed = 1  # the binary itself failed (crashed, hung, or a harness error)
+        if timed_out:
+            rc = rc or 1
         return rc == 0, took, passed, failed, ignored, text
 
     def run_binary(self, lane, package, target, kind, exe, manifest_dir, module_filter):
@@ -217,6 +241,14 @@ class Runner:
     def run_lane(self, lane, binaries):
         for b in binaries:
             self.run_binary(lane, *b)
+
+
+def kill_group(pgid, sig):
+    """Signals every process still in the session a test binary led (none left: nothing)."""
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def cpu_times():
@@ -268,6 +300,8 @@ def main():
     p.add_argument("--serial", action="store_true", help="one lane at a time (for measuring)")
     p.add_argument("--retries", type=int, default=int(os.environ.get("TEST_RETRIES", "1")),
                    help="runs again of an end-to-end binary that failed (0: none); reported as flaky")
+    p.add_argument("--timeout", type=int, default=int(os.environ.get("TEST_TIMEOUT", "900")),
+                   help="seconds a test binary may run before it is stopped and counted failed")
     p.add_argument("rest", nargs="*", help="arguments for every test binary (after --)")
     args = p.parse_args()
 

@@ -237,6 +237,7 @@ fn unknown_flags(file: &str, text: &str, cli: &[(String, BTreeSet<String>)]) -> 
 /// Flags the docs name in a code span of their own (`--flag`) that belong to other tools.
 const OTHER_TOOLS_FLAGS: &[&str] = &[
     "--test",                            // cargo
+    "--skip",                            // libtest (run-tests.py)
     "--set",                             // helm
     "--netns",                           // test-node (crates/test-tools/test-node/src/main.rs)
     "--sandbox-image",                   // test-node

@@ -526,22 +526,23 @@ async fn follow_body(c: &Case) -> anyhow::Result<()> {
         return Ok(());
     };
     const LINES: usize = 15;
+    // The ticker starts printing only once the stream is open (a file the test makes through
+    // exec): how long Zun takes to report the container running then cannot decide how many
+    // lines were printed before the follow began (under load, 13 of 15 once).
     c.create(
         "ticker",
         json!({"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox",
-            "command": ["sh", "-c", format!("i=1; while [ $i -le {LINES} ]; do echo line $i; i=$((i+1)); sleep 1; done")]}]}),
+            "command": ["sh", "-c", format!("while [ ! -e /tmp/go ]; do sleep 0.2; done; i=1; while [ $i -le {LINES} ]; do echo line $i; i=$((i+1)); sleep 1; done")]}]}),
     )
     .await?;
     c.wait_pod("ticker", "the pod to run", &vk, |s| phase(s) == "Running")
         .await?;
     let admin = kubelet_client(&vk, &pki, As::ApiServer)?;
-    // Lines already printed when the stream opens (give or take the two that may come
-    // between this read and the follow request).
     let before = logs(&admin, c, "ticker", "c", &LogParams::default())
         .await?
         .lines()
-        .count()
-        + 2;
+        .count();
+    assert_eq!(before, 0, "the ticker printed before it was told to");
     let follow = LogParams {
         follow: true,
         ..Default::default()
@@ -550,6 +551,20 @@ async fn follow_body(c: &Case) -> anyhow::Result<()> {
         .kubelet_node_logs(&at(c, "ticker"), "c", &follow)
         .await
         .with_context(|| vk.log_tail())?;
+    let mut go = admin
+        .kubelet_node_exec(
+            &at(c, "ticker"),
+            "c",
+            ["touch", "/tmp/go"],
+            &AttachParams::default().stderr(false),
+        )
+        .await
+        .with_context(|| vk.log_tail())?;
+    let status = tokio::time::timeout(STREAM, go.take_status().context("status")?)
+        .await
+        .context("the go signal's exec to end")?
+        .context("a status")?;
+    assert_eq!(status.status.as_deref(), Some("Success"), "{status:?}");
     let mut lines = stream.lines();
     let mut got: Vec<String> = Vec::new();
     // Lines printed after the stream opened that arrived while the container still ran.

@@ -51,27 +51,62 @@ pub fn free_port() -> u16 {
     }
 }
 
-/// Kills a child process (and waits for it) when dropped.
+/// Kills a child process and what it started (and waits for it) when dropped.
 pub struct Proc(pub Child, pub &'static str);
+
+/// The pids of `pid`'s descendants, children before grandchildren (Linux's
+/// `/proc/PID/task/TID/children`; none where there is no such file).
+fn descendants(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    let mut todo = vec![pid];
+    while let Some(p) = todo.pop() {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{p}/task")) else {
+            continue;
+        };
+        for task in tasks.flatten() {
+            let children =
+                std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+            for child in children.split_whitespace().filter_map(|c| c.parse().ok()) {
+                out.push(child);
+                todo.push(child);
+            }
+        }
+    }
+    out
+}
+
+fn signal(pid: u32, sig: libc::c_int) {
+    if let Ok(pid) = i32::try_from(pid) {
+        // SAFETY: kill(2) has no memory effects; a pid that is gone yields ESRCH.
+        unsafe {
+            libc::kill(pid, sig);
+        }
+    }
+}
 
 impl Drop for Proc {
     fn drop(&mut self) {
-        if let Ok(pid) = i32::try_from(self.0.id()) {
-            // SAFETY: signalling a child we started; its pid is still ours until we wait.
-            unsafe {
-                libc::kill(pid, libc::SIGTERM);
-            }
-        }
+        // A uwsgi master killed before its workers leaves them running, holding database
+        // connections and metadata locks a later DROP DATABASE waits on: the whole tree goes.
+        let kids = descendants(self.0.id());
+        signal(self.0.id(), libc::SIGTERM);
         let deadline = Instant::now() + Duration::from_secs(10);
+        let mut stopped = false;
         while Instant::now() < deadline {
             if let Ok(Some(_)) = self.0.try_wait() {
-                return;
+                stopped = true;
+                break;
             }
             std::thread::sleep(Duration::from_millis(100));
         }
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-        eprintln!("{} did not stop on SIGTERM; killed", self.1);
+        if !stopped {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+            eprintln!("{} did not stop on SIGTERM; killed", self.1);
+        }
+        for kid in kids {
+            signal(kid, libc::SIGKILL);
+        }
     }
 }
 
