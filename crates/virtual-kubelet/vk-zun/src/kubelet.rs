@@ -116,10 +116,24 @@ impl ZunKubelet {
         })
     }
 
-    /// The pod container's Zun container (the newest, if a re-create left two).
+    /// The pod container's Zun container: the one the pod's status names when it is still that
+    /// container's, else the newest with its labels (a re-create may leave two).
     async fn find(&self, pod: &Pod, container: &str) -> Result<ZunContainer, KubeletError> {
         let mut l = self.pod_labels(pod);
         l.insert(labels::CONTAINER.into(), container.into());
+        // One GET instead of a list of the node's containers: `kubectl cp` gives the exec that
+        // starts it 30 s, and under load every Zun call counts.
+        if let Some(id) = status_container_id(pod, container) {
+            match self.zun.get_container(&id).await {
+                Ok(c) if l.iter().all(|(k, v)| c.labels.get(k) == Some(v)) => return Ok(c),
+                Ok(_) | Err(openstack::Error::NotFound { .. }) => {}
+                Err(e) => {
+                    return Err(KubeletError::unavailable(format!(
+                        "reading Zun container {id}: {e}"
+                    )));
+                }
+            }
+        }
         let mut found = self
             .zun
             .list_containers(&l, None)
@@ -130,6 +144,21 @@ impl ZunKubelet {
             .pop()
             .ok_or_else(|| KubeletError::not_found(format!("container not found ({container:?})")))
     }
+}
+
+/// The Zun container id the pod's status gives `container` (`zun://ID`), init containers too.
+fn status_container_id(pod: &Pod, container: &str) -> Option<String> {
+    let s = pod.status.as_ref()?;
+    s.container_statuses
+        .iter()
+        .flatten()
+        .chain(s.init_container_statuses.iter().flatten())
+        .find(|c| c.name == container)?
+        .container_id
+        .as_deref()?
+        .strip_prefix(crate::status::ID_SCHEME)
+        .filter(|id| !id.is_empty())
+        .map(String::from)
 }
 
 /// A Zun refusal as the kubelet's user sees it.
@@ -736,6 +765,52 @@ mod tests {
             }
         }
         assert!(got == data, "byte for byte, in order");
+    }
+
+    #[tokio::test]
+    async fn the_status_container_id_spares_the_list_unless_it_names_another_container() {
+        use k8s_openapi::api::core::v1::{ContainerStatus, PodStatus};
+        use openstack::container::ZunContainerCreate;
+        use openstack::fake::FakeZun;
+        let zun = Arc::new(FakeZun::new());
+        let k = ZunKubelet::new(zun.clone(), "n1".into());
+        let create = |uid: &str, name: &str| {
+            let mut labels = labels::ours("n1");
+            labels.insert(labels::POD_UID.into(), uid.into());
+            labels.insert(labels::CONTAINER.into(), "c".into());
+            let zun = zun.clone();
+            let req = ZunContainerCreate {
+                name: name.into(),
+                image: "busybox".into(),
+                labels,
+                ..Default::default()
+            };
+            async move { zun.create_container(&req).await.unwrap().uuid }
+        };
+        let mine = create("u1", "p1-c").await;
+        let theirs = create("u2", "p2-c").await;
+        let pod = |id: &str| Pod {
+            metadata: kube::api::ObjectMeta {
+                uid: Some("u1".into()),
+                ..Default::default()
+            },
+            status: Some(PodStatus {
+                container_statuses: Some(vec![ContainerStatus {
+                    name: "c".into(),
+                    container_id: Some(format!("zun://{id}")),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert_eq!(k.find(&pod(&mine), "c").await.unwrap().uuid, mine);
+        assert_eq!(zun.calls("list_containers"), 0, "one GET, no list");
+        // A status naming another pod's container (stale, or written by someone else) is not
+        // trusted, nor one naming a container that is gone: the labels decide.
+        assert_eq!(k.find(&pod(&theirs), "c").await.unwrap().uuid, mine);
+        assert_eq!(k.find(&pod("gone"), "c").await.unwrap().uuid, mine);
+        assert_eq!(zun.calls("list_containers"), 2);
     }
 
     #[test]
