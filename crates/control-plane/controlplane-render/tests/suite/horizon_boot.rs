@@ -272,10 +272,16 @@ async fn rendered_horizon_logs_in_against_keystone_with_sessions_in_memcached() 
     assert!(page.contains("Sign Out"), "not logged in");
 
     // Sessions live only in memcached: flushing it logs the user out.
+    // Its answer is awaited: a request sent before memcached has flushed loads the session, and
+    // when the flush lands before Horizon saves it, Django answers 400 (SessionInterrupted), as
+    // this test saw under load.
     {
-        use std::io::Write;
+        use std::io::{Read, Write};
         let mut s = std::net::TcpStream::connect(("127.0.0.1", mc_port)).expect("memcached");
         s.write_all(b"flush_all\r\nquit\r\n").expect("flush");
+        let mut answer = String::new();
+        let _ = s.read_to_string(&mut answer);
+        assert_eq!(answer.trim(), "OK", "memcached's answer to flush_all");
     }
     let r = jar.get(&client, format!("{base}/identity/")).await;
     assert_eq!(
