@@ -7,7 +7,8 @@
 //! old credential after its switch and accepts the Secret's new one; a project in that cloud,
 //! made to reconcile every second the whole time, stays Ready and none of the cloud's
 //! OpenStack calls fails or meets a 401 (counted from the operator's per-cloud metrics); a
-//! restricted credential is refused with a condition naming `spec.rotation`.
+//! restricted credential is refused with a condition naming `spec.rotation`; a lead time not
+//! below the lifetime is refused at admission.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -258,6 +259,29 @@ async fn three_rotations_with_no_failed_request_and_every_old_credential_refused
             .to_string(),
         )
         .await?;
+
+        // A lead time not below the lifetime is refused at admission (CEL), naming the field.
+        let e = env
+            .apply(
+                &json!({
+                    "apiVersion": "sunet.se/v1alpha1",
+                    "kind": "OpenstackCloud",
+                    "metadata": {"name": env.unique("bad-rotation")},
+                    "spec": {
+                        "secretRef": {"name": secret, "namespace": env.namespace},
+                        "cloud": ENTRY,
+                        "rotation": {"lifetimeSeconds": 60, "leadTimeSeconds": 60},
+                    },
+                })
+                .to_string(),
+            )
+            .await
+            .err()
+            .context("an OpenstackCloud whose lead time equals its lifetime was admitted")?;
+        assert!(
+            format!("{e:#}").contains("spec.rotation.leadTimeSeconds must be less than"),
+            "{e:#}"
+        );
 
         // A project in the rotating cloud, kept busy for the whole test.
         let proj = env.unique("proj");

@@ -65,8 +65,8 @@ pub struct OpenstackCloudSpec {
 /// How an `OpenstackCloud`'s application credential is rotated.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
-#[x_kube(validation = Rule::new("self.leadTimeSeconds < self.lifetimeSeconds").message("rotation.leadTimeSeconds must be less than rotation.lifetimeSeconds"))]
-#[x_kube(validation = Rule::new("!has(self.drainSeconds) || self.drainSeconds < self.leadTimeSeconds").message("rotation.drainSeconds must be less than rotation.leadTimeSeconds"))]
+#[x_kube(validation = Rule::new("self.leadTimeSeconds < self.lifetimeSeconds").message("spec.rotation.leadTimeSeconds must be less than spec.rotation.lifetimeSeconds"))]
+#[x_kube(validation = Rule::new("!has(self.drainSeconds) || self.drainSeconds < self.leadTimeSeconds").message("spec.rotation.drainSeconds must be less than spec.rotation.leadTimeSeconds (default 30)"))]
 pub struct CredentialRotation {
     /// How long each new application credential lives (its Keystone `expires_at`).
     #[schemars(range(min = 30, max = 31_622_400))]
