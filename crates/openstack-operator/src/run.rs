@@ -488,9 +488,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     {
         // Credential rotation of the OpenstackClouds asking for it, on the leader only.
-        let (client, token) = (client.clone(), token.clone());
+        let (ctx, token) = (ctx.clone(), token.clone());
         let rotator = controllers::rotation::run::Rotator::new(rotation_options);
-        tokio::spawn(async move { rotator.run(client, token).await });
+        tokio::spawn(async move { rotator.run(ctx, token).await });
     }
     let domain_watch = kinds.contains(&Kind::Domain);
     for kind in kinds {

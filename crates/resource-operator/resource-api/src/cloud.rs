@@ -74,8 +74,9 @@ pub struct CredentialRotation {
     /// How long before the current credential expires its successor is made.
     #[schemars(range(min = 10, max = 31_622_400))]
     pub lead_time_seconds: u32,
-    /// How long the old credential is kept after the switch, for requests already under way
-    /// with it (default 30).
+    /// How long the old credential is kept at least after the switch, for requests already
+    /// under way with it (default 30); it is kept longer while a pass still holds a client
+    /// made with it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 86_400))]
     pub drain_seconds: Option<u32>,

@@ -10,8 +10,9 @@
 //! 1. credentials of ours that are neither in use nor draining are leftovers of a pass that
 //!    stopped between creating a credential and writing it to the Secret (their secret is lost):
 //!    they are deleted, so the next create finds the name free and nothing leaks;
-//! 2. after a switch, the old credential is kept for the drain period (requests already under
-//!    way with it finish), then deleted, then the annotation is removed;
+//! 2. after a switch, the old credential is kept for the drain period and for as long as a pass
+//!    still holds a client made with it (requests already under way with it finish), then
+//!    deleted, then the annotation is removed;
 //! 3. when the current credential is within the lead time of its expiry (or never expires), the
 //!    next generation is made, checked by connecting with it, and written to the Secret with the
 //!    old one's id in the annotation: that write is the switch.
@@ -25,6 +26,9 @@ use jiff::{SignedDuration, Timestamp};
 pub const PREVIOUS_ANNOTATION: &str = "openstack-operator.sunet.se/rotation-previous";
 /// Annotation on the cloud's Secret: when the last switch was written (RFC 3339).
 pub const SWITCHED_AT_ANNOTATION: &str = "openstack-operator.sunet.se/rotation-switched-at";
+
+/// How soon an old credential still in use by a pass is looked at again.
+pub const STILL_IN_USE_RECHECK: SignedDuration = SignedDuration::from_secs(1);
 
 /// The rotation settings, as durations.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -100,6 +104,9 @@ pub struct Observed<'a> {
     pub listed: &'a [Credential],
     /// The switch in progress, from the Secret's annotations.
     pub pending: Option<&'a Pending>,
+    /// Passes still holding a client made from the Secret before the switch: the old
+    /// credential is deleted only when none is left, whatever the drain period.
+    pub old_clients_in_use: usize,
 }
 
 /// The one step a pass takes.
@@ -151,9 +158,14 @@ pub fn decide(o: &Observed<'_>, policy: &Policy) -> Step {
                 finish_switch: true,
             };
         }
-        if o.now < drained {
+        if o.now < drained || o.old_clients_in_use > 0 {
+            let until = if o.now < drained {
+                drained
+            } else {
+                o.now + STILL_IN_USE_RECHECK
+            };
             if leftovers.is_empty() {
-                return Step::Wait(drained);
+                return Step::Wait(until);
             }
             return Step::Delete {
                 ids: leftovers,

@@ -26,7 +26,7 @@ use super::{
     Credential, PREVIOUS_ANNOTATION, Pending, Policy, SWITCHED_AT_ANNOTATION, Step, credential_id,
     decide, name_prefix, with_credential,
 };
-use crate::clouds::{clouds_yaml, fingerprint, options_for};
+use crate::clouds::{CloudRegistry, clouds_yaml, fingerprint, options_for};
 use crate::framework::FIELD_MANAGER;
 
 /// The condition type the rotation reports on the `OpenstackCloud`.
@@ -70,10 +70,15 @@ impl Rotator {
         }
     }
 
-    /// Passes over the rotating clouds until `shutdown`.
-    pub async fn run(&self, client: kube::Client, shutdown: tokio_util::sync::CancellationToken) {
+    /// Passes over the rotating clouds until `shutdown`. `ctx`'s cloud registry says which
+    /// old clients passes still hold.
+    pub async fn run(
+        &self,
+        ctx: std::sync::Arc<crate::Context>,
+        shutdown: tokio_util::sync::CancellationToken,
+    ) {
         loop {
-            let wait = self.pass_all(&client).await;
+            let wait = self.pass_all(&ctx.client, &ctx.clouds).await;
             tokio::select! {
                 _ = shutdown.cancelled() => return,
                 _ = tokio::time::sleep(wait) => {}
@@ -82,12 +87,14 @@ impl Rotator {
     }
 
     /// One pass over every rotating cloud; returns how long to sleep.
-    async fn pass_all(&self, client: &kube::Client) -> Duration {
+    async fn pass_all(&self, client: &kube::Client, registry: &CloudRegistry) -> Duration {
         let clouds = match Api::<OpenstackCloud>::all(client.clone())
             .list(&ListParams::default())
             .await
         {
             Ok(l) => l.items,
+            // No OpenstackCloud CRD installed: nothing can ask for rotation.
+            Err(kube::Error::Api(e)) if e.code == 404 => return MAX_WAIT,
             Err(e) => {
                 warn!(error = %e, "credential rotation: cannot list the OpenstackClouds");
                 return RETRY;
@@ -103,7 +110,7 @@ impl Rotator {
                 continue; // its resources are already Blocked with the reason
             }
             let policy = Policy::from(&rotation);
-            let outcome = self.rotate(client, &cloud, &policy).await;
+            let outcome = self.rotate(client, registry, &cloud, &policy).await;
             let next = match &outcome {
                 Ok(Outcome::Waiting { until, .. }) => {
                     let left = until.duration_since(Timestamp::now());
@@ -158,6 +165,7 @@ impl Rotator {
     async fn rotate(
         &self,
         client: &kube::Client,
+        registry: &CloudRegistry,
         cloud: &OpenstackCloud,
         policy: &Policy,
     ) -> Result<Outcome, String> {
@@ -208,6 +216,8 @@ impl Rotator {
                     current: &current,
                     listed: &creds,
                     pending: pending.as_ref(),
+                    old_clients_in_use: registry
+                        .passes_on_other_versions(&name, &fingerprint(cloud, &secret)),
                 },
                 policy,
             );

@@ -48,6 +48,7 @@ fn a_restricted_credential_is_blocked_naming_the_field() {
         current: &c,
         listed: std::slice::from_ref(&c),
         pending: None,
+        old_clients_in_use: 0,
     };
     match decide(&o, &policy()) {
         Step::Blocked(m) => {
@@ -69,6 +70,7 @@ fn a_credential_is_replaced_within_the_lead_time_and_one_that_never_expires_at_o
         current: &c,
         listed: std::slice::from_ref(&c),
         pending: None,
+        old_clients_in_use: 0,
     };
     assert_eq!(decide(&o(0), &policy()), Step::Wait(t(110)));
     assert_eq!(
@@ -85,6 +87,7 @@ fn a_credential_is_replaced_within_the_lead_time_and_one_that_never_expires_at_o
         current: &user,
         listed: std::slice::from_ref(&user),
         pending: None,
+        old_clients_in_use: 0,
     };
     assert_eq!(
         decide(&o, &policy()),
@@ -111,8 +114,15 @@ fn the_old_credential_waits_for_the_drain_and_credentials_not_ours_are_never_tou
         current: &new,
         listed: &listed,
         pending: Some(&pending),
+        old_clients_in_use: 0,
     };
     assert_eq!(decide(&o(115), &policy()), Step::Wait(t(120)));
+    // A pass still holding a client made with the old credential keeps it, past the drain.
+    let busy = Observed {
+        old_clients_in_use: 1,
+        ..o(125)
+    };
+    assert_eq!(decide(&busy, &policy()), Step::Wait(t(126)));
     assert_eq!(
         decide(&o(120), &policy()),
         Step::Delete {
@@ -131,6 +141,7 @@ fn the_old_credential_waits_for_the_drain_and_credentials_not_ours_are_never_tou
         current: &new,
         listed: &listed[1..],
         pending: Some(&pending),
+        old_clients_in_use: 0,
     };
     assert_eq!(
         decide(&o, &policy()),
@@ -193,6 +204,7 @@ impl World {
                 current: &current,
                 listed: &self.creds,
                 pending: self.pending.as_ref(),
+                old_clients_in_use: 0,
             };
             match decide(&o, &policy()) {
                 Step::Blocked(m) => panic!("{m}"),
