@@ -387,6 +387,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     // Each OpenstackCloud gets a client of its own from these options (its own limits and
     // its name on the per-cloud metrics); the operator's own cloud is `(default)` there.
     let cloud_options = options.clone();
+    let rotation_options = options.clone();
     let own_options = ClientOptions {
         metrics: options.metrics.with_cloud("(default)"),
         ..options
@@ -484,6 +485,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         let (ctx, token) = (ctx.clone(), token.clone());
         let sweeper = controllers::gc::Sweeper::new(gc_config, gc_metrics);
         tokio::spawn(async move { sweeper.run(&ctx, token).await });
+    }
+    {
+        // Credential rotation of the OpenstackClouds asking for it, on the leader only.
+        let (ctx, token) = (ctx.clone(), token.clone());
+        let rotator = controllers::rotation::run::Rotator::new(rotation_options);
+        tokio::spawn(async move { rotator.run(ctx, token).await });
     }
     let domain_watch = kinds.contains(&Kind::Domain);
     for kind in kinds {

@@ -55,6 +55,41 @@ pub struct OpenstackCloudSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 1000))]
     pub max_concurrent_calls: Option<u32>,
+    /// Rotate the Secret's application credential: make the next one before the current
+    /// expires, write it into the Secret, delete the old one after the switch (docs/rotation.md).
+    /// Unset: the credentials are left alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rotation: Option<CredentialRotation>,
+}
+
+/// How an `OpenstackCloud`'s application credential is rotated.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("self.leadTimeSeconds < self.lifetimeSeconds").message("spec.rotation.leadTimeSeconds must be less than spec.rotation.lifetimeSeconds"))]
+#[x_kube(validation = Rule::new("!has(self.drainSeconds) || self.drainSeconds < self.leadTimeSeconds").message("spec.rotation.drainSeconds must be less than spec.rotation.leadTimeSeconds (default 30)"))]
+pub struct CredentialRotation {
+    /// How long each new application credential lives (its Keystone `expires_at`).
+    #[schemars(range(min = 30, max = 31_622_400))]
+    pub lifetime_seconds: u32,
+    /// How long before the current credential expires its successor is made.
+    #[schemars(range(min = 10, max = 31_622_400))]
+    pub lead_time_seconds: u32,
+    /// How long the old credential is kept at least after the switch, for requests already
+    /// under way with it (default 30); it is kept longer while a pass still holds a client
+    /// made with it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 86_400))]
+    pub drain_seconds: Option<u32>,
+}
+
+impl CredentialRotation {
+    /// The drain period when unset.
+    pub const DEFAULT_DRAIN_SECONDS: u32 = 30;
+
+    /// The drain period in force.
+    pub fn drain_seconds(&self) -> u32 {
+        self.drain_seconds.unwrap_or(Self::DEFAULT_DRAIN_SECONDS)
+    }
 }
 
 /// Where a cloud's `clouds.yaml` is.
@@ -90,6 +125,27 @@ pub struct OpenstackCloudStatus {
     /// The `metadata.generation` the status reflects.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// The credential rotation's state (with `spec.rotation`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rotation: Option<RotationStatus>,
+}
+
+/// Where an `OpenstackCloud`'s credential rotation stands (never a secret).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RotationStatus {
+    /// The name of the application credential in use.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current: Option<String>,
+    /// When it expires (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<String>,
+    /// When the last switch to a new credential was written to the Secret (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_rotation: Option<String>,
+    /// Switches made since the cloud was created.
+    #[serde(default)]
+    pub rotations: u32,
 }
 
 /// A resource's reference to an [`OpenstackCloud`] (`spec.cloudRef`).
@@ -140,6 +196,29 @@ impl OpenstackCloudSpec {
         }
         if self.region.as_deref().is_some_and(|r| r.trim().is_empty()) {
             add("spec.region", "must not be blank when set");
+        }
+        if let Some(r) = &self.rotation {
+            if r.lifetime_seconds < 30 {
+                add("spec.rotation.lifetimeSeconds", "must be at least 30");
+            }
+            if r.lead_time_seconds < 10 {
+                add("spec.rotation.leadTimeSeconds", "must be at least 10");
+            }
+            if r.lead_time_seconds >= r.lifetime_seconds {
+                add(
+                    "spec.rotation.leadTimeSeconds",
+                    "must be less than spec.rotation.lifetimeSeconds",
+                );
+            }
+            if r.drain_seconds == Some(0) {
+                add("spec.rotation.drainSeconds", "must be at least 1");
+            }
+            if r.drain_seconds() >= r.lead_time_seconds {
+                add(
+                    "spec.rotation.drainSeconds",
+                    "must be less than spec.rotation.leadTimeSeconds (default 30)",
+                );
+            }
         }
         if self.max_concurrent_calls == Some(0) {
             add("spec.maxConcurrentCalls", "must be at least 1");
@@ -236,7 +315,40 @@ mod tests {
             allowed_namespaces: allowed.iter().map(|s| s.to_string()).collect(),
             requests_per_second: None,
             max_concurrent_calls: None,
+            rotation: None,
         }
+    }
+
+    #[test]
+    fn a_rotation_needs_its_lead_time_below_the_lifetime_and_the_drain_below_the_lead() {
+        let mut s = spec(&[]);
+        s.rotation = Some(CredentialRotation {
+            lifetime_seconds: 120,
+            lead_time_seconds: 90,
+            drain_seconds: Some(10),
+        });
+        assert!(s.validate().is_empty());
+        s.rotation = Some(CredentialRotation {
+            lifetime_seconds: 60,
+            lead_time_seconds: 60,
+            drain_seconds: Some(60),
+        });
+        let paths: Vec<String> = s.validate().into_iter().map(|e| e.path).collect();
+        assert_eq!(
+            paths,
+            [
+                "spec.rotation.leadTimeSeconds",
+                "spec.rotation.drainSeconds"
+            ]
+        );
+        s.rotation = Some(CredentialRotation {
+            lifetime_seconds: 600,
+            lead_time_seconds: 20,
+            drain_seconds: None,
+        });
+        let e = s.validate();
+        assert_eq!(e.len(), 1);
+        assert!(e[0].message.contains("default 30"), "{}", e[0].message);
     }
 
     #[test]

@@ -98,6 +98,15 @@ pub struct CloudRegistry {
     /// One async lock per cloud: concurrent passes of one cloud's resources wait for a single
     /// connection attempt, and a slow or failing cloud never holds up another.
     entries: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Option<Entry>>>>>,
+    /// Clients replaced by a new connection, by cloud, with the fingerprint they were made
+    /// from: passes that took one before the switch may still be using it (see
+    /// [`CloudRegistry::passes_on_other_versions`]).
+    retired: Mutex<HashMap<String, Vec<(String, Cloud)>>>,
+}
+
+/// How many holders besides `owners` use `cloud`: every pass's context holds a clone.
+fn holders(cloud: &Cloud, owners: usize) -> usize {
+    Arc::strong_count(&cloud.identity).saturating_sub(owners)
 }
 
 impl CloudRegistry {
@@ -106,6 +115,65 @@ impl CloudRegistry {
         CloudRegistry {
             base,
             entries: Mutex::new(HashMap::new()),
+            retired: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// How many clients of cloud `name` made from another Secret version than `print` (see
+    /// [`fingerprint`]) are still held by a pass. Credential rotation deletes an old
+    /// credential only when this is 0, so no request under way with it fails.
+    pub fn passes_on_other_versions(&self, name: &str, print: &str) -> usize {
+        let mut busy = 0;
+        {
+            let mut retired = self.retired.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(list) = retired.get_mut(name) {
+                list.retain(|(_, c)| holders(c, 1) > 0);
+                busy += list
+                    .iter()
+                    .filter(|(p, _)| p != print)
+                    .map(|(_, c)| holders(c, 1))
+                    .sum::<usize>();
+            }
+        }
+        let slot = self
+            .entries
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(name)
+            .cloned();
+        if let Some(slot) = slot {
+            match slot.try_lock() {
+                Ok(entry) => {
+                    if let Some(Entry {
+                        fingerprint,
+                        outcome: Ok(c),
+                        ..
+                    }) = entry.as_ref()
+                        && fingerprint != print
+                    {
+                        busy += holders(&c.cloud, 1);
+                    }
+                }
+                // A connection is being made: take it as in use, ask again later.
+                Err(_) => busy += 1,
+            }
+        }
+        busy
+    }
+
+    fn retire(&self, name: &str, old: Option<Entry>) {
+        if let Some(Entry {
+            fingerprint,
+            outcome: Ok(c),
+            ..
+        }) = old
+        {
+            self.retired
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .entry(name.to_string())
+                .or_default()
+                .push((fingerprint, c.cloud));
         }
     }
 
@@ -142,10 +210,16 @@ impl CloudRegistry {
     /// Forgets the connection of `name`, so the next pass connects again (after its
     /// credentials were refused).
     pub fn forget(&self, name: &str) {
-        self.entries
+        let slot = self
+            .entries
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(name);
+        if let Some(slot) = slot
+            && let Ok(mut entry) = slot.try_lock()
+        {
+            self.retire(name, entry.take());
+        }
     }
 
     async fn connect(
@@ -220,11 +294,12 @@ impl CloudRegistry {
             Err(e) => warn!(cloud = %name, error = %e, "cannot connect to OpenstackCloud"),
         }
         let report = outcome.as_ref().map(|_| ()).map_err(Clone::clone);
-        *slot = Some(Entry {
+        let old = slot.replace(Entry {
             fingerprint: print,
             outcome: outcome.clone(),
             at: Instant::now(),
         });
+        self.retire(&name, old);
         drop(slot);
         self.record(client, cloud, &report).await;
         outcome.map_err(unreachable)
@@ -367,6 +442,33 @@ mod tests {
         assert_ne!(a, fingerprint(&c, &secret("2", &[])));
         c.metadata.generation = Some(2);
         assert_ne!(a, fingerprint(&c, &secret("1", &[])));
+    }
+
+    #[test]
+    fn a_replaced_client_counts_while_a_pass_holds_it() {
+        let registry = CloudRegistry::new(ClientOptions::default());
+        let fake = openstack::fake::FakeCloud::new();
+        let connected = |cloud: Cloud| ConnectedCloud {
+            name: "east".into(),
+            cloud,
+            lookups: Default::default(),
+        };
+        let old = fake.cloud();
+        let held_by_a_pass = old.clone();
+        registry.retire(
+            "east",
+            Some(Entry {
+                fingerprint: "u/1/10".into(),
+                outcome: Ok(connected(old)),
+                at: Instant::now(),
+            }),
+        );
+        assert_eq!(registry.passes_on_other_versions("east", "u/1/11"), 1);
+        assert_eq!(registry.passes_on_other_versions("west", "u/1/11"), 0);
+        // A client made from the version asked about is not an old one.
+        assert_eq!(registry.passes_on_other_versions("east", "u/1/10"), 0);
+        drop(held_by_a_pass);
+        assert_eq!(registry.passes_on_other_versions("east", "u/1/11"), 0);
     }
 
     #[test]

@@ -22,6 +22,7 @@ pub mod ownership;
 pub mod plan;
 
 pub mod project;
+pub mod rotation;
 
 pub use context::{Config, Context};
 pub use error::ReconcileError;

@@ -8,6 +8,8 @@
 //!   outside [`Cloud`] because only the virtual kubelet uses it.
 //! - [`loadbalancer::LoadBalancers`]: the Octavia port of the virtual kubelet (Services of
 //!   type LoadBalancer).
+//! - [`app_credential::ApplicationCredentials`]: the caller's own application credentials
+//!   (credential rotation).
 //! - [`port::Ports`]: the Neutron ports of the virtual kubelet (its pods' ports).
 //! - [`dry_run`]: a read-only view of a [`Cloud`] recording the writes asked of it (`plan`).
 //! - [`fake::FakeCloud`]: an in-memory implementation for unit tests.
@@ -15,6 +17,7 @@
 //!   client core (auth, rate limiting, retries, timeouts, metrics).
 
 pub mod adapter;
+pub mod app_credential;
 pub mod container;
 pub mod dry_run;
 pub mod error;

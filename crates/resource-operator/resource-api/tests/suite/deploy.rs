@@ -870,6 +870,10 @@ fn calls() -> Vec<Call> {
         Cluster,
     ));
     out.push(c("", "secrets", "get", None, Operator));
+    // rotation/run.rs: the new application credential is written to the cloud's Secret
+    // (replace, over the version read) and the switch's annotations removed (patch).
+    out.push(c("", "secrets", "update", None, Operator));
+    out.push(c("", "secrets", "patch", None, Operator));
     for verb in ["get", "update"] {
         out.push(c(
             "",
@@ -1052,7 +1056,7 @@ fn calls_list_covers_the_apis_the_code_uses() {
         "OpenstackNetwork",
         "OpenstackProject",
         "OpenstackCloud", // clouds.rs resolve and status, gc.rs sweep_all
-        "Secret",         // clouds.rs: an OpenstackCloud's clouds.yaml
+        "Secret",         // clouds.rs: an OpenstackCloud's clouds.yaml; rotation/run.rs writes it
     ];
     let mut found = BTreeSet::new();
     for dir in [

@@ -321,6 +321,24 @@ struct CoreInner {
     _renew: Option<RenewHandle>,
 }
 
+/// The user (and application credential) a token was issued to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TokenSubject {
+    /// Keystone user id.
+    pub user_id: String,
+    /// The application credential the token came from, if any.
+    pub application_credential: Option<TokenCredential>,
+}
+
+/// The application credential a token came from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TokenCredential {
+    /// Its id.
+    pub id: String,
+    /// Whether it is restricted (it then cannot create or delete application credentials).
+    pub restricted: bool,
+}
+
 /// The shared, authenticated client. Cheap to clone.
 #[derive(Clone)]
 pub struct Core {
@@ -425,6 +443,24 @@ impl Core {
     /// The metrics this core records.
     pub fn metrics(&self) -> &Metrics {
         &self.inner.opts.metrics
+    }
+
+    /// Who the session's token belongs to: its user and, when it came from an application
+    /// credential, that credential (its id and whether it is restricted).
+    pub fn token_subject(&self) -> Option<TokenSubject> {
+        let info = self.inner.os.get_auth_info()?;
+        let cred = info.token.application_credential.and_then(|c| {
+            Some(TokenCredential {
+                id: c.id?,
+                // Keystone reports `restricted` only when it knows; an unknown one is taken as
+                // restricted, so rotation is refused rather than failing half-way.
+                restricted: c.restricted.unwrap_or(true),
+            })
+        });
+        Some(TokenSubject {
+            user_id: info.token.user.id,
+            application_credential: cred,
+        })
     }
 
     /// The project the token is scoped to, if any.
