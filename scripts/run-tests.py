@@ -54,8 +54,9 @@ LANES = [
     ("control-plane", r"^openstack-operator/(e2e_control_plane.*|e2e_external_services)$"),
     ("control-plane", r"^external-checks/"),
     # The operator killed and restarted mid-pass (its own process, not the cloud's): the
-    # resource lane's longest binary (about 370 s of 1,390), run beside it.
-    ("faults", r"^openstack-operator/e2e_faults_crash$"),
+    # resource lane's longest binary (about 370 s of 1,390), run beside it; and the credential
+    # rotation test, which waits out four short credential lifetimes.
+    ("faults", r"^openstack-operator/(e2e_faults_crash|e2e_rotation)$"),
     # The resource operator end to end and the OpenStack port against the test cloud.
     ("resource", r"^openstack-operator/e2e_"),
     ("resource", r"^openstack/"),
