@@ -137,7 +137,7 @@ async fn pods_run_as_real_containers() {
             service_base: base.into(),
             sandbox_image: Some(image.clone()),
             extra_hosts: vec![],
-            relay_ports: vec![host_port],
+            relays: vec![std::net::SocketAddr::from(([127, 0, 0, 1], host_port))],
         },
     )
     .await
