@@ -4,7 +4,9 @@
 //! (`crates/test-tools/test-node`, docs/test-node.md) as containers of the images `scripts/build-images`
 //! makes, on the test cloud's Docker engine. The external services (`scripts/external-services`)
 //! are reached by the pods, and by the operator, at the node's gateway (10.244.0.1, which
-//! their certificate names) through the node's relays.
+//! their certificate names) through the node's relays: to the host's 127.0.0.1, and for Ceph
+//! (Cinder's RBD backend: the harness's monitor and its pool `checks`) to the same gateway
+//! address on the host, where Ceph listens because its maps hand clients that address.
 //!
 //! The operator runs where an in-cluster operator would: in the engine's network namespace,
 //! with the node's hosts file (every Service by its full names) as its `/etc/hosts`, so it
@@ -23,6 +25,7 @@
 use crate::cp_common::*;
 
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -139,9 +142,34 @@ fn adapt_external(
     Ok(())
 }
 
-/// The relayed host ports: every harness endpoint the adapted examples name.
-fn relay_ports(env: &BTreeMap<String, String>) -> Vec<u16> {
-    [
+/// The example's cluster with its Cinder RBD backend on the harness's Ceph (pure): the
+/// monitor and the pool; the harness's cluster needs no key (`auth … = none`), so the
+/// example's keyring Secret stays a placeholder.
+fn adapt_cluster(doc: &mut Value, env: &BTreeMap<String, String>) -> anyhow::Result<()> {
+    let var = |k: &str| {
+        env.get(k).cloned().with_context(|| {
+            format!("{k} missing from the external-services env (scripts/external-services up)")
+        })
+    };
+    let backends = doc["spec"]["cinderBackends"]
+        .as_array_mut()
+        .context("30-cluster.yaml has no cinderBackends")?;
+    for b in backends {
+        if let Some(rbd) = b.get_mut("rbd") {
+            rbd["cephConf"] = json!(format!(
+                "[global]\nmon host = {}\n",
+                var("EXTSVC_CEPH_MON")?
+            ));
+            rbd["pool"] = json!(var("EXTSVC_CEPH_POOL")?);
+        }
+    }
+    Ok(())
+}
+
+/// The relays' host addresses: every harness endpoint the adapted examples name, on
+/// 127.0.0.1; Ceph's monitor and OSD ports on the address Ceph listens on.
+fn relays(env: &BTreeMap<String, String>) -> anyhow::Result<Vec<SocketAddr>> {
+    let mut out: Vec<SocketAddr> = [
         "EXTSVC_DB",
         "EXTSVC_AMQP",
         "EXTSVC_MEMCACHED",
@@ -151,7 +179,28 @@ fn relay_ports(env: &BTreeMap<String, String>) -> Vec<u16> {
     ]
     .iter()
     .filter_map(|k| port_of(env.get(*k)?))
-    .collect()
+    .map(|p| SocketAddr::from(([127, 0, 0, 1], p)))
+    .collect();
+    let get = |k: &str| {
+        env.get(k).with_context(|| {
+            format!("{k} missing from the external-services env (scripts/external-services up)")
+        })
+    };
+    let mon = get("EXTSVC_CEPH_MON")?;
+    let mon: SocketAddr = mon
+        .trim_start_matches("v2:")
+        .parse()
+        .with_context(|| format!("EXTSVC_CEPH_MON={mon}"))?;
+    out.push(mon);
+    out.extend(
+        test_node::services::relay_targets(&format!(
+            "{}:{}",
+            mon.ip(),
+            get("EXTSVC_CEPH_OSD_PORTS")?
+        ))
+        .map_err(anyhow::Error::msg)?,
+    );
+    Ok(out)
 }
 
 fn node_config(name: &str, gateway: &str) -> NodeConfig {
@@ -281,7 +330,6 @@ async fn failed_container_logs(docker: &Docker, node: &str) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "Cinder never Ready: cinder-volume cannot reach the example's Ceph monitors (10.0.0.11 …), which the test does not adapt; ~20 min; run with --ignored"]
 async fn control_plane_example_runs_as_pods_on_the_test_node() -> anyhow::Result<()> {
     let env = harness_env()?;
     let pod_host = env
@@ -325,8 +373,8 @@ async fn control_plane_example_runs_as_pods_on_the_test_node() -> anyhow::Result
     install_crds(&client).await?;
     let node = e2e::unique("cp-node");
     let state = tempfile::Builder::new().prefix("cp-node-").tempdir()?;
-    let mut relays = relay_ports(&env);
-    relays.push(emu_port);
+    let mut relays = relays(&env)?;
+    relays.push(SocketAddr::from(([127, 0, 0, 1], emu_port)));
     let service_base: u32 =
         u32::from(std::net::Ipv4Addr::new(10, 245, 0, 0)) + (u32::from(emu_port) % 50 + 200) * 256;
     let provider = DockerProvider::new(
@@ -342,7 +390,7 @@ async fn control_plane_example_runs_as_pods_on_the_test_node() -> anyhow::Result
             service_base: service_base.into(),
             sandbox_image: None,
             extra_hosts: vec![],
-            relay_ports: relays,
+            relays,
         },
     )
     .await
@@ -448,10 +496,11 @@ async fn scenario(
         ext.patch(&name, &pp, &Patch::Apply(&doc)).await?;
     }
     let cl_api = dyn_api(client, NS, "OpenStackCluster", "openstackclusters");
-    let cluster = example("30-cluster.yaml")?
+    let mut cluster = example("30-cluster.yaml")?
         .into_iter()
         .next()
         .context("30-cluster.yaml is empty")?;
+    adapt_cluster(&mut cluster, env)?;
 
     // The operator in the engine's network namespace, the node's hosts file as /etc/hosts.
     if !hosts.exists() {
@@ -552,10 +601,25 @@ async fn scenario(
     }
     eprintln!("  {:<10} {total:6.0}", "cluster");
     // No hypervisor runs here: Nova is Ready all the same, and says which hosts have not
-    // registered yet.
-    let nova = get(&dyn_api(client, NS, "Nova", "novas"), "cloud-nova").await?;
-    let (complete, reason, message) =
-        cond(&nova, ct::ZONES_COMPLETE).context("Nova has no ZonesComplete condition")?;
+    // registered yet, once its aggregates Job (which may still run when Nova turns Ready)
+    // has looked.
+    let nova_api = dyn_api(client, NS, "Nova", "novas");
+    let (complete, reason, message) = wait_for(
+        Duration::from_secs(600),
+        Duration::from_secs(5),
+        "Nova's aggregates Job to end",
+        async || {
+            let nova = get(&nova_api, "cloud-nova").await?;
+            let c =
+                cond(&nova, ct::ZONES_COMPLETE).context("Nova has no ZonesComplete condition")?;
+            Ok(if c.1 == "AggregatesPending" {
+                Check::Pending(format!("ZonesComplete {}: {}", c.1, c.2))
+            } else {
+                Check::Done(c)
+            })
+        },
+    )
+    .await?;
     eprintln!("Nova ZonesComplete={complete} {reason}: {message}");
     anyhow::ensure!(
         !complete && reason == "ComputeHostsMissing" && message.contains("compute-a1"),
@@ -684,19 +748,57 @@ mod pure {
             ("EXTSVC_OVN_SB_SSL", "ssl:127.0.0.1:16644"),
             ("EXTSVC_AMQP_VHOST", "openstack"),
             ("EXTSVC_S3_BUCKET", "checks"),
+            ("EXTSVC_CEPH_MON", "v2:10.244.0.1:16789"),
+            ("EXTSVC_CEPH_OSD_PORTS", "16800-16899"),
+            ("EXTSVC_CEPH_POOL", "checks"),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
+        let r = relays(&env).unwrap();
+        let a = |s: &str| s.parse::<SocketAddr>().unwrap();
         assert_eq!(
-            relay_ports(&env),
-            [13307, 15682, 11311, 17480, 16643, 16644]
+            r[..7],
+            [
+                a("127.0.0.1:13307"),
+                a("127.0.0.1:15682"),
+                a("127.0.0.1:11311"),
+                a("127.0.0.1:17480"),
+                a("127.0.0.1:16643"),
+                a("127.0.0.1:16644"),
+                a("10.244.0.1:16789"),
+            ]
         );
+        assert_eq!(r.len(), 7 + 100);
+        assert_eq!(r[7], a("10.244.0.1:16800"));
+        assert_eq!(r[106], a("10.244.0.1:16899"));
         let mut doc = json!({"metadata": {"name": "ovn"}, "spec": {}});
         adapt_external(&mut doc, &env, "10.244.0.1").unwrap();
         assert_eq!(doc["spec"]["endpoints"][0], "ssl:10.244.0.1:16643");
         let mut doc = json!({"metadata": {"name": "objects"}, "spec": {"extra": {}}});
         adapt_external(&mut doc, &env, "10.244.0.1").unwrap();
         assert_eq!(doc["spec"]["endpoints"][0], "http://10.244.0.1:17480");
+    }
+
+    #[test]
+    fn the_examples_rbd_backend_uses_the_harness_monitor_and_pool() {
+        let env: BTreeMap<String, String> = [
+            ("EXTSVC_CEPH_MON", "v2:10.244.0.1:16789"),
+            ("EXTSVC_CEPH_POOL", "checks"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let mut cluster = example("30-cluster.yaml").unwrap().remove(0);
+        adapt_cluster(&mut cluster, &env).unwrap();
+        let rbd = &cluster["spec"]["cinderBackends"][0]["rbd"];
+        assert_eq!(
+            rbd["cephConf"],
+            "[global]\nmon host = v2:10.244.0.1:16789\n"
+        );
+        assert_eq!(rbd["pool"], "checks");
+        assert_eq!(rbd["keyringSecret"]["name"], "ceph-keyring");
+        let e = adapt_cluster(&mut cluster, &BTreeMap::new()).unwrap_err();
+        assert!(e.to_string().contains("EXTSVC_CEPH_MON"), "{e}");
     }
 }

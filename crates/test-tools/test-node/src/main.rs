@@ -1,7 +1,7 @@
 //! `test-node`: registers a Node and runs the pods bound to it as containers on the local
 //! Docker engine (`docs/test-node.md`).
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -54,13 +54,15 @@ struct Args {
     #[arg(long, env = "TEST_NODE_SANDBOX_IMAGE")]
     sandbox_image: Option<String>,
     /// A host port relayed from `<gateway>:<port>` to `127.0.0.1:<port>` (the external
-    /// services); repeatable or comma-separated.
+    /// services), or to `ADDR:<port>` as `ADDR:PORT` (Ceph on the gateway's own address);
+    /// `PORT-PORT` for a range; repeatable or comma-separated.
     #[arg(
         long = "relay-port",
         env = "TEST_NODE_RELAY_PORTS",
-        value_delimiter = ','
+        value_delimiter = ',',
+        value_parser = relay
     )]
-    relay_ports: Vec<u16>,
+    relay_ports: Vec<Relay>,
     /// A line added to every pod's /etc/hosts (`10.244.0.1 db.example`); repeatable.
     #[arg(long = "extra-host")]
     extra_hosts: Vec<String>,
@@ -74,6 +76,14 @@ struct Args {
     /// Delete the Node on exit (else it is marked NotReady and its pods keep running).
     #[arg(long)]
     delete_node_on_exit: bool,
+}
+
+/// The host addresses of one `--relay-port` item.
+#[derive(Clone, Debug)]
+struct Relay(Vec<SocketAddr>);
+
+fn relay(item: &str) -> Result<Relay, String> {
+    test_node::services::relay_targets(item).map(Relay)
 }
 
 fn arch() -> &'static str {
@@ -125,7 +135,7 @@ async fn main() -> anyhow::Result<()> {
             service_base: args.service_base,
             sandbox_image: args.sandbox_image.clone(),
             extra_hosts: args.extra_hosts.clone(),
-            relay_ports: args.relay_ports.clone(),
+            relays: args.relay_ports.iter().flat_map(|r| r.0.clone()).collect(),
         },
     )
     .await

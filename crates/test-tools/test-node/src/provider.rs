@@ -51,8 +51,10 @@ pub struct Settings {
     pub sandbox_image: Option<String>,
     /// Lines added to every pod's hosts file.
     pub extra_hosts: Vec<String>,
-    /// Host ports relayed from `gateway:port` (in the engine's namespace) to `127.0.0.1:port`.
-    pub relay_ports: Vec<u16>,
+    /// Host addresses relayed from `gateway:<their port>` (in the engine's namespace): the
+    /// external services on `127.0.0.1`, and Ceph on the gateway's own address, which it
+    /// hands its clients in its maps ([`services::relay_targets`]).
+    pub relays: Vec<SocketAddr>,
 }
 
 #[derive(Clone, Debug)]
@@ -134,14 +136,17 @@ impl DockerProvider {
         std::fs::create_dir_all(&cfg.state_dir)
             .map_err(|e| format!("creating {}: {e}", cfg.state_dir.display()))?;
         let proxy = Proxy::new(ns.clone());
-        for p in &cfg.relay_ports {
+        for to in &cfg.relays {
+            let listen = SocketAddr::from((cfg.gateway, to.port()));
+            // An engine in the host's namespace: the gateway is the host's own address, so a
+            // service listening there is reached directly (and holds the port).
+            if ns.path().is_none() && listen == *to {
+                continue;
+            }
             proxy
-                .relay(
-                    SocketAddr::from((cfg.gateway, *p)),
-                    SocketAddr::from(([127, 0, 0, 1], *p)),
-                )
+                .relay(listen, *to)
                 .await
-                .map_err(|e| format!("relay {}:{p} → 127.0.0.1:{p}: {e}", cfg.gateway))?;
+                .map_err(|e| format!("relay {listen} → {to}: {e}"))?;
         }
         let prober = Arc::new(Prober::new(docker.clone(), ns));
         tokio::spawn(prober.clone().run());

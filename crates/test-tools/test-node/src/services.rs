@@ -192,6 +192,38 @@ pub fn hosts_file(
     s
 }
 
+/// The host addresses one `--relay-port` item names (pure): `PORT` or `ADDR:PORT` (one), or
+/// `PORT-PORT` / `ADDR:PORT-PORT` (a range, both ends included); `ADDR` is the host address the
+/// relay connects to, `127.0.0.1` when left out. The relay listens on the same port at the
+/// gateway.
+pub fn relay_targets(item: &str) -> Result<Vec<SocketAddr>, String> {
+    let item = item.trim();
+    let (addr, ports) = match item.rsplit_once(':') {
+        Some((a, p)) => (
+            a.parse::<Ipv4Addr>()
+                .map_err(|e| format!("relay {item:?}: address {a:?}: {e}"))?,
+            p,
+        ),
+        None => (Ipv4Addr::LOCALHOST, item),
+    };
+    let port = |p: &str| {
+        p.parse::<u16>()
+            .ok()
+            .filter(|p| *p != 0)
+            .ok_or_else(|| format!("relay {item:?}: {p:?} is not a port (1-65535)"))
+    };
+    let (first, last) = match ports.split_once('-') {
+        Some((a, b)) => (port(a)?, port(b)?),
+        None => (port(ports)?, port(ports)?),
+    };
+    if first > last {
+        return Err(format!("relay {item:?}: the range {first}-{last} is empty"));
+    }
+    Ok((first..=last)
+        .map(|p| SocketAddr::from((addr, p)))
+        .collect())
+}
+
 type Table = Arc<Mutex<BTreeMap<SocketAddr, (Vec<SocketAddr>, usize)>>>;
 
 /// The node's Service forwarders and host relays.
@@ -249,7 +281,7 @@ impl Proxy {
     }
 
     /// A relay from `listen` (in the engine's namespace) to `to` on the host (the external
-    /// services on 127.0.0.1).
+    /// services: on 127.0.0.1, or Ceph on the gateway's own address, see [`relay_targets`]).
     pub async fn relay(&self, listen: SocketAddr, to: SocketAddr) -> std::io::Result<()> {
         let l = self.ns.listen(listen).await?;
         let h = tokio::spawn(async move {

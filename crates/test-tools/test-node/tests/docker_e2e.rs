@@ -10,8 +10,9 @@
 //! - a Deployment-like pod whose readiness probe (httpGet) makes it Ready only once its
 //!   server answers;
 //! - a crash-looping container whose restarts follow the kubelet's back-off;
-//! - a pod reaching another through a Service name (port → named targetPort), and the
-//!   host's 127.0.0.1 through the node's relay at the network's gateway.
+//! - a pod reaching another through a Service name (port → named targetPort), and servers on
+//!   the host's 127.0.0.1 and on another host address (127.0.0.2, as Ceph on the pods'
+//!   address) through the node's relays at the network's gateway.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -120,6 +121,15 @@ async fn pods_run_as_real_containers() {
             let _ = s.write_all(b"hello-from-host\n").await;
         }
     });
+    // One on another host address (as Ceph on the pods' address), relayed there, not to
+    // 127.0.0.1 (where nothing listens on that port).
+    let other_srv = tokio::net::TcpListener::bind("127.0.0.2:0").await.unwrap();
+    let other = other_srv.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = other_srv.accept().await {
+            let _ = s.write_all(b"hello-from-other-address\n").await;
+        }
+    });
     // Service addresses of their own, so that tests of other nodes in the same engine
     // namespace do not collide.
     let base: u32 =
@@ -137,7 +147,10 @@ async fn pods_run_as_real_containers() {
             service_base: base.into(),
             sandbox_image: Some(image.clone()),
             extra_hosts: vec![],
-            relay_ports: vec![host_port],
+            relays: vec![
+                std::net::SocketAddr::from(([127, 0, 0, 1], host_port)),
+                other,
+            ],
         },
     )
     .await
@@ -150,7 +163,7 @@ async fn pods_run_as_real_containers() {
         shutdown.clone(),
     ));
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-    let result = scenarios(&client, &pods, &node, &image, host_port).await;
+    let result = scenarios(&client, &pods, &node, &image, host_port, other.port()).await;
 
     // Cleanup, whatever happened: every pod deleted through the node, then nothing of the
     // node left in Docker.
@@ -196,6 +209,7 @@ async fn scenarios(
     node: &str,
     image: &str,
     host_port: u16,
+    other_port: u16,
 ) -> anyhow::Result<()> {
     let secrets: Api<Secret> = Api::namespaced(client.clone(), "default");
     secrets
@@ -266,7 +280,7 @@ async fn scenarios(
         "metadata": {"name": "client"},
         "spec": {"nodeName": node, "restartPolicy": "OnFailure",
                  "containers": [{"name": "client", "image": image, "command": ["sh", "-c",
-                    format!("set -e; get() {{ printf 'GET /index.html HTTP/1.0\\r\\n\\r\\n' | nc -w 3 $1 80 | tail -n 1; }}; a=$(get web); b=$(get web.default.svc.cluster.local); c=$(nc -w 3 10.244.0.1 {host_port} </dev/null); test -n \"$a\"; test -n \"$c\"; echo \"$a $b $c\" > /dev/termination-log")]}]}
+                    format!("set -e; get() {{ printf 'GET /index.html HTTP/1.0\\r\\n\\r\\n' | nc -w 3 $1 80 | tail -n 1; }}; a=$(get web); b=$(get web.default.svc.cluster.local); c=$(nc -w 3 10.244.0.1 {host_port} </dev/null); d=$(nc -w 3 10.244.0.1 {other_port} </dev/null); test -n \"$a\"; test -n \"$c\"; test -n \"$d\"; echo \"$a $b $c $d\" > /dev/termination-log")]}]}
     }))).await?;
 
     // Job.
@@ -397,10 +411,10 @@ async fn scenarios(
         .and_then(|c| c.state?.terminated?.message)
         .unwrap_or_default();
     anyhow::ensure!(
-        m.trim() == "hello-from-web hello-from-web hello-from-host",
+        m.trim() == "hello-from-web hello-from-web hello-from-host hello-from-other-address",
         "{:?} != {:?}",
         m.trim(),
-        "hello-from-web hello-from-web hello-from-host"
+        "hello-from-web hello-from-web hello-from-host hello-from-other-address"
     );
 
     // Crash loop: each run shows as lastState (by its container id) while the pod waits in

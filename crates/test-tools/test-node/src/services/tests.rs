@@ -141,3 +141,33 @@ fn hosts_files_name_services_as_cluster_dns_would() {
     assert!(h.contains("10.245.0.2\tdb.other.svc.cluster.local db.other.svc db.other\n"));
     assert!(h.ends_with("10.244.0.1 ext\n"));
 }
+
+#[test]
+fn relay_items_name_one_port_or_a_range_on_loopback_or_an_address() {
+    let a = |s: &str| s.parse::<SocketAddr>().unwrap();
+    assert_eq!(relay_targets("13307").unwrap(), [a("127.0.0.1:13307")]);
+    assert_eq!(
+        relay_targets("10.244.0.1:16789").unwrap(),
+        [a("10.244.0.1:16789")]
+    );
+    assert_eq!(
+        relay_targets("10.244.0.1:16800-16802").unwrap(),
+        [
+            a("10.244.0.1:16800"),
+            a("10.244.0.1:16801"),
+            a("10.244.0.1:16802")
+        ]
+    );
+    assert_eq!(relay_targets(" 5-5").unwrap(), [a("127.0.0.1:5")]);
+    for (bad, says) in [
+        ("", "is not a port"),
+        ("0", "is not a port"),
+        ("70000", "is not a port"),
+        ("db:3306", "address \"db\""),
+        ("16900-16800", "is empty"),
+        ("1-x", "\"x\" is not a port"),
+    ] {
+        let e = relay_targets(bad).unwrap_err();
+        assert!(e.contains(says), "{bad}: {e}");
+    }
+}
