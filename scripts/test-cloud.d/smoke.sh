@@ -154,7 +154,7 @@ echo "     (not-an-image.txt imported as qcow2 ends as: $BADST)"
 # ---------------------------------------------------------------- keystone: tags on a domain (via /v3/projects)
 DID=$(osc domain show "dom$SFX" -f value -c id)
 ok api -X PUT "http://127.0.0.1:5000/v3/projects/$DID/tags/smoke$SFX"
-domain_has_tag() { api "http://127.0.0.1:5000/v3/domains/$1" | grep -q "\"$2\""; }
+domain_has_tag() { api "http://127.0.0.1:5000/v3/domains/$1" | grep "\"$2\"" >/dev/null; }
 ok domain_has_tag "$DID" "smoke$SFX"
 
 # ---------------------------------------------------------------- zun

@@ -52,7 +52,7 @@ zun_answers() { # SERVICE: 0 if it answers, 1 if not, 2 if SERVICE is not one of
   # and that the Neutron forwarder listens
   netns-fwd) [ -e "$NETNS" ] && in_ns curl -s -m 3 -o /dev/null http://127.0.0.1:5000/ 2>/dev/null &&
     in_ns timeout 2 bash -c 'exec 3<>/dev/tcp/127.0.0.1/9696' 2>/dev/null ;;
-  kuryr) curl -sf -m 2 --unix-socket "$KURYR_SOCK" -X POST http://kuryr/Plugin.Activate 2>/dev/null | grep -q NetworkDriver ;;
+  kuryr) curl -sf -m 2 --unix-socket "$KURYR_SOCK" -X POST http://kuryr/Plugin.Activate 2>/dev/null | grep NetworkDriver >/dev/null ;;
   zun-compute) true ;;
   *) return 2 ;;
   esac
