@@ -2,7 +2,7 @@
 //! Keystone (bootstrapped with its admin), Placement, Glance (file store, web-download import),
 //! Neutron (ML2/OVN against the harness's OVN), Nova (API, conductor, scheduler and a compute
 //! node with the fake driver) and Cinder (API and scheduler), on fresh databases of the
-//! harness's MariaDB (TLS), its RabbitMQ (AMQPS) and memcached, the processes from the test
+//! harness's MariaDB (TLS) and RabbitMQ (AMQPS) and a memcached of its own, the processes from the test
 //! cloud's venv on free ports. Nothing of the shared test cloud is used but its venv and its
 //! image server (web-download's source): the resource operator runs against this cloud's
 //! Keystone, so the two halves of the product prove each other.
@@ -27,7 +27,7 @@ use controlplane_render::{KeyRepository, cinder, glance, keystone, neutron, nova
 
 use crate::{
     MariaDbAdmin, Proc, external_services_env, free_port, log_tails, rss_kib, run, spawn_logged,
-    test_cloud_dir, venv_bin, wait_http_ca,
+    start_memcached, test_cloud_dir, venv_bin, wait_http_ca,
 };
 
 /// The region of every catalog entry.
@@ -51,6 +51,7 @@ pub struct CloudOptions {
 pub struct RenderedCloud {
     // Dropped first: the processes stop before their databases go.
     procs: Vec<Proc>,
+    _memcached: Proc,
     _cleanup: Cleanup,
     /// Keystone's `/v3` URL.
     pub keystone_url: String,
@@ -296,8 +297,15 @@ impl RenderedCloud {
         let python_home = Some(venv.display().to_string());
         let suffix = password(8).to_lowercase();
         let p = &opts.prefix;
-        let mc = vec![var("EXTSVC_MEMCACHED")];
-        flush_memcached(&mc[0]);
+        // A memcached of its own. Keystone's cache keys carry no deployment namespace (oslo.cache
+        // has no key prefix), so on the harness's memcached another Keystone answered this one's
+        // lookups: entries left by an earlier test made `keystone-manage bootstrap` fail on a
+        // cached region, and the test node's control plane, running beside this cloud in CI,
+        // had the service-user step's admin login refused (401).
+        let mc_port = free_port();
+        let memcached = start_memcached(mc_port);
+        let mc = vec![format!("127.0.0.1:{mc_port}")];
+        wait_listening(mc_port, "this cloud's memcached");
         let [
             ks_port,
             pl_port,
@@ -1035,6 +1043,7 @@ impl RenderedCloud {
 
         RenderedCloud {
             procs,
+            _memcached: memcached,
             _cleanup: cleanup,
             keystone_url,
             admin_password,
@@ -1147,26 +1156,14 @@ pub fn register_service_at_ca(
     run(&mut su, &format!("service-user step for {}", entry.user));
 }
 
-/// Empties the harness's memcached before a cloud boots on it. Keystone's cache keys carry no
-/// deployment namespace (oslo.cache has no key prefix; the region key is shared by name), so
-/// entries an earlier test's Keystone left in the same memcached answer this fresh database:
-/// a cached "Region RegionOne exists" made `keystone-manage bootstrap` fail on the endpoint's
-/// foreign key. Emptying a cache is always safe for the services still using it.
-fn flush_memcached(addr: &str) {
-    use std::io::{Read as _, Write as _};
-    let mut conn = std::net::TcpStream::connect(addr)
-        .unwrap_or_else(|e| panic!("connecting to memcached at {addr}: {e}"));
-    conn.set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap_or_else(|e| panic!("memcached at {addr}: {e}"));
-    conn.write_all(b"flush_all\r\n")
-        .unwrap_or_else(|e| panic!("flush_all to memcached at {addr}: {e}"));
-    let mut answer = [0u8; 16];
-    let n = conn
-        .read(&mut answer)
-        .unwrap_or_else(|e| panic!("reading memcached's answer to flush_all: {e}"));
-    assert!(
-        answer[..n].starts_with(b"OK"),
-        "memcached at {addr} answered flush_all with {:?}",
-        String::from_utf8_lossy(&answer[..n])
-    );
+/// Waits up to 10 s for something to listen on loopback `port`.
+fn wait_listening(port: u16, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "{what} is not listening on port {port}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
