@@ -238,6 +238,7 @@ fn unknown_flags(file: &str, text: &str, cli: &[(String, BTreeSet<String>)]) -> 
 const OTHER_TOOLS_FLAGS: &[&str] = &[
     "--test",                            // cargo
     "--skip",                            // libtest (run-tests.py)
+    "--include-ignored",                 // libtest
     "--timeout",                         // scripts/run-tests.py
     "--set",                             // helm
     "--netns",                           // test-node (crates/test-tools/test-node/src/main.rs)
