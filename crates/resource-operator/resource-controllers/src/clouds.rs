@@ -317,21 +317,7 @@ impl CloudRegistry {
         if status == before {
             return;
         }
-        let patch = serde_json::json!({
-            "apiVersion": OpenstackCloud::api_version(&()),
-            "kind": OpenstackCloud::kind(&()),
-            "status": status,
-        });
-        if let Err(e) = Api::<OpenstackCloud>::all(client.clone())
-            .patch_status(
-                &cloud.name_any(),
-                &PatchParams::apply(FIELD_MANAGER).force(),
-                &Patch::Apply(patch),
-            )
-            .await
-        {
-            warn!(cloud = %cloud.name_any(), error = %e, "cannot write the OpenstackCloud's status");
-        }
+        apply_cloud_status(client, cloud, &status, "connection").await;
     }
 }
 
@@ -378,6 +364,31 @@ pub fn cloud_status(
     set_condition(&mut s.conditions, cond, &crate::framework::now());
     s.observed_generation = generation;
     s
+}
+
+/// Writes an `OpenstackCloud`'s status by server-side apply; a failure is logged (`what`: the
+/// part of the status the caller changed), and the next pass writes it again.
+pub(crate) async fn apply_cloud_status(
+    client: &kube::Client,
+    cloud: &OpenstackCloud,
+    status: &api::cloud::OpenstackCloudStatus,
+    what: &str,
+) {
+    let patch = serde_json::json!({
+        "apiVersion": OpenstackCloud::api_version(&()),
+        "kind": OpenstackCloud::kind(&()),
+        "status": status,
+    });
+    if let Err(e) = Api::<OpenstackCloud>::all(client.clone())
+        .patch_status(
+            &cloud.name_any(),
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(patch),
+        )
+        .await
+    {
+        warn!(cloud = %cloud.name_any(), error = %e, what, "cannot write the OpenstackCloud's status");
+    }
 }
 
 #[cfg(test)]

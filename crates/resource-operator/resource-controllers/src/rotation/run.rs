@@ -12,7 +12,7 @@ use jiff::Timestamp;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
-use kube::{Api, Resource, ResourceExt};
+use kube::{Api, ResourceExt};
 use openstack::OptionalExt as _;
 use openstack::adapter::{ClientOptions, CloudSelector, Core};
 use openstack::app_credential::{
@@ -27,7 +27,6 @@ use super::{
     decide, name_prefix, with_credential,
 };
 use crate::clouds::{CloudRegistry, clouds_yaml, fingerprint, options_for};
-use crate::framework::FIELD_MANAGER;
 
 /// The condition type the rotation reports on the `OpenstackCloud`.
 pub const CONDITION: &str = "CredentialRotation";
@@ -371,7 +370,7 @@ async fn bump_rotations(client: &kube::Client, name: &str) {
     r.rotations += 1;
     r.last_rotation = Some(Timestamp::now().to_string());
     status.rotation = Some(r);
-    apply_status(client, &cloud, &status).await;
+    crate::clouds::apply_cloud_status(client, &cloud, &status, "rotation").await;
 }
 
 /// The cloud's status after a pass (pure): the rotation's state and its condition.
@@ -423,28 +422,6 @@ async fn record(client: &kube::Client, cloud: &OpenstackCloud, outcome: &Result<
     let before = fresh.status.clone().unwrap_or_default();
     let status = rotation_status(&before, outcome, fresh.metadata.generation);
     if status != before {
-        apply_status(client, &fresh, &status).await;
-    }
-}
-
-async fn apply_status(
-    client: &kube::Client,
-    cloud: &OpenstackCloud,
-    status: &api::cloud::OpenstackCloudStatus,
-) {
-    let patch = serde_json::json!({
-        "apiVersion": OpenstackCloud::api_version(&()),
-        "kind": OpenstackCloud::kind(&()),
-        "status": status,
-    });
-    if let Err(e) = Api::<OpenstackCloud>::all(client.clone())
-        .patch_status(
-            &cloud.name_any(),
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(patch),
-        )
-        .await
-    {
-        warn!(cloud = %cloud.name_any(), error = %e, "cannot write the OpenstackCloud's rotation status");
+        crate::clouds::apply_cloud_status(client, &fresh, &status, "rotation").await;
     }
 }
