@@ -224,7 +224,8 @@ region_name = RegionOne
 endpoint_type = public
 [binding]
 EOF
-  uwsgi_zun kuryr "module = kuryr_libnetwork.server:app
+  uwsgi_zun kuryr "processes = 1
+module = kuryr_libnetwork.server:app
 pyargv = --config-file $ETC/kuryr/kuryr.conf
 http-socket = $KURYR_SOCK
 chmod-socket = 660"
@@ -300,7 +301,11 @@ region_name = RegionOne
 EOF
   # the other zun services share zun-api's configuration file
   [ -z "${CHANGED[zun-api]:-}" ] || CHANGED[zun-compute]=1 CHANGED[zun-wsproxy]=1
-  uwsgi_zun zun-api "wsgi-file = $ZB/zun-api-wsgi
+  # Three processes: with one, a request zun-api forwards to zun-compute and waits on (exec,
+  # logs, top, an action on a busy engine) held up every other, and on a loaded 2-core CI
+  # machine the virtual kubelet's GETs met its 30 s call timeout.
+  uwsgi_zun zun-api "processes = 3
+wsgi-file = $ZB/zun-api-wsgi
 pyargv = --config-file $ETC/zun/zun.conf --log-file $LOGS/zun-api.log
 http-socket = $HOST:9517"
 }
@@ -310,7 +315,6 @@ uwsgi_zun() { # SERVICE EXTRA: a uwsgi (the main venv's binary) running an app o
 [uwsgi]
 home = $ZUN_VENV
 master = true
-processes = 1
 threads = 1
 enable-threads = true
 lazy-apps = true
