@@ -33,7 +33,7 @@ LANES = [
     # Restarts the test cloud's Keystone and Neutron under everyone: alone, after the lanes.
     ("exclusive", r"^openstack-operator/e2e_faults_restart$"),
     # The whole control plane as pods on the test node (about 40 containers), from the images
-    # the images lane built: alone too. Beside the other lanes (load average 27 on 2 cores) it
+    # the images lane built, deployed by scripts/demo control-plane: alone too. Beside the other lanes (load average 27 on 2 cores) it
     # was not Ready within 1,500 s, and Zun's API missed the zun lane's 30 s call timeouts;
     # alone it is Ready in about 640 s.
     ("exclusive", r"^openstack-operator/e2e_control_plane_node$"),
