@@ -1388,6 +1388,7 @@ mod tests {
             role_bindings: None,
             federation_ref: None,
             adopt: false,
+            application_credential: None,
         }
     }
 
