@@ -7,7 +7,9 @@
 //! after the drain, after which Keystone refuses it; three rotations after the first delivery;
 //! a Secret of that name the operator does not own is left alone and the project says why,
 //! naming `spec.applicationCredential.secretName`; a lead time not below the lifetime is
-//! refused at admission; deleting the project deletes the credentials and the Keystone user.
+//! refused at admission; removing the field revokes the credential and deletes the user and
+//! the Secret; deleting the project deletes the credentials and the Keystone user, and
+//! completes when Keystone lost the user already.
 
 use std::time::Duration;
 
@@ -26,7 +28,7 @@ const READY: Duration = Duration::from_secs(180);
 /// Rotations to watch after the first delivery.
 const ROTATIONS: usize = 3;
 
-/// The delivered credential: (id, secret, auth_url, the Secret's annotations).
+/// The delivered credential, and whether the Secret is in a switch (the old one draining).
 struct Delivered {
     id: String,
     secret: String,
@@ -154,6 +156,23 @@ async fn a_tenant_s_clouds_yaml_works_after_each_of_three_rotations_and_is_revok
             .to_string(),
         )
         .await?;
+        // Two more, whose credentials do not rotate during the test: one whose field is
+        // removed, one whose user Keystone loses before the project is deleted.
+        let (removed, lost) = (env.unique("removed"), env.unique("lost"));
+        for name in [&removed, &lost] {
+            env.apply(
+                &json!({
+                    "apiVersion": "sunet.se/v1alpha1",
+                    "kind": "OpenstackProject",
+                    "metadata": {"name": name, "namespace": env.namespace},
+                    "spec": {"name": format!("{name}.example.com"), "domain": "Default",
+                             "applicationCredential": {
+                                 "lifetimeSeconds": 600, "leadTimeSeconds": 60}},
+                })
+                .to_string(),
+            )
+            .await?;
+        }
         let p: OpenstackProject = env.wait_ready(&proj, READY).await?;
         let status = p.status.clone().context("status")?;
         let project_id = status.project_id.clone().context("status.projectId")?;
@@ -246,6 +265,58 @@ async fn a_tenant_s_clouds_yaml_works_after_each_of_three_rotations_and_is_revok
             t.data.as_ref().and_then(|d| d.get("clouds.yaml")).map(|v| v.0.clone()),
             Some(b"mine".to_vec())
         );
+
+        // Removing spec.applicationCredential revokes the credential, deletes the user and
+        // the Secret.
+        let r: OpenstackProject = env.wait_ready(&removed, READY).await?;
+        let r_user = r
+            .status
+            .as_ref()
+            .and_then(|s| s.application_credential.as_ref())
+            .and_then(|a| a.user_id.clone())
+            .context("the removed project's user")?;
+        let r_cred = delivered(env, &format!("{removed}-clouds"), &removed).await?;
+        use_credential(&r_cred)
+            .await
+            .context("the removed project's clouds.yaml before the removal")?;
+        env.merge_spec::<OpenstackProject>(&removed, json!({"applicationCredential": null}))
+            .await?;
+        env.wait_object::<OpenstackProject>(&removed, READY, "the credential's status gone", |p| {
+            p.status.as_ref().is_some_and(|s| {
+                s.application_credential.is_none()
+                    && e2e::k8s::condition(p, "TenantCredential").is_none()
+            })
+        })
+        .await?;
+        let gone = Api::<Secret>::namespaced(env.client.clone(), &env.namespace)
+            .get_opt(&format!("{removed}-clouds"))
+            .await?;
+        assert!(gone.is_none(), "the removed project's Secret is deleted");
+        let e = env.cloud.identity.get_user(&r_user).await.err();
+        assert!(
+            matches!(e, Some(openstack::Error::NotFound { .. })),
+            "the removed project's user: {e:?}"
+        );
+        assert!(
+            use_credential(&r_cred).await.is_err(),
+            "the removed project's credential is refused"
+        );
+
+        // A project whose user Keystone lost is still deleted.
+        let l: OpenstackProject = env.wait_ready(&lost, READY).await?;
+        let l_user = l
+            .status
+            .as_ref()
+            .and_then(|s| s.application_credential.as_ref())
+            .and_then(|a| a.user_id.clone())
+            .context("the lost project's user")?;
+        env.cloud
+            .identity
+            .tenant_users()
+            .context("the real port makes tenant users")?
+            .delete_user(&l_user)
+            .await?;
+        env.delete_and_wait::<OpenstackProject>(&lost, READY).await?;
 
         // Deleting the project revokes the credentials and deletes the user.
         env.delete_and_wait::<OpenstackProject>(&proj, READY).await?;
