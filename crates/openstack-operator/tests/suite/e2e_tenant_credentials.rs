@@ -258,6 +258,13 @@ async fn a_tenant_s_clouds_yaml_works_after_each_of_three_rotations_and_is_revok
         let cond = e2e::k8s::condition(&sq, "TenantCredential").context("condition")?;
         let m = cond.message.clone().unwrap_or_default();
         assert!(m.contains("spec.applicationCredential.secretName"), "{m}");
+        let ev = env
+            .wait_event::<OpenstackProject>(&squatter, "InvalidSpec", READY)
+            .await?;
+        assert!(
+            ev.type_ == "Warning" && ev.message.contains("spec.applicationCredential.secretName"),
+            "{ev:?}"
+        );
         let t: Secret = Api::namespaced(env.client.clone(), &env.namespace)
             .get(&taken)
             .await?;

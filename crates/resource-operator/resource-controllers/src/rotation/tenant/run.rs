@@ -284,7 +284,13 @@ async fn deliver(
         &secret_name,
         &uid,
     )?;
+    let known = record.user_id.is_some();
     let user_id = ensure_user(ctx, users.as_ref(), obj, project_id, status).await?;
+    if !known {
+        // Recorded now: until then the project's role bindings did not know the user's grants
+        // as ours and may have revoked them (a pass that stopped before its status write).
+        grant_roles(ctx, spec, &user_id, project_id).await?;
+    }
     record.user_id = Some(user_id.clone());
     status.application_credential = Some(record.clone());
     let admin = users.admin_credentials();
@@ -365,6 +371,10 @@ async fn deliver(
                     .set_password(&user_id, &password)
                     .await
                     .map_err(|e| os(format!("{FIELD}: setting the user's password"), e))?;
+                // Keystone revokes the user's tokens at a password change, by a revocation
+                // event of one-second resolution: a token issued in the same second would be
+                // refused at its first use.
+                tokio::time::sleep(Duration::from_secs(1)).await;
                 let own = users
                     .login(&user_id, &password, project_id)
                     .await
