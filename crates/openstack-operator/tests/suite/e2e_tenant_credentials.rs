@@ -197,6 +197,38 @@ async fn a_tenant_s_clouds_yaml_works_after_each_of_three_rotations_and_is_revok
             .await
             .context("the first delivered clouds.yaml")?;
         assert_eq!(scoped, project_id, "the credential is scoped to the project");
+        // Restricted, with the default role (and the roles Keystone infers from it), never
+        // the operator's own admin.
+        let role = |name: &'static str| async move {
+            env.cloud
+                .identity
+                .find_role(name)
+                .await?
+                .with_context(|| format!("the {name} role"))
+        };
+        let (member, reader, admin) = (role("member").await?, role("reader").await?, role("admin").await?);
+        let listed = env
+            .cloud
+            .identity
+            .tenant_users()
+            .context("the real port makes tenant users")?
+            .admin_credentials()
+            .list_application_credentials(&user_id)
+            .await?;
+        let first = listed
+            .iter()
+            .find(|c| c.id == old.id)
+            .context("the delivered credential is the user's")?;
+        assert!(!first.unrestricted, "{first:?}");
+        assert!(first.role_ids.contains(&member.id), "{first:?}");
+        assert!(
+            first
+                .role_ids
+                .iter()
+                .all(|r| *r == member.id || *r == reader.id),
+            "{first:?}"
+        );
+        assert!(!first.role_ids.contains(&admin.id), "{first:?}");
 
         let started = std::time::Instant::now();
         for n in 1..=ROTATIONS {

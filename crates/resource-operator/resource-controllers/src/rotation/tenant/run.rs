@@ -365,7 +365,7 @@ async fn deliver(
                 name: new_name,
                 expires_at,
             } => {
-                grant_roles(ctx, spec, &user_id, project_id).await?;
+                let role_ids = grant_roles(ctx, spec, &user_id, project_id).await?;
                 let password = random_password();
                 users
                     .set_password(&user_id, &password)
@@ -395,7 +395,9 @@ async fn deliver(
                             ),
                             expires_at: Some(expires_at),
                             unrestricted: false,
-                            role_ids: vec![],
+                            // Exactly the spec's roles, whatever else the user still holds
+                            // from an earlier spec.
+                            role_ids,
                         },
                     )
                     .await
