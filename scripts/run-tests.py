@@ -59,7 +59,7 @@ LANES = [
     # The operator killed and restarted mid-pass (its own process, not the cloud's): the
     # resource lane's longest binary (about 370 s of 1,390), run beside it; and the credential
     # rotation test, which waits out four short credential lifetimes.
-    ("faults", r"^openstack-operator/(e2e_faults_crash|e2e_rotation)$"),
+    ("faults", r"^openstack-operator/(e2e_faults_crash|e2e_rotation|e2e_tenant_credentials)$"),
     # The resource operator end to end and the OpenStack port against the test cloud.
     ("resource", r"^openstack-operator/e2e_"),
     ("resource", r"^openstack/"),

@@ -30,6 +30,7 @@ mod e2e_operations;
 mod e2e_plan;
 mod e2e_project;
 mod e2e_rotation;
+mod e2e_tenant_credentials;
 mod e2e_virtual_kubelet;
 mod e2e_vk_netpol;
 mod e2e_vk_probes;

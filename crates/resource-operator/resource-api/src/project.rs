@@ -72,6 +72,66 @@ pub struct OpenstackProjectSpec {
     /// create (extension). Refused unless the operator runs with `--allow-project-adoption`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub adopt: bool,
+    /// An application credential for the tenant, delivered as a `clouds.yaml` Secret in this
+    /// namespace, rotated before it expires and revoked when the project is deleted or this
+    /// field removed (extension; docs/rotation.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub application_credential: Option<TenantCredential>,
+}
+
+/// The tenant's application credential: where it is delivered and how it rotates.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("self.leadTimeSeconds < self.lifetimeSeconds").message("spec.applicationCredential.leadTimeSeconds must be less than spec.applicationCredential.lifetimeSeconds"))]
+#[x_kube(validation = Rule::new("!has(self.drainSeconds) || self.drainSeconds < self.leadTimeSeconds").message("spec.applicationCredential.drainSeconds must be less than spec.applicationCredential.leadTimeSeconds (default 30)"))]
+pub struct TenantCredential {
+    /// The Secret (in this namespace) receiving the `clouds.yaml`; default `<object name>-clouds`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub secret_name: Option<String>,
+    /// How long each application credential lives (its Keystone `expires_at`).
+    #[schemars(range(min = 30, max = 31_622_400))]
+    pub lifetime_seconds: u32,
+    /// How long before the current credential expires its successor is made and delivered.
+    #[schemars(range(min = 10, max = 31_622_400))]
+    pub lead_time_seconds: u32,
+    /// How long the old credential keeps working after the Secret was switched (default 30),
+    /// for the tenant's clients to pick up the new one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 86_400))]
+    pub drain_seconds: Option<u32>,
+    /// Roles of the credential on the project (default `[member]`); each must be one of the
+    /// operator's allowed roles.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 16))]
+    pub roles: Option<Vec<String>>,
+}
+
+impl TenantCredential {
+    /// The role given when `roles` is unset.
+    pub const DEFAULT_ROLE: &str = "member";
+
+    /// The Secret's name in force.
+    pub fn secret_name(&self, object: &str) -> String {
+        self.secret_name
+            .clone()
+            .filter(|n| !n.trim().is_empty())
+            .unwrap_or_else(|| format!("{object}-clouds"))
+    }
+
+    /// The drain period in force.
+    pub fn drain_seconds(&self) -> u32 {
+        self.drain_seconds
+            .unwrap_or(crate::cloud::CredentialRotation::DEFAULT_DRAIN_SECONDS)
+    }
+
+    /// The roles in force.
+    pub fn roles(&self) -> Vec<String> {
+        match &self.roles {
+            Some(r) if !r.is_empty() => r.clone(),
+            _ => vec![Self::DEFAULT_ROLE.to_string()],
+        }
+    }
 }
 
 /// Quotas per service. Every limit accepts -1 for unlimited.
@@ -548,6 +608,37 @@ pub struct OpenstackProjectStatus {
     /// (extension); the `member` group is the project group (`groupId`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub role_groups: BTreeMap<String, String>,
+    /// The tenant's application credential (with `spec.applicationCredential`; never its
+    /// secret).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub application_credential: Option<TenantCredentialStatus>,
+}
+
+/// Where a tenant's application credential stands.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TenantCredentialStatus {
+    /// The Secret holding the `clouds.yaml`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_name: Option<String>,
+    /// The Keystone user owning the credentials (made by the operator for this project).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_id: Option<String>,
+    /// The name of the credential in the Secret.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current: Option<String>,
+    /// When it expires (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<String>,
+    /// When the next step (a rotation, or deleting the old credential) is due (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_step_at: Option<String>,
+    /// When the Secret last switched to a new credential (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_rotation: Option<String>,
+    /// How many credentials were delivered.
+    #[serde(default)]
+    pub rotations: u64,
 }
 
 /// The location of a project's rule in a shared federation mapping.

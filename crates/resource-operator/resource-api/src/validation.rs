@@ -399,8 +399,60 @@ impl Validate for OpenstackProjectSpec {
                 "is required when federationRef is given",
             );
         }
+        if let Some(c) = &self.application_credential {
+            tenant_credential(c, &mut e);
+        }
         e.0
     }
+}
+
+fn tenant_credential(c: &crate::project::TenantCredential, e: &mut Errors) {
+    const P: &str = "spec.applicationCredential";
+    if let Some(n) = &c.secret_name
+        && !is_dns_subdomain(n)
+    {
+        e.add(
+            format!("{P}.secretName"),
+            format!("{n:?} is not a valid Secret name (lower-case letters, digits, '-' and '.', at most 253)"),
+        );
+    }
+    if c.lifetime_seconds < 30 {
+        e.add(format!("{P}.lifetimeSeconds"), "must be at least 30");
+    }
+    if c.lead_time_seconds < 10 {
+        e.add(format!("{P}.leadTimeSeconds"), "must be at least 10");
+    }
+    if c.lead_time_seconds >= c.lifetime_seconds {
+        e.add(
+            format!("{P}.leadTimeSeconds"),
+            format!("must be less than {P}.lifetimeSeconds"),
+        );
+    }
+    if c.drain_seconds == Some(0) {
+        e.add(format!("{P}.drainSeconds"), "must be at least 1");
+    }
+    if c.drain_seconds() >= c.lead_time_seconds {
+        e.add(
+            format!("{P}.drainSeconds"),
+            format!("must be less than {P}.leadTimeSeconds (default 30)"),
+        );
+    }
+    for (i, r) in c.roles.iter().flatten().enumerate() {
+        e.name(&format!("{P}.roles[{i}]"), r, 255);
+    }
+}
+
+/// A Kubernetes object name (RFC 1123 subdomain).
+fn is_dns_subdomain(n: &str) -> bool {
+    !n.is_empty()
+        && n.len() <= 253
+        && n.split('.').all(|l| {
+            !l.is_empty()
+                && l.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+        })
 }
 
 fn validate_rule(p: &str, r: &SecurityGroupRule, groups: &BTreeSet<&str>, e: &mut Errors) {

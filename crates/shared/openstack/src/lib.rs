@@ -10,6 +10,7 @@
 //!   type LoadBalancer).
 //! - [`app_credential::ApplicationCredentials`]: the caller's own application credentials
 //!   (credential rotation).
+//! - [`tenant_user::TenantUsers`]: the users holding tenants' application credentials.
 //! - [`port::Ports`]: the Neutron ports of the virtual kubelet (its pods' ports).
 //! - [`dry_run`]: a read-only view of a [`Cloud`] recording the writes asked of it (`plan`).
 //! - [`fake::FakeCloud`]: an in-memory implementation for unit tests.
@@ -25,6 +26,7 @@ pub mod fake;
 pub mod loadbalancer;
 pub mod model;
 pub mod port;
+pub mod tenant_user;
 mod traits;
 
 pub use error::{Error, OptionalExt, Result};

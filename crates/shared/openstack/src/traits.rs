@@ -21,6 +21,11 @@ use crate::model::*;
 pub trait Identity: Send + Sync {
     /// Get a domain by ID.
     async fn get_domain(&self, id: &str) -> Result<Domain>;
+    /// The users holding tenants' application credentials (`OpenstackProject`
+    /// `spec.applicationCredential`); `None` where this port cannot make them (the fake, `plan`).
+    fn tenant_users(&self) -> Option<std::sync::Arc<dyn crate::tenant_user::TenantUsers>> {
+        None
+    }
     /// Find a domain by its unique name.
     async fn find_domain(&self, name: &str) -> Result<Option<Domain>>;
     /// List all domains.

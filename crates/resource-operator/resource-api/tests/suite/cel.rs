@@ -245,3 +245,54 @@ fn image_url_and_hash_rules() {
         "lower-case hex",
     );
 }
+
+fn project_credential(c: Value) -> Value {
+    json!({"apiVersion": "sunet.se/v1alpha1", "kind": "OpenstackProject", "metadata": {"name": "p", "namespace": "d"},
+           "spec": {"name": "p", "domain": "d", "applicationCredential": c}})
+}
+
+#[test]
+fn tenant_credential_rules() {
+    use api::Validate as _;
+    let k = "OpenstackProject";
+    let ok = json!({"lifetimeSeconds": 40, "leadTimeSeconds": 25, "drainSeconds": 5});
+    assert_accepted(k, project_credential(ok.clone()));
+    assert_rejected(
+        k,
+        project_credential(json!({"lifetimeSeconds": 60, "leadTimeSeconds": 60})),
+        "spec.applicationCredential.leadTimeSeconds must be less than",
+    );
+    assert_rejected(
+        k,
+        project_credential(
+            json!({"lifetimeSeconds": 600, "leadTimeSeconds": 60, "drainSeconds": 60}),
+        ),
+        "spec.applicationCredential.drainSeconds must be less than",
+    );
+    // The same checks, and the Secret's name, in the operator's own validation.
+    let spec = |c: Value| -> api::OpenstackProjectSpec {
+        serde_json::from_value(project_credential(c)["spec"].clone()).unwrap()
+    };
+    assert!(spec(ok).validate().is_empty());
+    let paths: Vec<String> = spec(json!({"secretName": "Not_A_Name",
+        "lifetimeSeconds": 30, "leadTimeSeconds": 30, "roles": [""]}))
+    .validate()
+    .into_iter()
+    .map(|e| e.path)
+    .collect();
+    assert_eq!(
+        paths,
+        [
+            "spec.applicationCredential.secretName",
+            "spec.applicationCredential.leadTimeSeconds",
+            "spec.applicationCredential.drainSeconds",
+            "spec.applicationCredential.roles[0]",
+        ]
+    );
+    let c = spec(json!({"lifetimeSeconds": 60, "leadTimeSeconds": 40}))
+        .application_credential
+        .unwrap();
+    assert_eq!(c.secret_name("team"), "team-clouds");
+    assert_eq!(c.roles(), ["member"]);
+    assert_eq!(c.drain_seconds(), 30);
+}

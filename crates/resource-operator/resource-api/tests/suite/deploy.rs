@@ -874,6 +874,12 @@ fn calls() -> Vec<Call> {
     // (replace, over the version read) and the switch's annotations removed (patch).
     out.push(c("", "secrets", "update", None, Operator));
     out.push(c("", "secrets", "patch", None, Operator));
+    // rotation/tenant/run.rs: an OpenstackProject's tenant credential is delivered as a
+    // Secret in the project's namespace (read, created, replaced over the version read, its
+    // rotation annotations removed by patch, deleted when spec.applicationCredential goes).
+    for verb in ["get", "create", "update", "patch", "delete"] {
+        out.push(c("", "secrets", verb, None, Cluster));
+    }
     for verb in ["get", "update"] {
         out.push(c(
             "",

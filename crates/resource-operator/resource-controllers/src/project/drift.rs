@@ -243,6 +243,7 @@ fn assignment_drift(
         .into_iter()
         .flatten()
         .filter(|a| managed.contains(a.role_id.as_str()))
+        .filter(|a| !super::identity::is_tenant_credential_user(status, &a.actor))
         .map(|a| (a.actor.clone(), a.role_id.clone()))
         .collect();
     let mut known: Vec<(Actor, String)> = Vec::new();

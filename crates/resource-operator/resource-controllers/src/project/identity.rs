@@ -775,6 +775,15 @@ async fn role_ids(env: &Env<'_>) -> Result<BTreeMap<String, String>> {
     Ok(roles)
 }
 
+/// Whether `actor` is the user holding the project's tenant application credentials
+/// (`status.applicationCredential.userId`), whose role assignments the bindings leave alone.
+pub fn is_tenant_credential_user(status: &OpenstackProjectStatus, actor: &Actor) -> bool {
+    matches!(
+        (actor, status.application_credential.as_ref().and_then(|a| a.user_id.as_deref())),
+        (Actor::User(u), Some(ours)) if u == ours
+    )
+}
+
 fn managed_role_ids(config: &Config, roles: &BTreeMap<String, String>) -> BTreeSet<String> {
     config
         .allowed_roles
@@ -1054,6 +1063,12 @@ pub(crate) async fn apply_assignments(
             return out;
         }
     };
+    // The tenant credentials' user holds its roles for the credentials it makes
+    // (spec.applicationCredential); its grants are that area's, not the bindings'.
+    let observed: Vec<_> = observed
+        .into_iter()
+        .filter(|a| !is_tenant_credential_user(status, &a.actor))
+        .collect();
     let plan = plan_assignments(
         &resolved.desired,
         &observed,
@@ -1388,6 +1403,7 @@ mod tests {
             role_bindings: None,
             federation_ref: None,
             adopt: false,
+            application_credential: None,
         }
     }
 

@@ -274,6 +274,18 @@ pub fn check_policy(
             ));
         }
     }
+    for (i, role) in spec
+        .application_credential
+        .iter()
+        .flat_map(|c| c.roles())
+        .enumerate()
+    {
+        if !config.allowed_roles.contains(&role) {
+            problems.push(format!(
+                "spec.applicationCredential.roles[{i}]: role {role:?} is not in the operator's allowed roles"
+            ));
+        }
+    }
     if !federation_namespace_allowed(spec, namespace, config) {
         let ns = federation_namespace(spec, namespace).unwrap_or_default();
         problems.push(format!(
@@ -969,6 +981,7 @@ pub async fn run_controller(
     let domains = watch_domains.then(|| self::watch_domains(ctx.client.clone()));
     // Converged projects are compared with one per-cluster snapshot per period.
     let drift = drift::watch(ctx.clone());
+    let tenant_credentials = crate::rotation::tenant::run::watch();
     crate::framework::run_with::<OpenstackProject>(
         ctx,
         api,
@@ -976,8 +989,8 @@ pub async fn run_controller(
         shutdown,
         ready,
         move |controller| match domains {
-            Some(watch) => watch(drift(controller)),
-            None => drift(controller),
+            Some(watch) => watch(tenant_credentials(drift(controller))),
+            None => tenant_credentials(drift(controller)),
         },
     )
     .await;
@@ -1062,7 +1075,13 @@ impl Managed for OpenstackProject {
         };
         let out = reconcile_project(&env, self, status, federation).await;
         publish_all(ctx, self, out.events).await;
-        out.result
+        // The tenant's credential needs the Kubernetes client (its Secret), so it runs here,
+        // after the areas; a failing area does not hold back a credential already due.
+        let tenant = crate::rotation::tenant::run::apply(ctx, self, status).await;
+        match (out.result, tenant) {
+            (Ok(_), Err(e)) => Err(e),
+            (result, _) => result,
+        }
     }
 
     async fn cleanup(&self, ctx: &Context, status: &mut Self::Status) -> Result<()> {
@@ -1082,6 +1101,8 @@ impl Managed for OpenstackProject {
             owner: owner_of(self, ctx),
             locks: ctx,
         };
+        // Before the project: the user's credentials are revoked while it can be found.
+        crate::rotation::tenant::run::cleanup(ctx, self, status).await?;
         let out = cleanup_project(&env, self, status, federation).await;
         publish_all(ctx, self, out.events).await;
         out.result

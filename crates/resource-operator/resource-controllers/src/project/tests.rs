@@ -2688,3 +2688,35 @@ async fn a_dry_run_pass_lists_the_writes_of_a_real_one_and_sends_none() {
         .unwrap();
     assert_eq!(journal.take(), vec![]);
 }
+
+#[tokio::test]
+async fn the_tenant_credentials_user_keeps_its_role_and_is_no_drift() {
+    let w = World::new().await;
+    let obj = from_yaml(BIG, "uid-tenant-credential-user");
+    let mut st = OpenstackProjectStatus::default();
+    let res = w.converge(&obj, &mut st, 3).await;
+    assert!(res.is_ok(), "{res:?}");
+    let pid = st.project_id.clone().unwrap();
+    let id = &w.cloud.identity;
+    // The user the tenant credential area made and granted (a user of the fake stands in).
+    let user = w.user("alice@example.com").await;
+    let Actor::User(uid) = user.clone() else {
+        unreachable!()
+    };
+    let member = id.find_role("member").await.unwrap().unwrap().id;
+    id.grant_project_role(&pid, &user, &member).await.unwrap();
+    // Unrecorded, it is a grant by hand: drift, revoked by the next pass.
+    assert!(!drift_of(&w, &obj, &st).await.is_empty());
+    st.application_credential = Some(api::project::TenantCredentialStatus {
+        user_id: Some(uid),
+        ..Default::default()
+    });
+    assert!(drift_of(&w, &obj, &st).await.is_empty());
+    assert!(w.pass(&obj, &mut st, fed(&obj)).await.is_ok());
+    assert!(
+        w.grants(&pid)
+            .await
+            .contains(&(user.clone(), "member".to_string())),
+        "the bindings revoked the tenant credentials' role"
+    );
+}

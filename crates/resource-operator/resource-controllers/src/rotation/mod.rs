@@ -16,8 +16,13 @@
 //! 3. when the current credential is within the lead time of its expiry (or never expires), the
 //!    next generation is made, checked by connecting with it, and written to the Secret with the
 //!    old one's id in the annotation: that write is the switch.
+//!
+//! The same decision rotates the application credentials delivered to tenants
+//! ([`tenant`]): there the credentials are made by a user the operator owns, so the current
+//! one need not be unrestricted, and there may be no current one yet.
 
 pub mod run;
+pub mod tenant;
 
 use jiff::{SignedDuration, Timestamp};
 
@@ -39,6 +44,9 @@ pub struct Policy {
     pub lead: SignedDuration,
     /// How long the old one is kept after the switch.
     pub drain: SignedDuration,
+    /// Whether the current credential makes its successor (an `OpenstackCloud`'s: it must then
+    /// be unrestricted); a tenant's are made by the operator's user for it.
+    pub current_makes_successor: bool,
 }
 
 impl From<&api::cloud::CredentialRotation> for Policy {
@@ -47,6 +55,18 @@ impl From<&api::cloud::CredentialRotation> for Policy {
             lifetime: SignedDuration::from_secs(r.lifetime_seconds.into()),
             lead: SignedDuration::from_secs(r.lead_time_seconds.into()),
             drain: SignedDuration::from_secs(r.drain_seconds().into()),
+            current_makes_successor: true,
+        }
+    }
+}
+
+impl From<&api::project::TenantCredential> for Policy {
+    fn from(r: &api::project::TenantCredential) -> Self {
+        Policy {
+            lifetime: SignedDuration::from_secs(r.lifetime_seconds.into()),
+            lead: SignedDuration::from_secs(r.lead_time_seconds.into()),
+            drain: SignedDuration::from_secs(r.drain_seconds().into()),
+            current_makes_successor: false,
         }
     }
 }
@@ -98,8 +118,9 @@ pub struct Observed<'a> {
     pub now: Timestamp,
     /// The credentials' name prefix ([`name_prefix`]).
     pub prefix: &'a str,
-    /// The credential in the Secret (the one the token came from).
-    pub current: &'a Credential,
+    /// The credential in the Secret (for a cloud, the one the token came from); None when
+    /// there is none yet, or it is gone from Keystone (a tenant's).
+    pub current: Option<&'a Credential>,
     /// All the user's credentials.
     pub listed: &'a [Credential],
     /// The switch in progress, from the Secret's annotations.
@@ -134,10 +155,13 @@ pub enum Step {
 
 /// The next step (pure).
 pub fn decide(o: &Observed<'_>, policy: &Policy) -> Step {
-    if !o.current.unrestricted {
+    let Some(current) = o.current else {
+        return replace_missing(o, policy);
+    };
+    if policy.current_makes_successor && !current.unrestricted {
         return Step::Blocked(format!(
             "spec.rotation: the application credential {:?} in spec.secretRef is restricted, so it cannot create its successor: make it with `--unrestricted` (openstack application credential create --unrestricted) or remove spec.rotation",
-            o.current.name
+            current.name
         ));
     }
     let draining = o.pending.map(|p| p.previous_id.as_str());
@@ -145,12 +169,12 @@ pub fn decide(o: &Observed<'_>, policy: &Policy) -> Step {
         .listed
         .iter()
         .filter(|c| generation_of(o.prefix, &c.name).is_some())
-        .filter(|c| c.id != o.current.id && Some(c.id.as_str()) != draining)
+        .filter(|c| c.id != current.id && Some(c.id.as_str()) != draining)
         .map(|c| c.id.clone())
         .collect();
     if let Some(p) = o.pending {
         let drained = p.switched_at + policy.drain;
-        if p.previous_id == o.current.id {
+        if p.previous_id == current.id {
             // The annotation names the credential in use (a Secret restored by hand): never
             // delete that one, only forget the switch.
             return Step::Delete {
@@ -185,18 +209,39 @@ pub fn decide(o: &Observed<'_>, policy: &Policy) -> Step {
             finish_switch: false,
         };
     }
-    let due = o.current.expires_at.map(|e| e - policy.lead);
+    let due = current.expires_at.map(|e| e - policy.lead);
     match due {
         Some(due) if o.now < due => Step::Wait(due),
         // Due, or a credential that never expires (the one a user first puts in the Secret):
         // the operator's own, expiring ones take over at once.
         _ => {
-            let generation = generation_of(o.prefix, &o.current.name).unwrap_or(0) + 1;
+            let generation = generation_of(o.prefix, &current.name).unwrap_or(0) + 1;
             Step::Create {
                 name: format!("{}-{generation}", o.prefix),
                 expires_at: o.now + policy.lifetime,
             }
         }
+    }
+}
+
+/// No credential in use (a tenant's first, or one lost from Keystone): nothing of ours is worth
+/// keeping (whatever drains has nothing to drain to), so all of ours go first, then the next
+/// generation is made.
+fn replace_missing(o: &Observed<'_>, policy: &Policy) -> Step {
+    let ours: Vec<(&Credential, u64)> = o
+        .listed
+        .iter()
+        .filter_map(|c| generation_of(o.prefix, &c.name).map(|g| (c, g)))
+        .collect();
+    if !ours.is_empty() || o.pending.is_some() {
+        return Step::Delete {
+            ids: ours.iter().map(|(c, _)| c.id.clone()).collect(),
+            finish_switch: o.pending.is_some(),
+        };
+    }
+    Step::Create {
+        name: format!("{}-1", o.prefix),
+        expires_at: o.now + policy.lifetime,
     }
 }
 

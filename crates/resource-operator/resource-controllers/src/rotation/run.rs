@@ -212,7 +212,7 @@ impl Rotator {
                 &super::Observed {
                     now,
                     prefix: &prefix,
-                    current: &current,
+                    current: Some(&current),
                     listed: &creds,
                     pending: pending.as_ref(),
                     old_clients_in_use: registry

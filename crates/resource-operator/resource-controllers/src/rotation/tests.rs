@@ -9,6 +9,7 @@ fn policy() -> Policy {
         lifetime: SignedDuration::from_secs(120),
         lead: SignedDuration::from_secs(90),
         drain: SignedDuration::from_secs(10),
+        current_makes_successor: true,
     }
 }
 
@@ -45,7 +46,7 @@ fn a_restricted_credential_is_blocked_naming_the_field() {
     let o = Observed {
         now: t(0),
         prefix: PREFIX,
-        current: &c,
+        current: Some(&c),
         listed: std::slice::from_ref(&c),
         pending: None,
         old_clients_in_use: 0,
@@ -67,7 +68,7 @@ fn a_credential_is_replaced_within_the_lead_time_and_one_that_never_expires_at_o
     let o = |now| Observed {
         now: t(now),
         prefix: PREFIX,
-        current: &c,
+        current: Some(&c),
         listed: std::slice::from_ref(&c),
         pending: None,
         old_clients_in_use: 0,
@@ -84,7 +85,7 @@ fn a_credential_is_replaced_within_the_lead_time_and_one_that_never_expires_at_o
     let o = Observed {
         now: t(0),
         prefix: PREFIX,
-        current: &user,
+        current: Some(&user),
         listed: std::slice::from_ref(&user),
         pending: None,
         old_clients_in_use: 0,
@@ -111,7 +112,7 @@ fn the_old_credential_waits_for_the_drain_and_credentials_not_ours_are_never_tou
     let o = |now| Observed {
         now: t(now),
         prefix: PREFIX,
-        current: &new,
+        current: Some(&new),
         listed: &listed,
         pending: Some(&pending),
         old_clients_in_use: 0,
@@ -138,7 +139,7 @@ fn the_old_credential_waits_for_the_drain_and_credentials_not_ours_are_never_tou
     let o = Observed {
         now: t(0),
         prefix: PREFIX,
-        current: &new,
+        current: Some(&new),
         listed: &listed[1..],
         pending: Some(&pending),
         old_clients_in_use: 0,
@@ -165,6 +166,7 @@ struct World {
     duplicates: u32,
     /// Credentials deleted while the Secret named them.
     deleted_in_use: u32,
+    policy: Policy,
 }
 
 impl World {
@@ -178,6 +180,20 @@ impl World {
             switches: 0,
             duplicates: 0,
             deleted_in_use: 0,
+            policy: policy(),
+        }
+    }
+
+    /// A tenant's: no credential at first, made by the operator's user (restricted is fine).
+    fn tenant() -> Self {
+        World {
+            creds: vec![],
+            current: String::new(),
+            policy: Policy {
+                current_makes_successor: false,
+                ..policy()
+            },
+            ..World::new()
         }
     }
 
@@ -192,21 +208,20 @@ impl World {
             None => true,
         };
         for _ in 0..10 {
-            let current = self
-                .creds
-                .iter()
-                .find(|c| c.id == self.current)
-                .cloned()
-                .expect("the credential in the Secret exists");
+            let current = self.creds.iter().find(|c| c.id == self.current).cloned();
+            assert!(
+                current.is_some() || !self.policy.current_makes_successor,
+                "the credential in the Secret exists"
+            );
             let o = Observed {
                 now: t(self.now),
                 prefix: PREFIX,
-                current: &current,
+                current: current.as_ref(),
                 listed: &self.creds,
                 pending: self.pending.as_ref(),
                 old_clients_in_use: 0,
             };
-            match decide(&o, &policy()) {
+            match decide(&o, &self.policy) {
                 Step::Blocked(m) => panic!("{m}"),
                 Step::Wait(_) => return,
                 Step::Delete { ids, finish_switch } => {
@@ -240,14 +255,16 @@ impl World {
                         id: id.clone(),
                         name,
                         expires_at: Some(expires_at),
-                        unrestricted: true,
+                        unrestricted: self.policy.current_makes_successor,
                     });
                     // The Secret's update, with the old id in its annotation.
                     if !write(writes) {
                         return;
                     }
-                    self.pending = Some(Pending {
-                        previous_id: std::mem::replace(&mut self.current, id),
+                    // A first delivery replaces nothing: no annotation.
+                    let previous = std::mem::replace(&mut self.current, id);
+                    self.pending = (!previous.is_empty()).then(|| Pending {
+                        previous_id: previous,
                         switched_at: t(self.now),
                     });
                     self.switches += 1;
@@ -316,4 +333,38 @@ fn the_secret_s_entry_gets_the_new_credential_and_nothing_else_changes() {
     assert!(e.starts_with("spec.cloud:"), "{e}");
     let e = credential_id("a: [", "east").unwrap_err().to_string();
     assert!(!e.contains("a: ["), "{e}");
+}
+
+#[test]
+fn a_tenant_s_rotation_stopped_after_any_write_converges_the_same_way() {
+    for crash_after in 0..40 {
+        let mut w = World::tenant();
+        let mut crashed = false;
+        while w.now < 300 {
+            let mut writes = if crashed { None } else { Some(crash_after) };
+            w.pass(&mut writes);
+            if writes == Some(0) {
+                crashed = true;
+            }
+            w.now += 5;
+        }
+        assert_eq!(w.duplicates, 0, "crash after write {crash_after}");
+        assert_eq!(w.deleted_in_use, 0, "crash after write {crash_after}");
+        let draining = w.pending.as_ref().map(|p| p.previous_id.clone());
+        assert!(
+            w.creds
+                .iter()
+                .all(|c| c.id == w.current || Some(&c.id) == draining.as_ref()),
+            "crash after write {crash_after}: {:?}",
+            w.creds
+        );
+        // The first delivery, then one every 30 s.
+        assert!(
+            w.switches >= 9,
+            "crash after write {crash_after}: {}",
+            w.switches
+        );
+        let current = w.creds.iter().find(|c| c.id == w.current).unwrap();
+        assert!(current.expires_at.unwrap() > t(w.now));
+    }
 }

@@ -319,6 +319,51 @@ struct CoreInner {
     discovery: tokio::sync::Mutex<()>,
     /// Background token renewal; aborted when the core is dropped.
     _renew: Option<RenewHandle>,
+    /// How the cloud is reached (no credentials), for the `clouds.yaml` given to tenants.
+    endpoint: CloudEndpoint,
+}
+
+/// How a cloud is reached, without any credential: what a `clouds.yaml` entry for another
+/// user of the same cloud needs besides its `auth`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CloudEndpoint {
+    /// Keystone's URL.
+    pub auth_url: String,
+    /// `region_name`, if set.
+    pub region_name: Option<String>,
+    /// `interface` (public, internal, admin), if set.
+    pub interface: Option<String>,
+    /// `identity_api_version`, if set.
+    pub identity_api_version: Option<String>,
+    /// `cacert`, if set (a path on the operator's side).
+    pub cacert: Option<String>,
+    /// `verify`, if set.
+    pub verify: Option<bool>,
+}
+
+impl CloudEndpoint {
+    fn of(cfg: &openstack_sdk::config::CloudConfig) -> Self {
+        let option = |k: &str| {
+            cfg.options.get(k).and_then(|v| {
+                v.clone()
+                    .into_string()
+                    .ok()
+                    .or_else(|| v.clone().into_int().ok().map(|i| i.to_string()))
+            })
+        };
+        CloudEndpoint {
+            auth_url: cfg
+                .auth
+                .as_ref()
+                .and_then(|a| a.auth_url.clone())
+                .unwrap_or_default(),
+            region_name: cfg.region_name.clone(),
+            interface: cfg.interface.clone(),
+            identity_api_version: option("identity_api_version"),
+            cacert: cfg.cacert.clone(),
+            verify: cfg.verify,
+        }
+    }
 }
 
 /// The user (and application credential) a token was issued to.
@@ -370,6 +415,7 @@ impl Core {
             &openstack_sdk_auth_password::ANCHOR,
         );
         let (cfg, cloud) = load_cloud_config(selector)?;
+        let endpoint = CloudEndpoint::of(&cfg);
         let os = AsyncOpenStack::builder(&cfg)
             .disable_auth_cache(true)
             .max_auth_retries(1)
@@ -416,6 +462,7 @@ impl Core {
                 endpoints: RwLock::new(endpoints),
                 discovery: tokio::sync::Mutex::new(()),
                 _renew: renew,
+                endpoint,
             }),
         })
     }
@@ -438,6 +485,11 @@ impl Core {
     /// The clouds.yaml entry this core is connected to.
     pub fn cloud_name(&self) -> &str {
         &self.inner.cloud
+    }
+
+    /// How the cloud is reached (no credentials).
+    pub fn cloud_endpoint(&self) -> &CloudEndpoint {
+        &self.inner.endpoint
     }
 
     /// The metrics this core records.

@@ -248,6 +248,12 @@ impl<'a> MappingBody<'a> {
 
 #[async_trait]
 impl Identity for IdentityAdapter {
+    fn tenant_users(&self) -> Option<std::sync::Arc<dyn crate::tenant_user::TenantUsers>> {
+        Some(std::sync::Arc::new(
+            crate::tenant_user::TenantUserAdapter::new(self.core.clone()),
+        ))
+    }
+
     async fn get_domain(&self, id: &str) -> Result<Domain> {
         let w: WireDomain = self
             .fetch(

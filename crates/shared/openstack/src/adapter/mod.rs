@@ -32,7 +32,9 @@ use std::sync::Arc;
 
 pub use self::config::{ClientOptions, CloudSelector};
 pub use self::container::ContainerAdapter;
-pub use self::core::{Core, Request, Response, Service, TokenCredential, TokenSubject};
+pub use self::core::{
+    CloudEndpoint, Core, Request, Response, Service, TokenCredential, TokenSubject,
+};
 pub use self::metrics::Metrics;
 pub use self::unavailable::Unavailable;
 use crate::error::Result;
