@@ -602,6 +602,20 @@ fn optional_parts_render_the_kustomize_components() {
 }
 
 #[test]
+fn tenant_credentials_off_leaves_secrets_out_of_the_cluster_role() {
+    let secret_rules = |docs: &[Value]| -> usize {
+        find(docs, "ClusterRole", "openstack-operator")["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["resources"] == json!(["secrets"]))
+            .count()
+    };
+    assert_eq!(secret_rules(&chart(json!({}))), 1);
+    assert_eq!(secret_rules(&chart(json!({"tenantCredentials": false}))), 0);
+}
+
+#[test]
 fn chart_options_change_what_they_say() {
     let docs = chart(json!({
         "replicaCount": 2,
