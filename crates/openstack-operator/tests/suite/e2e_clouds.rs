@@ -21,10 +21,10 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 use openstack::OptionalExt as _;
-use openstack::adapter::{ClientOptions, CloudSelector, Core};
 use openstack::model::{Actor, ProjectCreate};
 use serde_json::json;
 
+use crate::clouds_common::admin_and_auth_url;
 use crate::e2e_project::create_user_with_password;
 
 const BIN: &str = env!("CARGO_BIN_EXE_openstack-operator");
@@ -119,24 +119,7 @@ async fn two_clouds_objects_land_where_they_name_refusals_touch_nothing_one_brok
         .await
         .expect("test env");
     env.run(async |env| {
-        let target = env.target.cloud_env();
-        let admin = Core::connect(
-            &CloudSelector::File {
-                path: target.config_file.clone(),
-                cloud: target.os_cloud.clone(),
-            },
-            ClientOptions::default(),
-        )
-        .await?;
-        let config = std::fs::read_to_string(&target.config_file)?;
-        let config = api::manifest::documents(&config)?
-            .into_iter()
-            .next()
-            .context("the test cloud's clouds.yaml")?;
-        let auth_url = config["clouds"][&target.os_cloud]["auth"]["auth_url"]
-            .as_str()
-            .context("the test cloud's auth_url")?
-            .to_string();
+        let (admin, auth_url) = admin_and_auth_url(env).await?;
 
         // The second cloud's identity: a project and an administrator of it.
         let project_b = env.unique("site-b");

@@ -29,6 +29,7 @@ use openstack::model::{Actor, ProjectCreate};
 use secrecy::ExposeSecret as _;
 use serde_json::json;
 
+use crate::clouds_common::{admin_and_auth_url, secret_clouds_entry};
 use crate::e2e_project::create_user_with_password;
 
 const BIN: &str = env!("CARGO_BIN_EXE_openstack-operator");
@@ -63,25 +64,13 @@ fn cloud_sum(metrics: &str, family: &str, cloud: &str, filter: &str) -> u64 {
         .sum()
 }
 
-/// The application credential (id, secret) of the Secret's entry.
+/// The application credential (id, secret) of the Secret's entry, and its annotations.
 async fn secret_credential(
     env: &TestEnv,
     name: &str,
 ) -> anyhow::Result<(String, String, BTreeMap<String, String>)> {
-    let s: Secret = Api::namespaced(env.client.clone(), &env.namespace)
-        .get(name)
-        .await?;
-    let yaml = s
-        .data
-        .as_ref()
-        .and_then(|d| d.get("clouds.yaml"))
-        .map(|v| String::from_utf8_lossy(&v.0).to_string())
-        .context("the Secret's clouds.yaml")?;
-    let doc = api::manifest::documents(&yaml)?
-        .into_iter()
-        .next()
-        .context("a document")?;
-    let auth = &doc["clouds"][ENTRY]["auth"];
+    let (entry, annotations) = secret_clouds_entry(env, name, ENTRY).await?;
+    let auth = &entry["auth"];
     Ok((
         auth["application_credential_id"]
             .as_str()
@@ -91,7 +80,7 @@ async fn secret_credential(
             .as_str()
             .context("secret")?
             .into(),
-        s.metadata.annotations.clone().unwrap_or_default(),
+        annotations,
     ))
 }
 
@@ -114,24 +103,7 @@ async fn three_rotations_with_no_failed_request_and_every_old_credential_refused
         .await
         .expect("test env");
     env.run(async |env| {
-        let target = env.target.cloud_env();
-        let admin = Core::connect(
-            &CloudSelector::File {
-                path: target.config_file.clone(),
-                cloud: target.os_cloud.clone(),
-            },
-            ClientOptions::default(),
-        )
-        .await?;
-        let config = std::fs::read_to_string(&target.config_file)?;
-        let config = api::manifest::documents(&config)?
-            .into_iter()
-            .next()
-            .context("the test cloud's clouds.yaml")?;
-        let auth_url = config["clouds"][&target.os_cloud]["auth"]["auth_url"]
-            .as_str()
-            .context("the test cloud's auth_url")?
-            .to_string();
+        let (admin, auth_url) = admin_and_auth_url(env).await?;
 
         // The cloud's identity: a user administering a project of the test's own.
         let project = env.unique("rotation");

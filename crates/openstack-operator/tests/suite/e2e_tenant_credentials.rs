@@ -23,6 +23,8 @@ use openstack::adapter::{ClientOptions, CloudSelector, Core};
 use openstack::model::NetworkFilter;
 use serde_json::json;
 
+use crate::clouds_common::secret_clouds_entry;
+
 const BIN: &str = env!("CARGO_BIN_EXE_openstack-operator");
 const READY: Duration = Duration::from_secs(180);
 /// Rotations to watch after the first delivery.
@@ -37,20 +39,7 @@ struct Delivered {
 }
 
 async fn delivered(env: &TestEnv, secret: &str, entry: &str) -> anyhow::Result<Delivered> {
-    let s: Secret = Api::namespaced(env.client.clone(), &env.namespace)
-        .get(secret)
-        .await?;
-    let yaml = s
-        .data
-        .as_ref()
-        .and_then(|d| d.get("clouds.yaml"))
-        .map(|v| String::from_utf8_lossy(&v.0).to_string())
-        .context("the Secret's clouds.yaml")?;
-    let doc = api::manifest::documents(&yaml)?
-        .into_iter()
-        .next()
-        .context("a document")?;
-    let e = &doc["clouds"][entry];
+    let (e, annotations) = secret_clouds_entry(env, secret, entry).await?;
     anyhow::ensure!(
         e["auth_type"] == "v3applicationcredential",
         "entry {entry}: {e}"
@@ -60,11 +49,7 @@ async fn delivered(env: &TestEnv, secret: &str, entry: &str) -> anyhow::Result<D
         id: s_(&e["auth"]["application_credential_id"])?,
         secret: s_(&e["auth"]["application_credential_secret"])?,
         auth_url: s_(&e["auth"]["auth_url"])?,
-        rotating: s
-            .metadata
-            .annotations
-            .unwrap_or_default()
-            .contains_key(PREVIOUS_ANNOTATION),
+        rotating: annotations.contains_key(PREVIOUS_ANNOTATION),
     })
 }
 

@@ -2,6 +2,7 @@
 //! (they linked the whole workspace each). `scripts/run-tests.py` runs each module in a process
 //! of its own, as before; by hand: `cargo test -p openstack-operator --test suite MODULE::`.
 
+mod clouds_common;
 mod cp_common;
 mod e2e_bad_input;
 mod e2e_clouds;

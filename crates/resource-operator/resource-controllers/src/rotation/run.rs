@@ -240,7 +240,9 @@ impl Rotator {
                         info!(cloud = %name, credential = %id, "deleted an old application credential");
                     }
                     if finish_switch {
-                        finish(&secrets, &secret).await?;
+                        finish(&secrets, &secret).await.map_err(|e| {
+                            format!("ending the switch on Secret {}: {e}", secret.name_any())
+                        })?;
                     }
                 }
                 Step::Create {
@@ -298,8 +300,8 @@ impl Rotator {
     }
 }
 
-/// The switch in progress, from the Secret's annotations.
-fn pending(secret: &Secret) -> Option<Pending> {
+/// The switch in progress, from the Secret's annotations (the cloud's and a tenant's).
+pub(super) fn pending(secret: &Secret) -> Option<Pending> {
     let a = secret.metadata.annotations.as_ref()?;
     Some(Pending {
         previous_id: a.get(PREVIOUS_ANNOTATION)?.clone(),
@@ -343,8 +345,8 @@ async fn switch(
         })
 }
 
-/// Removes the rotation's annotations (over the version read).
-async fn finish(secrets: &Api<Secret>, read: &Secret) -> Result<(), String> {
+/// Removes the rotation's annotations (over the version read; the cloud's and a tenant's).
+pub(super) async fn finish(secrets: &Api<Secret>, read: &Secret) -> Result<(), kube::Error> {
     let patch = serde_json::json!({"metadata": {
         "resourceVersion": read.metadata.resource_version,
         "annotations": {PREVIOUS_ANNOTATION: null, SWITCHED_AT_ANNOTATION: null},
@@ -357,7 +359,6 @@ async fn finish(secrets: &Api<Secret>, read: &Secret) -> Result<(), String> {
         )
         .await
         .map(|_| ())
-        .map_err(|e| format!("ending the switch on Secret {}: {e}", read.name_any()))
 }
 
 async fn bump_rotations(client: &kube::Client, name: &str) {

@@ -13,7 +13,7 @@ use jiff::Timestamp;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, PostParams};
 use kube::runtime::controller::Controller;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource, ResourceExt};
@@ -29,9 +29,10 @@ use super::{user_description, user_name};
 use crate::context::Context;
 use crate::error::{ReconcileError, Result};
 use crate::project::os;
+use crate::rotation::run::{finish, pending};
 use crate::rotation::{
-    Credential, Observed, PREVIOUS_ANNOTATION, Pending, Policy, SWITCHED_AT_ANNOTATION, Step,
-    credential_id, decide,
+    Credential, Observed, PREVIOUS_ANNOTATION, Policy, SWITCHED_AT_ANNOTATION, Step, credential_id,
+    decide,
 };
 
 /// Steps one pass takes at most (a switch takes three: clean up, create, delete after drain).
@@ -443,18 +444,6 @@ fn check_secret(secret: Option<&Secret>, name: &str, uid: &str) -> Result<()> {
     }
 }
 
-/// The switch in progress, from the Secret's annotations.
-fn pending(secret: &Secret) -> Option<Pending> {
-    let a = secret.metadata.annotations.as_ref()?;
-    Some(Pending {
-        previous_id: a.get(PREVIOUS_ANNOTATION)?.clone(),
-        switched_at: a
-            .get(SWITCHED_AT_ANNOTATION)
-            .and_then(|t| t.parse().ok())
-            .unwrap_or(Timestamp::UNIX_EPOCH),
-    })
-}
-
 /// Creates the Secret, or replaces it over the version read; with the previous credential
 /// (if any) in the annotation, so it is deleted after the drain.
 async fn write(
@@ -504,22 +493,6 @@ async fn write(
         Some(_) => secrets.replace(name, &PostParams::default(), &s).await?,
         None => secrets.create(&PostParams::default(), &s).await?,
     };
-    Ok(())
-}
-
-/// Removes the rotation's annotations (over the version read).
-async fn finish(secrets: &Api<Secret>, read: &Secret) -> Result<()> {
-    let patch = serde_json::json!({"metadata": {
-        "resourceVersion": read.metadata.resource_version,
-        "annotations": {PREVIOUS_ANNOTATION: null, SWITCHED_AT_ANNOTATION: null},
-    }});
-    secrets
-        .patch(
-            &read.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
-        .await?;
     Ok(())
 }
 
