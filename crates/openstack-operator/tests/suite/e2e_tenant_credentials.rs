@@ -258,13 +258,21 @@ async fn a_tenant_s_clouds_yaml_works_after_each_of_three_rotations_and_is_revok
             eprintln!("rotation {n}: the new clouds.yaml works, the old credential is refused ({e})");
             old = new;
         }
-        let p: OpenstackProject = env.get(&proj).await?;
-        let record = p
-            .status
-            .as_ref()
-            .and_then(|s| s.application_credential.clone())
-            .context("status.applicationCredential")?;
-        assert!(record.rotations as usize > ROTATIONS, "{record:?}");
+        // The status is written at the end of the pass that wrote the Secret: wait for it.
+        let p = e2e::wait_for(READY, Duration::from_secs(1), "the rotations in status", async || {
+            let p: OpenstackProject = env.get(&proj).await?;
+            let record = p
+                .status
+                .as_ref()
+                .and_then(|s| s.application_credential.clone())
+                .context("status.applicationCredential")?;
+            Ok(if record.rotations as usize > ROTATIONS {
+                e2e::Check::Done(p)
+            } else {
+                e2e::Check::Pending(format!("{record:?}"))
+            })
+        })
+        .await?;
         let cond = e2e::k8s::condition(&p, "TenantCredential").context("condition")?;
         assert_eq!(cond.reason.as_deref(), Some("Current"), "{cond:?}");
 

@@ -247,7 +247,7 @@ impl Rotator {
                 }
                 Step::Create {
                     name: new_name,
-                    expires_at,
+                    expires_at: _,
                 } => {
                     let role_ids = listed
                         .iter()
@@ -262,7 +262,9 @@ impl Rotator {
                                 description: format!(
                                     "OpenstackCloud {name}: made by openstack-operator's credential rotation"
                                 ),
-                                expires_at: Some(expires_at),
+                                // From now, not from the pass's start (a slow pass would
+                                // ask for an expiry already past: Keystone's 400).
+                                expires_at: Some(Timestamp::now() + policy.lifetime),
                                 unrestricted: true,
                                 role_ids,
                             },

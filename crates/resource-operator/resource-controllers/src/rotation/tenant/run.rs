@@ -364,7 +364,7 @@ async fn deliver(
             }
             Step::Create {
                 name: new_name,
-                expires_at,
+                expires_at: _,
             } => {
                 let role_ids = grant_roles(ctx, spec, &user_id, project_id).await?;
                 let password = random_password();
@@ -394,7 +394,10 @@ async fn deliver(
                                 "OpenstackProject {}/{name}: delivered in Secret {secret_name} by openstack-operator",
                                 obj.namespace().unwrap_or_default()
                             ),
-                            expires_at: Some(expires_at),
+                            // From now, not from the pass's start: a pass took over 40 s
+                            // under load in CI, and Keystone refused (400) an expiry
+                            // already past.
+                            expires_at: Some(Timestamp::now() + policy.lifetime),
                             unrestricted: false,
                             // Exactly the spec's roles, whatever else the user still holds
                             // from an earlier spec.
