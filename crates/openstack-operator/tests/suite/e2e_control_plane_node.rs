@@ -247,10 +247,7 @@ async fn control_plane_example_runs_as_pods_on_the_test_node() -> anyhow::Result
 
     let dir = tempfile::Builder::new().prefix("cp-demo-").tempdir()?;
     let out = dir.path().join("demo-output.log");
-    let emulator = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0")?;
-        l.local_addr()?.to_string()
-    };
+    let emulator = e2e::operator::free_local_addr()?.to_string();
     eprintln!(
         "scripts/demo control-plane: state {}, output {}",
         dir.path().display(),

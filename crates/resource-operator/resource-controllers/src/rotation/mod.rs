@@ -102,6 +102,17 @@ pub struct Credential {
     pub unrestricted: bool,
 }
 
+impl From<&openstack::app_credential::ApplicationCredential> for Credential {
+    fn from(c: &openstack::app_credential::ApplicationCredential) -> Self {
+        Credential {
+            id: c.id.clone(),
+            name: c.name.clone(),
+            expires_at: c.expires_at,
+            unrestricted: c.unrestricted,
+        }
+    }
+}
+
 /// A switch written to the Secret and not yet finished (its old credential not yet deleted).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Pending {

@@ -188,15 +188,7 @@ impl Rotator {
                 .list_application_credentials(&subject.user_id)
                 .await
                 .map_err(|e| format!("listing the user's application credentials: {e}"))?;
-            let creds: Vec<Credential> = listed
-                .iter()
-                .map(|c| Credential {
-                    id: c.id.clone(),
-                    name: c.name.clone(),
-                    expires_at: c.expires_at,
-                    unrestricted: c.unrestricted,
-                })
-                .collect();
+            let creds: Vec<Credential> = listed.iter().map(Credential::from).collect();
             let current = creds
                 .iter()
                 .find(|c| c.id == current_id)

@@ -273,22 +273,28 @@ impl World {
         }
         panic!("a pass took more than 10 steps");
     }
+
+    /// Five minutes of passes every 5 s, the operator stopping after write `crash_after`
+    /// (and restarting at the next pass).
+    fn run_crashing_after(mut self, crash_after: u32) -> Self {
+        let mut crashed = false;
+        while self.now < 300 {
+            let mut writes = if crashed { None } else { Some(crash_after) };
+            self.pass(&mut writes);
+            if writes == Some(0) {
+                crashed = true;
+            }
+            self.now += 5;
+        }
+        self
+    }
 }
 
 #[test]
 fn a_pass_stopped_after_any_write_converges_without_leaks_duplicates_or_lost_credentials() {
     // Every crash point of the first ~40 writes of a run of five minutes, a pass every 5 s.
     for crash_after in 0..40 {
-        let mut w = World::new();
-        let mut crashed = false;
-        while w.now < 300 {
-            let mut writes = if crashed { None } else { Some(crash_after) };
-            w.pass(&mut writes);
-            if writes == Some(0) {
-                crashed = true;
-            }
-            w.now += 5;
-        }
+        let w = World::new().run_crashing_after(crash_after);
         assert_eq!(w.duplicates, 0, "crash after write {crash_after}");
         assert_eq!(w.deleted_in_use, 0, "crash after write {crash_after}");
         // One credential in use, at most one draining; the user's first one is gone.
@@ -338,16 +344,7 @@ fn the_secret_s_entry_gets_the_new_credential_and_nothing_else_changes() {
 #[test]
 fn a_tenant_s_rotation_stopped_after_any_write_converges_the_same_way() {
     for crash_after in 0..40 {
-        let mut w = World::tenant();
-        let mut crashed = false;
-        while w.now < 300 {
-            let mut writes = if crashed { None } else { Some(crash_after) };
-            w.pass(&mut writes);
-            if writes == Some(0) {
-                crashed = true;
-            }
-            w.now += 5;
-        }
+        let w = World::tenant().run_crashing_after(crash_after);
         assert_eq!(w.duplicates, 0, "crash after write {crash_after}");
         assert_eq!(w.deleted_in_use, 0, "crash after write {crash_after}");
         let draining = w.pending.as_ref().map(|p| p.previous_id.clone());

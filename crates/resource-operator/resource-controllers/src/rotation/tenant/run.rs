@@ -316,15 +316,7 @@ async fn deliver(
             }
             Err(e) => return Err(os(format!("{FIELD}: listing the credentials"), e)),
         };
-        let creds: Vec<Credential> = listed
-            .iter()
-            .map(|c| Credential {
-                id: c.id.clone(),
-                name: c.name.clone(),
-                expires_at: c.expires_at,
-                unrestricted: c.unrestricted,
-            })
-            .collect();
+        let creds: Vec<Credential> = listed.iter().map(Credential::from).collect();
         let current = current_id
             .as_ref()
             .and_then(|id| creds.iter().find(|c| c.id == *id));
