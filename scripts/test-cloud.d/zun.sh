@@ -224,7 +224,12 @@ region_name = RegionOne
 endpoint_type = public
 [binding]
 EOF
-  uwsgi_zun kuryr "processes = 1
+  # Three processes: with one, Docker's network-plugin calls (each a few Neutron requests) ran
+  # one after another for every container created or deleted, and on a loaded 2-core CI
+  # machine a container waited over three minutes for its turn (a CI run's virtual-kubelet
+  # tests timed out on pods stuck in ContainerCreating). The plugin keeps its state in
+  # Neutron, not in the process, as upstream's image (several processes) shows.
+  uwsgi_zun kuryr "processes = 3
 module = kuryr_libnetwork.server:app
 pyargv = --config-file $ETC/kuryr/kuryr.conf
 http-socket = $KURYR_SOCK
@@ -301,10 +306,12 @@ region_name = RegionOne
 EOF
   # the other zun services share zun-api's configuration file
   [ -z "${CHANGED[zun-api]:-}" ] || CHANGED[zun-compute]=1 CHANGED[zun-wsproxy]=1
-  # Three processes: with one, a request zun-api forwards to zun-compute and waits on (exec,
-  # logs, top, an action on a busy engine) held up every other, and on a loaded 2-core CI
-  # machine the virtual kubelet's GETs met its 30 s call timeout.
-  uwsgi_zun zun-api "processes = 3
+  # Six processes: a request zun-api forwards to zun-compute and waits on (a container's GET,
+  # exec, logs, top, an action on a busy engine) holds its process, up to the RPC timeout of
+  # 60 s while Docker starts that container, and every other request waits for a free one: on
+  # a loaded 2-core CI machine, with one and then three processes, the virtual kubelet's list
+  # calls met its 30 s call timeout. An idle process costs memory only.
+  uwsgi_zun zun-api "processes = 6
 wsgi-file = $ZB/zun-api-wsgi
 pyargv = --config-file $ETC/zun/zun.conf --log-file $LOGS/zun-api.log
 http-socket = $HOST:9517"
