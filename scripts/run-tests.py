@@ -32,16 +32,19 @@ import time
 LANES = [
     # Restarts the test cloud's Keystone and Neutron under everyone: alone, after the lanes.
     ("exclusive", r"^openstack-operator/e2e_faults_restart$"),
-    # The whole control plane as pods on the test node (about 40 containers), from the images
-    # the images lane built, deployed by scripts/demo control-plane: alone too. Beside the other lanes (load average 27 on 2 cores) it
-    # was not Ready within 1,500 s, and Zun's API missed the zun lane's 30 s call timeouts;
-    # alone it is Ready in about 640 s.
-    ("exclusive", r"^openstack-operator/e2e_control_plane_node$"),
-    # Credential rotation every 20 s against the test cloud's Keystone (160 s alone): beside the
-    # lanes it failed both its runs in two CI runs: on 401s from a credential deleted while a
+    # Tail lanes start when at most one other lane still runs (TAIL_BESIDE): the last lane
+    # (the control-plane lane's boot proofs, one process at a time) left half the machine idle
+    # for its last ten minutes while these waited for it.
+    # The whole control plane as pods on the test node (about 35 containers), from the images
+    # the images lane built, deployed by scripts/demo control-plane. Beside all the other lanes
+    # (load average 27 on 2 cores) it was not Ready within 1,500 s, and Zun's API missed the zun
+    # lane's 30 s call timeouts; alone it is Ready in about 640 s.
+    ("tail-node", r"^openstack-operator/e2e_control_plane_node$"),
+    # Credential rotation every 20 s against the test cloud's Keystone (160 s alone): beside all
+    # the lanes it failed both its runs in two CI runs: on 401s from a credential deleted while a
     # project's deletion pass still used it, and on Keystone answering nothing for two minutes
     # (docs/ci.md).
-    ("exclusive", r"^openstack-operator/e2e_rotation$"),
+    ("tail-cloud", r"^openstack-operator/e2e_rotation$"),
     # Real Zun containers in the test cloud's tenant projects.
     ("zun", r"^openstack-operator/(e2e_virtual_kubelet|e2e_kubelet_api|e2e_vk_.*)$"),
     ("zun", r"^openstack/container$"),
@@ -82,6 +85,10 @@ LANES = [
 # CPU under contention: with a dozen busy sessions (lanes, test-cloud services, containers), 5
 # would leave a boot lane a few percent of a core and its services' start timeouts would bite.
 LANE_NICE = {"boot": 3, "control-plane": 3, "images": 3, "faults": 2, "unit": 2}
+
+
+# How many lanes may still run when the tail lanes start.
+TAIL_BESIDE = 1
 
 
 # Binaries allowed longer than --timeout: the whole control plane as pods on the test node
@@ -373,21 +380,40 @@ def main():
     runner = Runner(args, log_dir)
     cpu = CpuSampler()
     exclusive = lanes.pop("exclusive", [])
+    tails = {n: lanes.pop(n) for n in sorted(lanes) if n.startswith("tail-")}
     # The longest lanes start first; the unit lane is short and CPU-light.
     order = ["images", "boot", "zun", "resource", "control-plane", "faults", "unit"]
     lane_names = sorted(lanes, key=lambda n: order.index(n) if n in order else len(order))
     print(f"run-tests: {len(binaries)} test binaries in lanes "
           + ", ".join(f"{n} ({len(lanes[n])})" for n in lane_names)
+          + (f", beside the last lane: {', '.join(b[1] for bs in tails.values() for b in bs)}" if tails else "")
           + (f", then alone: {', '.join(b[1] for b in exclusive)}" if exclusive else ""), flush=True)
-    threads = [threading.Thread(target=runner.run_lane, args=(n, lanes[n])) for n in lane_names]
+    running = [len(lane_names)]
+    cond = threading.Condition()
+
+    def lane(n):
+        try:
+            runner.run_lane(n, lanes[n])
+        finally:
+            with cond:
+                running[0] -= 1
+                cond.notify_all()
+
+    def tail(n):
+        with cond:
+            cond.wait_for(lambda: running[0] <= TAIL_BESIDE)
+        runner.run_lane(n, tails[n])
+
+    threads = [threading.Thread(target=lane, args=(n,)) for n in lane_names]
+    tail_threads = [threading.Thread(target=tail, args=(n,)) for n in tails]
     if args.serial:
-        for t in threads:
+        for t in threads + tail_threads:
             t.start()
             t.join()
     else:
-        for t in threads:
+        for t in threads + tail_threads:
             t.start()
-        for t in threads:
+        for t in threads + tail_threads:
             t.join()
     runner.run_lane("exclusive", exclusive)
 
