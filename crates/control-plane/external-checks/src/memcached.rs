@@ -56,7 +56,10 @@ pub(crate) async fn probe(
                 }
                 buf.extend_from_slice(&b[..n]);
             }
-            let line = String::from_utf8_lossy(&buf).trim().to_string();
+            // Only the first line: the padding's blank line may already have its ERROR in the
+            // buffer, and a status message must not carry a line break.
+            let text = String::from_utf8_lossy(&buf);
+            let line = text.lines().next().unwrap_or_default().trim().to_string();
             if let Some(v) = line.strip_prefix("VERSION ") {
                 steps.pass(Stage::Reachable, format!("memcached {v} answered"));
                 steps.pass(
