@@ -34,7 +34,7 @@ LANES = [
     ("exclusive", r"^openstack-operator/e2e_faults_restart$"),
     # Tail lanes start when at most one other lane still runs (TAIL_BESIDE): the last lane
     # (the control-plane lane's boot proofs, one process at a time) left half the machine idle
-    # for its last ten minutes while these waited for it.
+    # for its last five minutes while these waited for it.
     # The whole control plane as pods on the test node (about 35 containers), from the images
     # the images lane built, deployed by scripts/demo control-plane. Beside all the other lanes
     # (load average 27 on 2 cores) it was not Ready within 1,500 s, and Zun's API missed the zun
@@ -75,8 +75,8 @@ LANES = [
 ]
 
 
-# CPU priority of a lane's binaries and everything they start (`nice`; the test cloud and the
-# external services keep 0). On 2 cores, the first minutes of the tests ran seven lanes at once
+# CPU priority of a lane's binaries and everything they start (`nice`; the test cloud's and the
+# external services' sessions run at -5, see their start_bg). On 2 cores, the first minutes of the tests ran seven lanes at once
 # and Zun's API (a test-cloud service) answered nothing for two minutes, failing the zun lane's
 # tests: the boot proofs' own OpenStack processes yield to the test cloud's. The zun and
 # resource lanes, the run's longest, keep 0. The kernel shares CPU between sessions first
