@@ -10,9 +10,12 @@
 //!
 //! Read-only by construction: the wrapped cloud is reached only through its read methods;
 //! no write method of this type calls the wrapped one (the unit tests check it on a fake that
-//! counts writes).
+//! counts writes). The same holds for the users and application credentials of tenant
+//! credentials ([`tenant`]).
 
-use std::collections::{BTreeMap, HashMap};
+mod tenant;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -81,6 +84,15 @@ struct State {
     seen: HashMap<(&'static str, String), Value>,
     /// Objects this plan would create, by kind.
     overlay: HashMap<&'static str, Vec<Value>>,
+    /// Objects this plan would delete, by (kind, id): a later read of the same plan must not
+    /// find them (a pass that loops, as a credential rotation does, would delete them again).
+    deleted: HashSet<(&'static str, String)>,
+    /// Role assignments this plan would grant (project, actor, role): a grant is a PUT, so
+    /// the same one asked twice in a plan is one change.
+    granted: HashSet<(String, Actor, String)>,
+    /// Role assignments this plan would revoke: granted again, they are a change although
+    /// the cloud still holds them.
+    revoked: HashSet<(String, Actor, String)>,
 }
 
 /// The writes a dry run was asked for, in order.
@@ -167,6 +179,23 @@ impl Journal {
 
     fn record(&self, intent: Intent) {
         self.lock().intents.push(intent);
+    }
+
+    fn is_deleted(&self, kind: &'static str, id: &str) -> bool {
+        self.lock().deleted.contains(&(kind, id.to_string()))
+    }
+
+    /// Records a write to Kubernetes a pass would make besides its status and Events (the
+    /// Secret a tenant credential is delivered in): `plan`'s read-only client calls it. The
+    /// label names the object (`namespace/name`); `changes` must never carry a secret.
+    pub fn record_kubernetes(
+        &self,
+        op: Op,
+        kind: &'static str,
+        label: String,
+        changes: Vec<FieldChange>,
+    ) {
+        self.link(op, KUBERNETES, kind, label, changes);
     }
 
     /// Records a create of `req` and returns the object the service would answer, with a
@@ -259,6 +288,7 @@ impl Journal {
             changes: Vec::new(),
         });
         self.overlay_remove(kind, id);
+        self.lock().deleted.insert((kind, id.to_string()));
         Ok(())
     }
 
@@ -510,9 +540,18 @@ const COMPUTE: &str = "compute";
 const IMAGE: &str = "image";
 const NETWORK: &str = "network";
 const BLOCK_STORAGE: &str = "block-storage";
+const KUBERNETES: &str = "kubernetes";
 
 #[async_trait]
 impl Identity for DryRun {
+    fn tenant_users(&self) -> Option<Arc<dyn crate::tenant_user::TenantUsers>> {
+        let inner = self.inner.identity.tenant_users()?;
+        Some(Arc::new(tenant::DryRunTenantUsers::new(
+            inner,
+            self.inner.identity.clone(),
+            self.j.clone(),
+        )))
+    }
     async fn get_domain(&self, id: &str) -> Result<Domain> {
         self.get("domain", id, self.inner.identity.get_domain(id))
             .await
@@ -681,6 +720,32 @@ impl Identity for DryRun {
         actor: &Actor,
         role_id: &str,
     ) -> Result<()> {
+        let key = (project_id.to_string(), actor.clone(), role_id.to_string());
+        let (planned, revoked) = {
+            let st = self.j.lock();
+            (st.granted.contains(&key), st.revoked.contains(&key))
+        };
+        if planned {
+            return Ok(());
+        }
+        // A grant is idempotent: one already in the cloud is no change (the tenant
+        // credential's user is granted its roles at each new credential).
+        let actor_id = match actor {
+            Actor::User(id) | Actor::Group(id) => id,
+        };
+        if !revoked && !is_new_id(project_id) && !is_new_id(actor_id) {
+            let held = self
+                .inner
+                .identity
+                .list_project_role_assignments(project_id)
+                .await?;
+            if held
+                .iter()
+                .any(|a| a.actor == *actor && a.role_id == role_id)
+            {
+                return Ok(());
+            }
+        }
         let label = format!(
             "role {} for {} on project {}",
             self.role_label(role_id),
@@ -689,6 +754,7 @@ impl Identity for DryRun {
         );
         self.j
             .link(Op::Create, IDENTITY, "role assignment", label, Vec::new());
+        self.j.lock().granted.insert(key);
         Ok(())
     }
     async fn revoke_project_role(
@@ -705,6 +771,10 @@ impl Identity for DryRun {
         );
         self.j
             .link(Op::Delete, IDENTITY, "role assignment", label, Vec::new());
+        let key = (project_id.to_string(), actor.clone(), role_id.to_string());
+        let mut st = self.j.lock();
+        st.granted.remove(&key);
+        st.revoked.insert(key);
         Ok(())
     }
 
@@ -1511,6 +1581,48 @@ mod tests {
         assert_eq!(fake.writes(), 0, "{:?}", fake.write_calls());
         assert!(fake.reads() > 0);
         assert!(journal.take().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_grant_is_planned_once_and_not_when_the_cloud_holds_it() {
+        let fake = FakeCloud::new();
+        let p = fake
+            .cloud()
+            .identity
+            .create_project(&ProjectCreate {
+                name: "p".into(),
+                domain_id: "default".into(),
+                enabled: true,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        let u = fake.add_user("default", "u");
+        let member = fake.find_role("member").await.unwrap().unwrap().id;
+        let reader = fake.find_role("reader").await.unwrap().unwrap().id;
+        let actor = Actor::User(u.id.clone());
+        fake.grant_project_role(&p.id, &actor, &member)
+            .await
+            .unwrap();
+        fake.reset_calls();
+        let (cloud, journal) = dry_run(fake.cloud());
+        let id = &cloud.identity;
+        id.grant_project_role(&p.id, &actor, &member).await.unwrap();
+        assert!(journal.take().is_empty(), "the cloud holds it already");
+        id.grant_project_role(&p.id, &actor, &reader).await.unwrap();
+        id.grant_project_role(&p.id, &actor, &reader).await.unwrap();
+        assert_eq!(journal.take().len(), 1, "the same PUT twice is one change");
+        id.revoke_project_role(&p.id, &actor, &member)
+            .await
+            .unwrap();
+        id.grant_project_role(&p.id, &actor, &member).await.unwrap();
+        let ops: Vec<Op> = journal.take().iter().map(|i| i.op).collect();
+        assert_eq!(
+            ops,
+            [Op::Delete, Op::Create],
+            "granted again after a revoke"
+        );
+        assert_eq!(fake.writes(), 0, "{:?}", fake.write_calls());
     }
 
     #[tokio::test]

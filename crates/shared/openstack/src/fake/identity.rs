@@ -82,6 +82,12 @@ fn create_domain_in(
 
 #[async_trait]
 impl Identity for FakeCloud {
+    fn tenant_users(&self) -> Option<std::sync::Arc<dyn crate::tenant_user::TenantUsers>> {
+        self.state()
+            .tenant_users
+            .then(|| std::sync::Arc::new(super::FakeTenantUsers::new(self.clone())) as _)
+    }
+
     async fn get_domain(&self, id: &str) -> Result<Domain> {
         self.run("identity.get_domain", |st| domain(st, id).cloned())
             .await

@@ -20,12 +20,14 @@ mod identity;
 mod image;
 mod network;
 mod pacing;
+mod tenant_user;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 pub use self::container::FakeZun;
 pub use self::pacing::{Pacing, PacingTotals, ServiceTimes};
+pub use self::tenant_user::FakeTenantUsers;
 use crate::error::{Error, Result};
 use crate::model::*;
 use crate::traits::Cloud;
@@ -85,6 +87,14 @@ pub(crate) struct State {
     pub(crate) network_quotas: BTreeMap<String, BTreeMap<String, i64>>,
 
     pub(crate) volume_quotas: BTreeMap<String, QuotaSet>,
+
+    /// Whether [`crate::Identity::tenant_users`] answers (see
+    /// [`FakeCloud::enable_tenant_users`]).
+    pub(crate) tenant_users: bool,
+    /// Tenant credential users: id → (description, password set last).
+    pub(crate) tenant_user_meta: BTreeMap<String, (String, Option<String>)>,
+    /// Application credentials by user id.
+    pub(crate) app_credentials: BTreeMap<String, Vec<crate::app_credential::ApplicationCredential>>,
 }
 
 #[derive(Debug, Default)]
@@ -299,6 +309,13 @@ impl FakeCloud {
         };
         self.state().users.insert(user.id.clone(), user.clone());
         user
+    }
+
+    /// Lets this fake make tenants' application credentials
+    /// ([`crate::Identity::tenant_users`] answers a [`FakeTenantUsers`]; off by default, as a
+    /// port that cannot make them).
+    pub fn enable_tenant_users(&self) {
+        self.state().tenant_users = true;
     }
 
     /// Seed a global role.
