@@ -102,8 +102,9 @@ impl Plan {
     /// What cannot be known before applying, given these writes.
     pub fn unknowns(&self) -> Vec<String> {
         let all = || self.resources.iter().flat_map(|r| r.changes.iter());
+        // A Kubernetes object is named by its namespace and name: nothing of it is unknown.
         let creates = all()
-            .filter(|c| c.op == Op::Create && !is_link(c.kind))
+            .filter(|c| c.op == Op::Create && !is_link(c.kind) && c.service != KUBERNETES)
             .count();
         let mut out = Vec::new();
         if creates > 0 {
@@ -120,6 +121,16 @@ impl Plan {
         if all().any(|c| c.kind == "image import") {
             out.push("an imported image's checksum, size and final status".to_string());
         }
+        let credentials = all()
+            .filter(|c| c.op == Op::Create && c.kind == "application credential")
+            .count();
+        if credentials > 0 {
+            out.push(format!(
+                "the secret of the {credentials} application credential(s) to create (Keystone \
+                 tells it once, when it makes one; the delivered Secret holds it) and their \
+                 exact expiry (counted from the moment each is made)"
+            ));
+        }
         if self
             .resources
             .iter()
@@ -134,6 +145,9 @@ impl Plan {
         out
     }
 }
+
+/// The service of the Kubernetes writes a pass makes besides its status and Events.
+const KUBERNETES: &str = "kubernetes";
 
 /// Writes that link objects rather than create one with an ID.
 fn is_link(kind: &str) -> bool {
@@ -502,5 +516,56 @@ Known only after apply:
         );
         // Links create no object, so nothing is "known after apply" for them.
         assert!(!text.contains("Known only after apply"), "{text}");
+    }
+
+    #[test]
+    fn a_tenant_credential_names_its_secret_as_unknown_and_its_secret_object_not() {
+        let mut secret = intent(Op::Create, "Secret", "team/p-clouds", vec![]);
+        secret.service = "kubernetes";
+        let plan = Plan {
+            resources: vec![resource(
+                vec![
+                    intent(Op::Create, "user", "p-tenant-credentials", vec![]),
+                    intent(
+                        Op::Create,
+                        "role assignment",
+                        "role member for user p-tenant-credentials on project p",
+                        vec![],
+                    ),
+                    intent(
+                        Op::Update,
+                        "user password",
+                        "p-tenant-credentials",
+                        vec![FieldChange {
+                            field: "password".into(),
+                            old: None,
+                            new: Some(json!("(random, not shown)")),
+                        }],
+                    ),
+                    intent(Op::Create, "application credential", "c-1", vec![]),
+                    secret,
+                ],
+                Outcome::Done,
+            )],
+        };
+        let unknown = plan.unknowns();
+        assert!(
+            unknown
+                .iter()
+                .any(|u| u.starts_with("the IDs of the 2 object(s)")),
+            "the user and the credential, not the assignment nor the Secret: {unknown:?}"
+        );
+        assert!(
+            unknown
+                .iter()
+                .any(|u| u.starts_with("the secret of the 1 application credential(s)")),
+            "{unknown:?}"
+        );
+        let text = render_text(&plan);
+        assert!(text.contains("  + Secret team/p-clouds\n"), "{text}");
+        assert!(
+            text.contains("      password: \"(random, not shown)\"\n"),
+            "{text}"
+        );
     }
 }
