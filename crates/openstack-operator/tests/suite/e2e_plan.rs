@@ -1,9 +1,11 @@
 //! End to end: `openstack-operator plan` on the seed README's manifests against the real cloud
 //! and a Kubernetes API. An empty cloud plans every object; after the operator applied them the
 //! plan is empty (exit 0); an edit (a rule removed, a quota changed, a user out of a binding)
-//! plans exactly that, and applying converges to it. The plan runs through a counting proxy
-//! of its own (the operator and the test's checks do not use it), so every request `plan`
-//! sends is counted and none may write.
+//! plans exactly that, and applying converges to it. A project asking for a tenant
+//! application credential plans its user, its role, its credential and the Secret it is
+//! delivered in, and nothing once delivered. The plan runs through a counting proxy of its own
+//! (the operator and the test's checks do not use it), so every request `plan` sends is
+//! counted and none may write.
 
 use std::path::Path;
 use std::process::Output;
@@ -67,6 +69,8 @@ struct Seed {
     project: String,
     project_name: String,
     idp: String,
+    /// An `OpenstackProject` of its own asking for a tenant application credential.
+    tenant: String,
     docs: Vec<(&'static str, Value)>,
 }
 
@@ -116,6 +120,18 @@ impl Seed {
             }
             docs.push((file, d));
         }
+        let tenant = env.unique("plan-tc");
+        docs.push((
+            "tenant-credential.yaml",
+            json!({
+                "apiVersion": "sunet.se/v1alpha1",
+                "kind": "OpenstackProject",
+                "metadata": {"name": tenant, "namespace": env.namespace},
+                "spec": {"name": format!("{tenant}.example.com"), "domain": "Default",
+                         "applicationCredential": {
+                             "lifetimeSeconds": 86400, "leadTimeSeconds": 3600}},
+            }),
+        ));
         Ok(Seed {
             domain,
             flavor,
@@ -123,6 +139,7 @@ impl Seed {
             project,
             project_name,
             idp,
+            tenant,
             docs,
         })
     }
@@ -243,6 +260,31 @@ fn changes(plan: &Value) -> Vec<(String, String, String, String)> {
     out
 }
 
+/// The planned writes of the resource named `name`: (op, service, kind, label).
+fn changes_of(plan: &Value, name: &str) -> Vec<(String, String, String, String)> {
+    let s = |v: &Value| v.as_str().unwrap_or_default().to_string();
+    plan["resources"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|r| r["name"] == name)
+        .flat_map(|r| r["changes"].as_array().cloned().unwrap_or_default())
+        .map(|c| (s(&c["op"]), s(&c["service"]), s(&c["kind"]), s(&c["label"])))
+        .collect()
+}
+
+/// The outcome state (`done`, `inProgress`, `fails`) of the resource named `name`.
+fn outcome_of(plan: &Value, name: &str) -> String {
+    plan["resources"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|r| r["name"] == name)
+        .and_then(|r| r["outcome"]["state"].as_str())
+        .unwrap_or("(not planned)")
+        .to_string()
+}
+
 fn has(all: &[(String, String, String, String)], resource: &str, op: &str, kind: &str) -> bool {
     all.iter()
         .any(|(r, o, k, _)| r == resource && o == op && k == kind)
@@ -355,6 +397,86 @@ async fn plan_lists_the_seed_then_nothing_then_exactly_an_edit_and_never_writes(
                 .is_none()
         );
         assert!(env.cloud.compute.find_flavor(&seed.flavor).await?.is_none());
+        // The tenant credential: its user, role, password, credential and Secret, with no
+        // secret shown and nothing made.
+        let tc = changes_of(&first.plan, &seed.tenant);
+        let tc_user = format!("{}.example.com-tenant-credentials", seed.tenant);
+        // Granted twice by the pass (at the user's creation, before its credential), listed
+        // once; the project group's role is another.
+        assert_eq!(
+            tc.iter()
+                .filter(|(o, _, k, l)| o == "create"
+                    && k == "role assignment"
+                    && l.contains(&format!("for user {tc_user} ")))
+                .count(),
+            1,
+            "{}",
+            first.text
+        );
+        for (op, service, kind) in [
+            ("create", "identity", "project"),
+            ("create", "identity", "user"),
+            ("update", "identity", "user password"),
+            ("create", "identity", "application credential"),
+            ("create", "kubernetes", "Secret"),
+        ] {
+            assert_eq!(
+                tc.iter()
+                    .filter(|(o, s, k, _)| o == op && s == service && k == kind)
+                    .count(),
+                1,
+                "the tenant credential's project plans one {op} of {kind}:\n{}",
+                first.text
+            );
+        }
+        assert_eq!(
+            outcome_of(&first.plan, &seed.tenant),
+            "done",
+            "{}",
+            first.text
+        );
+        let tc_secret = format!("{}/{}-clouds", env.namespace, seed.tenant);
+        assert!(
+            tc.iter().any(|(_, _, k, l)| k == "user" && *l == tc_user),
+            "{}",
+            first.text
+        );
+        assert!(
+            tc.iter()
+                .any(|(_, _, k, l)| k == "Secret" && *l == tc_secret),
+            "{}",
+            first.text
+        );
+        assert!(first.text.contains("(random, not shown)"), "{}", first.text);
+        assert!(
+            first.plan["knownAfterApply"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|u| u
+                    .as_str()
+                    .is_some_and(|u| u.contains("application credential"))),
+            "{}",
+            first.plan
+        );
+        let default_domain = env
+            .cloud
+            .identity
+            .find_domain("Default")
+            .await?
+            .context("the Default domain")?;
+        let tenant_users = env
+            .cloud
+            .identity
+            .tenant_users()
+            .context("the real port makes tenant users")?;
+        assert!(
+            tenant_users
+                .find_user(&default_domain.id, &tc_user)
+                .await?
+                .is_none(),
+            "the plan made no user"
+        );
         let first_reads = first.requests.len();
         let first_took = first.took;
 
@@ -377,6 +499,7 @@ async fn plan_lists_the_seed_then_nothing_then_exactly_an_edit_and_never_writes(
             "network.yaml",
             "federation-configmap.yaml",
             "project.yaml",
+            "tenant-credential.yaml",
         ] {
             env.apply(&seed.yaml(f)?).await?;
         }
@@ -390,8 +513,18 @@ async fn plan_lists_the_seed_then_nothing_then_exactly_an_edit_and_never_writes(
             .as_ref()
             .and_then(|s| s.project_id.clone())
             .context("projectId")?;
+        let tcp: OpenstackProject = env.wait_ready(&seed.tenant, READY).await?;
+        assert!(
+            tcp.status
+                .as_ref()
+                .and_then(|s| s.application_credential.as_ref())
+                .and_then(|a| a.current.as_ref())
+                .is_some(),
+            "the tenant credential is delivered: {:?}",
+            tcp.status
+        );
 
-        // 3. Applied: nothing would change.
+        // 3. Applied: nothing would change (the delivered credential is not due).
         let second = plan(env, &proxy, dir.path()).await?;
         assert_eq!(second.code, 0, "{}", second.text);
         assert_eq!(second.plan["changes"], json!(0), "{}", second.text);
@@ -512,9 +645,26 @@ async fn plan_lists_the_seed_then_nothing_then_exactly_an_edit_and_never_writes(
             "{}",
             gone.text
         );
+        // The tenant credential is revoked before its project goes; its Secret goes with
+        // its owner, by garbage collection, not by the pass.
+        let tc = changes_of(&gone.plan, &seed.tenant);
+        for kind in ["application credential", "user", "project"] {
+            assert!(
+                tc.iter().any(|(o, _, k, _)| o == "delete" && k == kind),
+                "deleting the tenant credential's project deletes no {kind}:\n{}",
+                gone.text
+            );
+        }
         assert!(
             env.cloud.identity.get_project(&pid).await.is_ok(),
             "still there"
+        );
+        assert!(
+            tenant_users
+                .find_user(&default_domain.id, &tc_user)
+                .await?
+                .is_some(),
+            "the plan deleted no user"
         );
         eprintln!(
             "=== figures: empty-cloud plan {first_took:?} with {first_reads} requests; \
