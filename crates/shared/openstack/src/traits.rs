@@ -22,7 +22,8 @@ pub trait Identity: Send + Sync {
     /// Get a domain by ID.
     async fn get_domain(&self, id: &str) -> Result<Domain>;
     /// The users holding tenants' application credentials (`OpenstackProject`
-    /// `spec.applicationCredential`); `None` where this port cannot make them (the fake, `plan`).
+    /// `spec.applicationCredential`); `None` where this port cannot make them (the fake,
+    /// unless `FakeCloud::enable_tenant_users`).
     fn tenant_users(&self) -> Option<std::sync::Arc<dyn crate::tenant_user::TenantUsers>> {
         None
     }
