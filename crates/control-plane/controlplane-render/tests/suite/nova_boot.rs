@@ -107,9 +107,9 @@ impl Drop for DbCleanup {
     }
 }
 
-/// Removes what the proof's Nova declared on the shared vhost: its exchange and the queues
+/// Removes what the proof's Nova declared on its vhost: its exchange and the queues
 /// named after its hosts (the topic queues `conductor`, `scheduler`, `compute` are Nova's
-/// generic names, shared by any Nova on the vhost, and lose their bindings with the exchange;
+/// generic names, shared by any later Nova proof, and lose their bindings with the exchange;
 /// fanout and reply queues delete themselves).
 struct MqCleanup {
     url: String,
@@ -256,9 +256,9 @@ async fn rendered_nova_boots_a_server() {
     let keystone = proof_keystone_auth(USER);
     let placement_base = format!("http://127.0.0.1:{placement_port}");
     let mut template = ServiceTemplate::default();
-    // User overrides as a cluster would set them: an exchange of the proof's own on the shared
-    // vhost (the harness user may not create vhosts), and no random delay (up to 60 s, meant to
-    // stagger many nodes) before the scheduler's first periodic host discovery.
+    // User overrides as a cluster would set them: an exchange of the proof's own (its vhost is
+    // the harness's, kept for Nova proofs), and no random delay (up to 60 s, meant to stagger
+    // many nodes) before the scheduler's first periodic host discovery.
     template.config_overrides.insert(
         "DEFAULT".into(),
         BTreeMap::from([
@@ -287,7 +287,10 @@ async fn rendered_nova_boots_a_server() {
             hosts: vec![var("EXTSVC_AMQPS")],
             user: var("EXTSVC_AMQP_USER"),
             password: var("EXTSVC_AMQP_PASSWORD"),
-            vhost: var("EXTSVC_AMQP_VHOST"),
+            // A vhost of its own: Nova's topic queues (conductor, scheduler, compute) are
+            // named alike whatever the exchange, and the whole-cloud proofs' Nova runs beside
+            // this one on the shared vhost (its compute once registered with this conductor).
+            vhost: var("EXTSVC_AMQP_NOVA_PROOF_VHOST"),
             ca_file: Some(ca.clone()),
         },
         keystone: keystone.clone(),
