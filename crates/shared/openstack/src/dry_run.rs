@@ -1519,6 +1519,20 @@ mod tests {
     use super::*;
     use crate::fake::FakeCloud;
 
+    /// A project `p` in `domain_id`, made on the fake itself (not planned).
+    pub(crate) async fn real_project(fake: &FakeCloud, domain_id: &str) -> Project {
+        fake.cloud()
+            .identity
+            .create_project(&ProjectCreate {
+                name: "p".into(),
+                domain_id: domain_id.into(),
+                enabled: true,
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+    }
+
     #[tokio::test]
     async fn writes_are_recorded_and_never_reach_the_wrapped_cloud() {
         let fake = FakeCloud::new();
@@ -1586,17 +1600,7 @@ mod tests {
     #[tokio::test]
     async fn a_grant_is_planned_once_and_not_when_the_cloud_holds_it() {
         let fake = FakeCloud::new();
-        let p = fake
-            .cloud()
-            .identity
-            .create_project(&ProjectCreate {
-                name: "p".into(),
-                domain_id: "default".into(),
-                enabled: true,
-                ..Default::default()
-            })
-            .await
-            .unwrap();
+        let p = real_project(&fake, "default").await;
         let u = fake.add_user("default", "u");
         let member = fake.find_role("member").await.unwrap().unwrap().id;
         let reader = fake.find_role("reader").await.unwrap().unwrap().id;
@@ -1637,17 +1641,7 @@ mod tests {
             })
             .await
             .unwrap();
-        let p = fake
-            .cloud()
-            .identity
-            .create_project(&ProjectCreate {
-                name: "p".into(),
-                domain_id: d.id,
-                enabled: true,
-                ..Default::default()
-            })
-            .await
-            .unwrap();
+        let p = real_project(&fake, &d.id).await;
         let (cloud, journal) = dry_run(fake.cloud());
         cloud.identity.get_project(&p.id).await.unwrap();
         let before = cloud.compute.get_compute_quota(&p.id).await.unwrap();

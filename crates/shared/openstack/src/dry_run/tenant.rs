@@ -292,28 +292,26 @@ mod tests {
     use super::*;
     use crate::dry_run::NEW_ID_PREFIX;
     use crate::fake::FakeCloud;
-    use crate::model::ProjectCreate;
     use crate::tenant_user::random_password;
 
     /// A fake that can make tenant credentials, with one project, and its dry run.
     async fn setup() -> (FakeCloud, String, Arc<dyn TenantUsers>, Arc<Journal>) {
         let fake = FakeCloud::new();
         fake.enable_tenant_users();
-        let p = fake
-            .cloud()
-            .identity
-            .create_project(&ProjectCreate {
-                name: "p".into(),
-                domain_id: "default".into(),
-                enabled: true,
-                ..Default::default()
-            })
-            .await
-            .unwrap();
+        let p = crate::dry_run::tests::real_project(&fake, "default").await;
         let (cloud, journal) = super::super::dry_run(fake.cloud());
         let users = cloud.identity.tenant_users().expect("the fake's wrapped");
         fake.reset_calls();
         (fake, p.id, users, journal)
+    }
+
+    fn user_req(project_id: &str) -> TenantUserCreate {
+        TenantUserCreate {
+            domain_id: "default".into(),
+            name: "p-tenant".into(),
+            description: "ours".into(),
+            default_project_id: project_id.into(),
+        }
     }
 
     fn create(name: &str) -> ApplicationCredentialCreate {
@@ -330,15 +328,7 @@ mod tests {
     async fn a_new_users_credential_is_planned_and_nothing_is_sent() {
         let (fake, pid, users, journal) = setup().await;
         assert_eq!(users.find_user("default", "p-tenant").await.unwrap(), None);
-        let u = users
-            .create_user(&TenantUserCreate {
-                domain_id: "default".into(),
-                name: "p-tenant".into(),
-                description: "ours".into(),
-                default_project_id: pid.clone(),
-            })
-            .await
-            .unwrap();
+        let u = users.create_user(&user_req(&pid)).await.unwrap();
         assert!(is_new_id(&u.id), "{}", u.id);
         // A later read of the same plan finds the planned user.
         let found = users.find_user("default", "p-tenant").await.unwrap();
@@ -427,15 +417,7 @@ mod tests {
         let (fake, pid, users, journal) = setup().await;
         // Made for real, on the fake itself.
         let real = crate::fake::FakeTenantUsers::new(fake.clone());
-        let u = real
-            .create_user(&TenantUserCreate {
-                domain_id: "default".into(),
-                name: "p-tenant".into(),
-                description: "ours".into(),
-                default_project_id: pid.clone(),
-            })
-            .await
-            .unwrap();
+        let u = real.create_user(&user_req(&pid)).await.unwrap();
         let pw = random_password();
         real.set_password(&u.id, &pw).await.unwrap();
         let old = real
