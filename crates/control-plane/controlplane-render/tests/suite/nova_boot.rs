@@ -660,6 +660,30 @@ async fn rendered_nova_boots_a_server() {
         },
     )
     .await;
+    // The resource tracker makes the provider and reports its inventory in two calls: a boot
+    // between them found no host with VCPU (NoValidHost; one CI run's first attempt).
+    until(
+        "the compute node's inventory in Placement",
+        120,
+        logs,
+        || async {
+            let (s, body) = call(
+                &client,
+                reqwest::Method::GET,
+                &format!("{placement_base}/resource_providers/{rp}/inventories"),
+                t,
+                &[("OpenStack-API-Version", "placement 1.14")],
+                None,
+            )
+            .await;
+            (s == 200
+                && ["VCPU", "MEMORY_MB"]
+                    .iter()
+                    .all(|rc| body["inventories"].get(rc).is_some()))
+            .then_some(())
+        },
+    )
+    .await;
     let (_, hyp) = call(
         &client,
         reqwest::Method::GET,
