@@ -280,9 +280,8 @@ class Runner:
     def run_binary(self, lane, package, target, kind, exe, manifest_dir, module_filter):
         key = f"{package}/{target}" if kind != "lib" else f"{package}/lib"
         log_path = os.path.join(self.log_dir, key.replace("/", "--") + ".log")
-        cmd = [exe, f"--test-threads={self.args.test_threads}"] + self.args.rest
-        if module_filter:
-            cmd += module_filter
+        base = [exe, f"--test-threads={self.args.test_threads}"] + self.args.rest
+        cmd = base + (module_filter or [])
         ok, took, passed, failed, ignored, text = self.run_once(cmd, manifest_dir, package, log_path, lane, key)
         retried = ""
         # The end-to-end lanes share 2 cores with real OpenStack services; a binary that fails
@@ -293,9 +292,7 @@ class Runner:
         if not ok and lane not in ("unit",) and self.args.retries > 0:
             first = text
             again = failed_tests(text)
-            cmd2 = cmd
-            if again:
-                cmd2 = [exe, f"--test-threads={self.args.test_threads}"] + self.args.rest + ["--exact"] + again
+            cmd2 = base + ["--exact"] + again if again else cmd
             ok2, took2, passed2, failed2, ignored2, text2 = self.run_once(
                 cmd2, manifest_dir, package, log_path + ".retry", lane, key)
             which = f"{len(again)} failed test(s)" if again else "the whole binary"
@@ -417,7 +414,6 @@ def main():
           + ", ".join(f"{n} ({len(lanes[n])})" for n in lane_names)
           + (f", beside the last lane: {', '.join(b[1] for bs in tails.values() for b in bs)}" if tails else "")
           + (f", then alone: {', '.join(b[1] for b in exclusive)}" if exclusive else ""), flush=True)
-    running = [len(lane_names)]
     ended = set()
     cond = threading.Condition()
 
@@ -430,13 +426,12 @@ def main():
             runner.run_lane(n, lanes[n])
         finally:
             with cond:
-                running[0] -= 1
                 ended.add(n)
                 cond.notify_all()
 
     def tail(n):
         with cond:
-            cond.wait_for(lambda: running[0] <= TAIL_BESIDE)
+            cond.wait_for(lambda: len(lane_names) - len(ended) <= TAIL_BESIDE)
         runner.run_lane(n, tails[n])
 
     threads = [threading.Thread(target=lane, args=(n,)) for n in lane_names]
