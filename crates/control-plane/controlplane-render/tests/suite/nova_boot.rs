@@ -635,44 +635,37 @@ async fn rendered_nova_boots_a_server() {
     )
     .await;
     let mapping_time = phase.elapsed();
-    // The compute node is a resource provider in the rendered Placement.
+    // The compute node is a resource provider in the rendered Placement, with its inventory:
+    // the resource tracker makes the provider and reports the inventory in two calls, and a
+    // boot between them found no host with VCPU (NoValidHost; one CI run's first attempt).
     let rp = until(
-        "the compute node's resource provider",
+        "the compute node's resource provider and its inventory",
         120,
         logs,
         || async {
+            let placement = [("OpenStack-API-Version", "placement 1.14")];
             let (s, body) = call(
                 &client,
                 reqwest::Method::GET,
                 &format!("{placement_base}/resource_providers?name={compute_host}"),
                 t,
-                &[("OpenStack-API-Version", "placement 1.14")],
+                &placement,
                 None,
             )
             .await;
-            (s == 200)
+            let uuid = (s == 200)
                 .then(|| {
                     body["resource_providers"][0]["uuid"]
                         .as_str()
                         .map(String::from)
                 })
-                .flatten()
-        },
-    )
-    .await;
-    // The resource tracker makes the provider and reports its inventory in two calls: a boot
-    // between them found no host with VCPU (NoValidHost; one CI run's first attempt).
-    until(
-        "the compute node's inventory in Placement",
-        120,
-        logs,
-        || async {
+                .flatten()?;
             let (s, body) = call(
                 &client,
                 reqwest::Method::GET,
-                &format!("{placement_base}/resource_providers/{rp}/inventories"),
+                &format!("{placement_base}/resource_providers/{uuid}/inventories"),
                 t,
-                &[("OpenStack-API-Version", "placement 1.14")],
+                &placement,
                 None,
             )
             .await;
@@ -680,7 +673,7 @@ async fn rendered_nova_boots_a_server() {
                 && ["VCPU", "MEMORY_MB"]
                     .iter()
                     .all(|rc| body["inventories"].get(rc).is_some()))
-            .then_some(())
+            .then_some(uuid)
         },
     )
     .await;
