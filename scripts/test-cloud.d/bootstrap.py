@@ -22,6 +22,7 @@ sweep_e2e).
 Inputs come from the environment (TC_*), set by scripts/test-cloud.
 """
 
+import datetime
 import json
 import os
 import sys
@@ -261,9 +262,26 @@ def user_password_works(user, password, project):
         return False
 
 
+def heartbeat(svc):
+    """A Zun service's last report as seconds since the epoch (the database stores UTC)."""
+    at = svc.get("last_seen_up") or svc.get("updated_at") or svc.get("created_at") or ""
+    try:
+        t = datetime.datetime.fromisoformat(at)
+    except ValueError:
+        return 0.0
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=datetime.timezone.utc)
+    return t.timestamp()
+
+
 def wait_zun():
-    """Wait until zun-api answers and lists zun-compute's host (its resource tracker reported)."""
+    """Wait until zun-api answers and lists zun-compute's host (its resource tracker reported).
+    With TC_ZUN_SINCE (when zun-compute was started, seconds since the epoch) its heartbeat must
+    be that recent: zun-api calls a service up for minutes after its last report, and a CI run
+    once passed this wait on the report of a zun-compute that no longer ran."""
     host = os.environ["TC_ZUN_HOST"]
+    # the database keeps whole seconds
+    since = float(os.environ.get("TC_ZUN_SINCE") or 0) - 1
     hdr = {"OpenStack-API-Version": ZUN_MICROVERSION}
     deadline = time.time() + 180
     last = "no answer"
@@ -271,11 +289,18 @@ def wait_zun():
         try:
             svcs = S.get(f"{ZUN}/services", headers=hdr).json()["services"]
             hosts = S.get(f"{ZUN}/hosts", headers=hdr).json()["hosts"]
-            up = [s for s in svcs if s["binary"] == "zun-compute" and s["host"] == host and s["state"] == "up"]
+            up = [
+                s
+                for s in svcs
+                if s["binary"] == "zun-compute" and s["host"] == host and s["state"] == "up" and heartbeat(s) >= since
+            ]
             if up and any(h["hostname"] == host for h in hosts):
                 log(f"zun: compute host {host} is up")
                 return
-            last = f"services {[(s['host'], s['state']) for s in svcs]}, hosts {[h['hostname'] for h in hosts]}"
+            last = (
+                f"services {[(s['host'], s['state'], s.get('last_seen_up')) for s in svcs]}, "
+                f"hosts {[h['hostname'] for h in hosts]}"
+            )
         except (exceptions.HttpError, exceptions.ConnectFailure, KeyError, ValueError) as e:
             last = repr(e)
         time.sleep(1)

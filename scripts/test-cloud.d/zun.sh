@@ -420,7 +420,9 @@ zun_start_kuryr() { # then dockerd; after Keystone and Neutron answer (kuryr ask
     other=$(pgrep -x dockerd | tr '\n' ' ' || true)
     [ -z "$other" ] || die "another dockerd runs on this machine (pid $other); the test cloud's dockerd needs its exec-root /var/run/docker: stop that one first"
     STARTED+=(docker)
-    rm -f "$DOCKER_SOCK"
+    # dockerd refuses to start while its own PID file names a live process, and after the
+    # machine's processes were ended that PID may be anyone's (pidfile.sh)
+    rm -f "$DOCKER_SOCK" "$RUN/dockerd-self.pid"
     start_bg docker nsenter --net="$NETNS" -- dockerd --config-file "$ETC/docker/daemon.json"
   fi
   wait_up docker
@@ -490,6 +492,8 @@ zun_start_services() { # zun-api, zun-wsproxy, the images meanwhile, zun-compute
   wait_up rabbitmq
   if ! alive zun-compute; then
     STARTED+=(zun-compute)
+    # wait-zun then wants a heartbeat from this process, not one a dead one left in the database
+    ZUN_COMPUTE_STARTED_AT=$(date +%s)
     start_bg zun-compute "$ZB/zun-compute" --config-file "$ETC/zun/zun.conf" --log-file "$LOGS/zun-compute.log"
   fi
   for s in kuryr zun-api zun-compute zun-wsproxy; do wait_up "$s"; done

@@ -41,5 +41,6 @@ mod e2e_vk_tenants;
 mod e2e_vk_volumes;
 mod examples_on_rendered_cloud;
 mod faults_common;
+mod scripts_pidfile;
 mod service_images;
 mod vk_common;
